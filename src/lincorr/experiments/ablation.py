@@ -1,0 +1,374 @@
+"""The vocabulary ablation (§6, Table 7): frozen embeddings, mean pooling and one fresh feed-forward block.
+
+Stage 1 teaches the block a composition from paired texts ("X lives in the city of" -> s,
+"X lives in the country of" -> ref(s)); stage 2 teaches it new source facts about unseen
+names Z; the test asks whether the target prompt about Z now answers ref(s). Everything
+between the vocabulary and the block is gone, so whatever generalizes comes from the
+vocabulary representations (and from what the block learned in stage 1).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers.activations import ACT2FN
+
+from lincorr.domains import build_domain, tokenize_word
+from lincorr.errors import LincorrError
+
+MAPPINGS = ("real", "shuffled", "letters")
+SOFTMAX_OVER = ("domains", "full")
+# Table 7 of the paper (llama-3 embeddings), generalization rate in percent.
+PAPER_TABLE7 = {
+    ("city", "country", "real"): 97.66,
+    ("city", "country", "shuffled"): 22.66,
+    ("city", "country", "letters"): 36.72,
+    ("country", "continent", "real"): 78.12,
+    ("ceo", "company", "real"): 58.59,
+    ("plus_one", "plus_two", "real"): 9.38,
+}
+_ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "j", "k", "l", "m", "n", "p", "r", "s", "st", "t", "tr", "v", "w", "z")
+_VOWELS = ("a", "e", "i", "o", "u", "a", "e", "i", "ai")
+_CODAS = ("", "", "", "", "n", "r", "l", "s", "m")
+
+Pair = tuple[str, "str | Sequence[str]"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Vocabulary:
+    """A model's frozen token embeddings: what it reads `[vocab, d]`, what it scores against `[vocab, d]`, and its MLP shape."""
+
+    input_embeddings: torch.Tensor
+    output_embeddings: torch.Tensor
+    intermediate_size: int
+    activation: str
+    gated: bool
+    name: str = "in-memory"
+
+
+@dataclasses.dataclass(frozen=True)
+class AblationConfig:
+    """Training settings of both stages; `None` widths and activations follow the source model's MLP.
+
+    `softmax_over="domains"` normalises over the source and target domain tokens only (fast,
+    the test is top-1 over a domain anyway); "full" over the whole vocabulary, as the paper's LM.
+    `batch_size=None` trains full-batch: one optimiser step per epoch.
+    """
+
+    n_stage1: int = 1024
+    n_stage2: int = 128
+    stage1_epochs: int = 1000
+    stage2_epochs: int = 2000
+    batch_size: int | None = None
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    hidden_size: int | None = None
+    activation: str | None = None
+    gated: bool | None = None
+    init_std: float = 0.02
+    softmax_over: str = "domains"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.softmax_over not in SOFTMAX_OVER:
+            raise LincorrError(f"softmax_over must be one of {', '.join(SOFTMAX_OVER)}, got '{self.softmax_over}'")
+        if min(self.n_stage1, self.n_stage2, self.stage1_epochs, self.stage2_epochs) < 1:
+            raise LincorrError("n_stage1, n_stage2 and the epochs of both stages must be at least 1")
+
+
+@dataclasses.dataclass(frozen=True)
+class AblationResult:
+    """Rates over the stage-2 names: target top-1 == ref(s) after stage 2 (and before), chance, source facts learned."""
+
+    relation: str
+    mapping: str
+    seed: int
+    generalization_rate: float
+    rate_before: float
+    random_baseline: float
+    source_learned_rate: float
+    stage1_source_accuracy: float
+    stage1_target_accuracy: float
+    n_pairs: int
+    n_test: int
+    target_domain_size: int
+    seconds: float
+    settings: Mapping[str, object]
+
+    def summary(self) -> dict:
+        """JSON-ready fields, rates as fractions in [0, 1]."""
+        return dataclasses.asdict(self) | {"settings": dict(self.settings)}
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedPairs:
+    """Reference pairs as token ids: each source token with its accepted target tokens (first = the one taught)."""
+
+    pairs: tuple[tuple[int, tuple[int, ...]], ...]
+    source_domain: tuple[int, ...]
+    target_domain: tuple[int, ...]
+    dropped: tuple[str, ...]
+
+
+class FeedForward(torch.nn.Module):
+    """One freshly initialised MLP block `[n, d] -> [n, d]`: gated (Llama, Gemma) or plain (GPT-2)."""
+
+    def __init__(self, width: int, hidden: int, activation: str, gated: bool, init_std: float, generator: torch.Generator):
+        super().__init__()
+        self.up = torch.nn.Linear(width, hidden, bias=False)
+        self.gate = torch.nn.Linear(width, hidden, bias=False) if gated else None
+        self.down = torch.nn.Linear(hidden, width, bias=False)
+        self.activation = ACT2FN[activation]
+        for parameter in self.parameters():
+            # The source models initialise their MLPs with N(0, initializer_range).
+            parameter.data = torch.randn(parameter.shape, generator=generator) * init_std
+
+    def forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        if self.gate is None:
+            return self.down(self.activation(self.up(pooled)))
+        return self.down(self.activation(self.gate(pooled)) * self.up(pooled))
+
+
+def vocabulary_from_model(model: torch.nn.Module, name: str = "in-memory") -> Vocabulary:
+    """The frozen vocabulary of a HF causal LM: input embeddings as the model scales them, its head rows, its MLP shape."""
+    embedding = model.get_input_embeddings()
+    with torch.no_grad():
+        # Calling the module (not reading .weight) applies scaling such as Gemma's sqrt(d).
+        ids = torch.arange(embedding.weight.shape[0], device=embedding.weight.device)
+        inputs = torch.cat([embedding(chunk) for chunk in ids.split(65536)]).float().cpu()
+        head = model.get_output_embeddings()
+        outputs = (embedding.weight if head is None else head.weight).detach().float().cpu()
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    width = inputs.shape[1]
+    hidden = getattr(config, "intermediate_size", None) or getattr(config, "n_inner", None) or 4 * width
+    activation = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", None) or getattr(config, "activation_function", "gelu")
+    gated = any("gate_proj" in n or "gate_up_proj" in n for n, _ in model.named_parameters())
+    return Vocabulary(inputs, outputs, int(hidden), str(activation), gated, name)
+
+
+def pseudo_names(n: int, tokenizer, seed: int) -> list[str]:
+    """`n` distinct made-up first names whose token bags differ, so mean pooling tells them apart."""
+    rng = np.random.default_rng(seed)
+    names: list[str] = []
+    bags: set[tuple[int, ...]] = set()
+    for _ in range(100 * n):
+        syllables = "".join(
+            rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(rng.integers(2, 4))
+        )
+        bag = tuple(sorted(tokenizer(syllables.capitalize(), add_special_tokens=False)["input_ids"]))
+        if bag not in bags:
+            bags.add(bag)
+            names.append(syllables.capitalize())
+            if len(names) == n:
+                return names
+    raise LincorrError(f"could not make {n} distinct names with this tokenizer; ask for fewer")
+
+
+def resolve_pairs(
+    pairs: Sequence[Pair],
+    tokenizer,
+    *,
+    mapping: str,
+    rng: np.random.Generator,
+    source_prefix: str = " ",
+    target_prefix: str = " ",
+    source_domain_words: Sequence[str] = (),
+    target_domain_words: Sequence[str] = (),
+) -> ResolvedPairs:
+    """Token ids of the pairs and domains under `mapping` ("real", "shuffled" = derangement, "letters" = first letters)."""
+    if mapping not in MAPPINGS:
+        raise LincorrError(f"mapping must be one of {', '.join(MAPPINGS)}, got '{mapping}'")
+    word_pairs = [(s.strip(), tuple(o.strip() for o in ((t,) if isinstance(t, str) else t))) for s, t in pairs]
+    source_words = list(dict.fromkeys([s for s, _ in word_pairs] + [w.strip() for w in source_domain_words]))
+    target_words = list(dict.fromkeys([o for _, objs in word_pairs for o in objs[:1]] + [w.strip() for w in target_domain_words]))
+    if mapping == "letters":
+        word_pairs = [(s[0], (objs[0][0],)) for s, objs in word_pairs]
+        source_words = list(dict.fromkeys(w[0] for w in source_words))
+        target_words = list(dict.fromkeys(w[0] for w in target_words))
+    source_domain = build_domain(source_words, tokenizer, name="source", answer_prefix=source_prefix)
+    target_domain = build_domain(target_words, tokenizer, name="target", answer_prefix=target_prefix)
+    source_ids = dict(zip(source_domain.words, source_domain.token_ids))
+    target_ids = dict(zip(target_domain.words, target_domain.token_ids))
+    resolved: list[tuple[int, tuple[int, ...]]] = []
+    dropped = [d.word for d in source_domain.dropped + target_domain.dropped]
+    for source, objects in word_pairs:
+        accepted = tuple(i for i in dict.fromkeys(_alias_id(o, target_ids, tokenizer, target_prefix) for o in objects) if i is not None)
+        # Under "letters" many pairs share a source letter (Seattle, Sydney -> S): all of them stay.
+        if source in source_ids and accepted:
+            resolved.append((source_ids[source], accepted))
+    if len(resolved) < 2:
+        raise LincorrError(f"only {len(resolved)} reference pairs have whole-word tokens; the ablation needs at least 2")
+    if mapping == "shuffled":
+        resolved = _derange(resolved, rng)
+    return ResolvedPairs(tuple(resolved), source_domain.token_ids, target_domain.token_ids, tuple(dropped))
+
+
+def _alias_id(word: str, domain_ids: Mapping[str, int], tokenizer, prefix: str) -> int | None:
+    """The token of an accepted answer: its domain column, else its own whole-word first token."""
+    if word in domain_ids:
+        return domain_ids[word]
+    entry = tokenize_word(word, tokenizer, prefix)
+    return entry.token_id if entry is not None and entry.category != "subword" and entry.token_id in domain_ids.values() else None
+
+
+def _derange(pairs: list[tuple[int, tuple[int, ...]]], rng: np.random.Generator) -> list[tuple[int, tuple[int, ...]]]:
+    """Give every source the taught target of another pair, never one of its own accepted answers."""
+    targets = [accepted[0] for _, accepted in pairs]
+    for _ in range(1000):
+        order = rng.permutation(len(pairs))
+        if all(targets[j] not in pairs[i][1] for i, j in enumerate(order)):
+            return [(source, (targets[j],)) for (source, _), j in zip(pairs, order)]
+    # Random permutations of a heavily repeated target (many cities -> USA) rarely derange; repair by swaps.
+    order = list(rng.permutation(len(pairs)))
+    for _ in range(100 * len(pairs)):
+        bad = [i for i, j in enumerate(order) if targets[j] in pairs[i][1]]
+        if not bad:
+            return [(source, (targets[j],)) for (source, _), j in zip(pairs, order)]
+        i, k = bad[0], int(rng.integers(len(pairs)))
+        order[i], order[k] = order[k], order[i]
+    raise LincorrError("cannot shuffle these pairs so that no source keeps its target; one target covers most sources")
+
+
+def pooled_embeddings(prompts: Sequence[str], tokenizer, input_embeddings: torch.Tensor) -> torch.Tensor:
+    """Mean of the input embeddings of each prompt's tokens (special tokens as the tokenizer adds them): `[n, d]`."""
+    rows = [tokenizer(p)["input_ids"] for p in prompts]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = torch.tensor(row)
+        mask[i, : len(row)] = 1.0
+    summed = (input_embeddings[ids] * mask[..., None]).sum(1)
+    return summed / mask.sum(1, keepdim=True)
+
+
+def run_ablation(
+    vocabulary: Vocabulary,
+    tokenizer,
+    *,
+    source_template: str,
+    target_template: str,
+    pairs: Sequence[Pair],
+    mapping: str = "real",
+    seed: int = 0,
+    config: AblationConfig = AblationConfig(),
+    source_prefix: str = " ",
+    target_prefix: str = " ",
+    source_domain_words: Sequence[str] = (),
+    target_domain_words: Sequence[str] = (),
+    relation: str = "custom",
+) -> AblationResult:
+    """Both stages and the test for one relation, mapping and seed; `pairs` are (s, t) or (s, (t, alias, ...))."""
+    started = time.perf_counter()
+    for template in (source_template, target_template):
+        if template.count("{}") != 1:
+            raise LincorrError(f"template {template!r} needs exactly one '{{}}' where the name goes")
+    rng = np.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
+    resolved = resolve_pairs(
+        pairs, tokenizer, mapping=mapping, rng=rng, source_prefix=source_prefix, target_prefix=target_prefix,
+        source_domain_words=source_domain_words, target_domain_words=target_domain_words,
+    )
+    names = pseudo_names(config.n_stage1 + config.n_stage2, tokenizer, seed)
+    stage1_names, stage2_names = names[: config.n_stage1], names[config.n_stage1 :]
+    # Every pair is used about equally often, in a seeded order.
+    stage1_pairs = [resolved.pairs[i] for i in rng.permutation(np.resize(rng.permutation(len(resolved.pairs)), config.n_stage1))]
+    stage2_pairs = [resolved.pairs[i] for i in rng.permutation(np.resize(rng.permutation(len(resolved.pairs)), config.n_stage2))]
+
+    def pooled(template: str, people: Sequence[str]) -> torch.Tensor:
+        return pooled_embeddings([template.replace("{}", x) for x in people], tokenizer, vocabulary.input_embeddings)
+
+    if config.softmax_over == "domains":
+        candidates = torch.tensor(sorted(set(resolved.source_domain) | set(resolved.target_domain)))
+    else:
+        candidates = torch.arange(vocabulary.output_embeddings.shape[0])
+    column = {int(token): i for i, token in enumerate(candidates)}
+    output = vocabulary.output_embeddings[candidates]  # [n_candidates, d]
+    source_columns = torch.tensor([column[t] for t in resolved.source_domain])
+    target_columns = torch.tensor([column[t] for t in resolved.target_domain])
+
+    stage1_features = torch.cat([pooled(source_template, stage1_names), pooled(target_template, stage1_names)])
+    stage1_labels = torch.tensor([column[s] for s, _ in stage1_pairs] + [column[a[0]] for _, a in stage1_pairs])
+    stage2_source = pooled(source_template, stage2_names)
+    stage2_target = pooled(target_template, stage2_names)
+    stage2_labels = torch.tensor([column[s] for s, _ in stage2_pairs])
+    stage2_accepted = [{column[t] for t in accepted} for _, accepted in stage2_pairs]
+
+    hidden = config.hidden_size or vocabulary.intermediate_size
+    activation = config.activation or vocabulary.activation
+    gated = vocabulary.gated if config.gated is None else config.gated
+    block = FeedForward(output.shape[1], hidden, activation, gated, config.init_std, generator)
+
+    _train(block, stage1_features, stage1_labels, output, config.stage1_epochs, config, generator, "stage 1")
+    with torch.no_grad():
+        n1 = config.n_stage1
+        stage1_logits = block(stage1_features) @ output.T
+        stage1_source_accuracy = _top1_rate(stage1_logits[:n1], source_columns, [{int(y)} for y in stage1_labels[:n1]])
+        stage1_target_accuracy = _top1_rate(stage1_logits[n1:], target_columns, [{int(y)} for y in stage1_labels[n1:]])
+        rate_before = _top1_rate(block(stage2_target) @ output.T, target_columns, stage2_accepted)
+    _train(block, stage2_source, stage2_labels, output, config.stage2_epochs, config, generator, "stage 2")
+    with torch.no_grad():
+        source_learned_rate = _top1_rate(block(stage2_source) @ output.T, source_columns, [{int(y)} for y in stage2_labels])
+        generalization_rate = _top1_rate(block(stage2_target) @ output.T, target_columns, stage2_accepted)
+
+    settings = dataclasses.asdict(config) | {
+        "hidden_size": hidden,
+        "activation": activation,
+        "gated": gated,
+        "vocabulary": vocabulary.name,
+        "source_template": source_template,
+        "target_template": target_template,
+        "n_candidates": len(candidates),
+        "dropped_words": list(resolved.dropped),
+    }
+    return AblationResult(
+        relation=relation,
+        mapping=mapping,
+        seed=seed,
+        generalization_rate=generalization_rate,
+        rate_before=rate_before,
+        random_baseline=1.0 / len(resolved.target_domain),
+        source_learned_rate=source_learned_rate,
+        stage1_source_accuracy=stage1_source_accuracy,
+        stage1_target_accuracy=stage1_target_accuracy,
+        n_pairs=len(resolved.pairs),
+        n_test=config.n_stage2,
+        target_domain_size=len(resolved.target_domain),
+        seconds=time.perf_counter() - started,
+        settings=settings,
+    )
+
+
+def _train(
+    block: FeedForward,
+    features: torch.Tensor,
+    labels: torch.Tensor,
+    output: torch.Tensor,
+    epochs: int,
+    config: AblationConfig,
+    generator: torch.Generator,
+    stage: str,
+) -> None:
+    """AdamW on cross-entropy of `block(features) @ output.T` `[n, n_candidates]`; a fresh optimiser per stage."""
+    optimizer = torch.optim.AdamW(block.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
+    size = config.batch_size or len(features)
+    with tqdm(range(epochs), desc=stage, disable=not config.progress, leave=False) as bar:
+        for _ in bar:
+            order = torch.randperm(len(features), generator=generator) if size < len(features) else torch.arange(len(features))
+            for batch in order.split(size):
+                loss = torch.nn.functional.cross_entropy(block(features[batch]) @ output.T, labels[batch])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            bar.set_postfix(loss=f"{loss.item():.4f}", refresh=False)
+
+
+def _top1_rate(logits: torch.Tensor, domain_columns: torch.Tensor, accepted: Sequence[set[int]]) -> float:
+    """Share of rows whose top-1 among `domain_columns` of `logits` `[n, n_candidates]` is an accepted column."""
+    top = domain_columns[logits[:, domain_columns].argmax(-1)]
+    return float(np.mean([int(t) in ok for t, ok in zip(top, accepted)]))

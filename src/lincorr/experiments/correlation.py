@@ -1,0 +1,206 @@
+"""The core study (§3.2): fit W between two prompts' logits and score it on held-out inputs."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from lincorr.collect import LogitTable, TableCache, collect_logits
+from lincorr.errors import LincorrError
+from lincorr.linear import LinearMap
+from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
+from lincorr.models import LM
+from lincorr.outputs import staged_directory, write_array, write_json
+from lincorr.prompts import Prompt
+
+
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    """How a pair is measured: split, estimator, bootstrap and control settings."""
+
+    seed: int = 0
+    estimator: str = "ols"
+    alpha: float | str = 1.0
+    test_fraction: float = 0.5
+    n_boot: int = 1000
+
+    def linear_map(self) -> LinearMap:
+        return LinearMap(estimator=self.estimator, alpha=self.alpha, seed=self.seed)
+
+    def check_sizes(self, n_inputs: int, n_source: int) -> None:
+        """Fail before any collection when ols would have fewer training rows than features."""
+        n_train = n_inputs - int(round(n_inputs * self.test_fraction))
+        if self.estimator == "ols" and n_train <= n_source:
+            raise LincorrError(
+                f"ols needs more training inputs ({n_train} of {n_inputs}) than source words ({n_source}); "
+                f"use -n {2 * (n_source + 1)} or more, or --estimator ridge"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class PairResult:
+    """A fitted W between two logit tables and its held-out scores."""
+
+    source: LogitTable
+    target: LogitTable
+    source_name: str
+    target_name: str
+    model_name: str
+    config: FitConfig
+    coef: np.ndarray  # W [n_source, n_target]
+    intercept: np.ndarray  # b [n_target]
+    alpha: float
+    train_index: np.ndarray  # [n_train]
+    test_index: np.ndarray  # [n_test]
+    labelwise_r: np.ndarray  # [n_target]
+    instancewise_r: np.ndarray  # [n_test]
+    labelwise_r_ci95: tuple[float, float]
+    control_labelwise_r: np.ndarray  # [n_target], W fitted after shuffling the train pairing
+    seconds: float
+
+    def summary(self) -> dict:
+        """The JSON contract of `lincorr fit --json`."""
+        labelwise = summarize(self.labelwise_r)
+        return {
+            "model": self.model_name,
+            "model_fingerprint": self.source.model,
+            "source": self.source_name,
+            "target": self.target_name,
+            "source_template": self.source.template,
+            "target_template": self.target.template,
+            "kind": self.source.kind,
+            "n_inputs": len(self.source.inputs),
+            "n_train": int(self.train_index.size),
+            "n_test": int(self.test_index.size),
+            "n_source_domain": len(self.source.domain),
+            "n_target_domain": len(self.target.domain),
+            "estimator": self.config.estimator,
+            "alpha": self.alpha,
+            "seed": self.config.seed,
+            "labelwise_r_mean": labelwise["mean"],
+            "labelwise_r_std": labelwise["std"],
+            "labelwise_r_ci95": list(self.labelwise_r_ci95),
+            "instancewise_r_mean": summarize(self.instancewise_r)["mean"],
+            "control_labelwise_r_mean": summarize(self.control_labelwise_r)["mean"],
+            "seconds": self.seconds,
+        }
+
+    def labelwise_by_word(self) -> dict[str, float]:
+        """Label-wise r of every target word."""
+        return {w: float(r) for w, r in zip(self.target.domain.words, self.labelwise_r)}
+
+    def top_influenced(self, source_word: str, k: int = 5) -> list[tuple[str, float]]:
+        """Target words with the largest weight from `source_word` (row of W)."""
+        row = self.coef[self.source.domain.index(source_word)]
+        return [(self.target.domain.words[j], float(row[j])) for j in top_k(row, k)]
+
+    def top_influencing(self, target_word: str, k: int = 5) -> list[tuple[str, float]]:
+        """Source words with the largest weight into `target_word` (column of W)."""
+        column = self.coef[:, self.target.domain.index(target_word)]
+        return [(self.source.domain.words[i], float(column[i])) for i in top_k(column, k)]
+
+    def save(self, directory, *, heatmap: bool = False) -> None:
+        """W, b, logits, tokens, inputs and result.json; written whole or not at all."""
+        from lincorr.plots import weight_heatmap
+
+        with staged_directory(directory) as out:
+            write_array(out / "W.npy", self.coef)
+            write_array(out / "b.npy", self.intercept)
+            write_array(out / "source_logits.npy", self.source.values)
+            write_array(out / "target_logits.npy", self.target.values)
+            write_json(out / "source_tokens.json", list(self.source.domain.tokens))
+            write_json(out / "target_tokens.json", list(self.target.domain.tokens))
+            write_json(out / "inputs.json", list(self.source.inputs))
+            write_json(
+                out / "result.json",
+                {
+                    **self.summary(),
+                    "config": dataclasses.asdict(self.config),
+                    "source_domain": self.source.domain.to_json(),
+                    "target_domain": self.target.domain.to_json(),
+                    "labelwise_r": self.labelwise_by_word(),
+                    "train_index": self.train_index.tolist(),
+                    "test_index": self.test_index.tolist(),
+                },
+            )
+            if heatmap:
+                weight_heatmap(
+                    self.coef,
+                    self.source.domain.words,
+                    self.target.domain.words,
+                    out / "W.png",
+                    f"{self.model_name}: W for {self.source_name} -> {self.target_name}",
+                )
+
+
+def split_indices(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded train/test split of `n` rows (the paper: half and half)."""
+    if not 0 < test_fraction < 1:
+        raise LincorrError(f"test fraction must be between 0 and 1, got {test_fraction}")
+    order = np.random.default_rng(seed).permutation(n)
+    n_test = int(round(n * test_fraction))
+    if n_test < 2 or n - n_test < 2:
+        raise LincorrError(f"{n} inputs are too few to split into train and test; use more inputs")
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitConfig(), *, source_name: str = "source",
+               target_name: str = "target", model_name: str = "") -> PairResult:
+    """Fit W on the train half of two tables over the same inputs and score it on the test half."""
+    if source.inputs != target.inputs:
+        raise LincorrError("source and target tables must be collected over the same inputs in the same order")
+    started = time.perf_counter()
+    train, test = split_indices(len(source.inputs), config.test_fraction, config.seed)
+    fitted = config.linear_map().fit(source.values[train], target.values[train])
+    predicted = fitted.predict(source.values[test])
+    actual = target.values[test]
+
+    # Control: the same fit after shuffling which input each training target row belongs to.
+    shuffled = np.random.default_rng(config.seed + 1).permutation(train)
+    control = LinearMap(estimator=config.estimator, alpha=fitted.alpha_).fit(source.values[train], target.values[shuffled])
+
+    return PairResult(
+        source=source,
+        target=target,
+        source_name=source_name,
+        target_name=target_name,
+        model_name=model_name,
+        config=config,
+        coef=fitted.coef_,
+        intercept=fitted.intercept_,
+        alpha=float(fitted.alpha_),
+        train_index=train,
+        test_index=test,
+        labelwise_r=labelwise_pearson(predicted, actual),
+        instancewise_r=instancewise_pearson(predicted, actual),
+        labelwise_r_ci95=bootstrap_labelwise_ci(predicted, actual, n_boot=config.n_boot, seed=config.seed),
+        control_labelwise_r=labelwise_pearson(control.predict(source.values[test]), actual),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def measure_pair(
+    lm: LM,
+    source: Prompt,
+    target: Prompt,
+    inputs: Sequence[str],
+    config: FitConfig = FitConfig(),
+    *,
+    logprobs: bool = False,
+    batch_size: int = 32,
+    cache: TableCache | None | bool = True,
+    progress: bool = True,
+) -> PairResult:
+    """Collect both prompts over `inputs`, fit W on half, score on the other half."""
+    config.check_sizes(len(inputs), len(source.domain))
+    started = time.perf_counter()
+    tables = [
+        collect_logits(lm, p.template, p.domain, inputs, logprobs=logprobs, batch_size=batch_size, cache=cache,
+                       progress=progress, description=p.name)
+        for p in (source, target)
+    ]
+    result = fit_tables(*tables, config, source_name=source.name, target_name=target.name, model_name=lm.name)
+    return dataclasses.replace(result, seconds=time.perf_counter() - started)

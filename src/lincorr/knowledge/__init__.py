@@ -1,0 +1,20 @@
+"""The knowledge registry: prompt templates, answer domains and reference pairs, as data files."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from lincorr.knowledge.files import merge, read_registry_file
+from lincorr.knowledge.registry import FAMILIES, PromptSpec, Reference, Registry
+
+__all__ = ["DATA_DIR", "FAMILIES", "PromptSpec", "Reference", "Registry", "load_registry"]
+
+DATA_DIR = Path(__file__).parent / "data"
+
+
+def load_registry(extra_files: Sequence[str | Path] = ()) -> Registry:
+    """The bundled registry with user files of the same schema on top (a same-named entry replaces)."""
+    bundled = [(read_registry_file(path), 0) for path in sorted(DATA_DIR.glob("*.yaml"))]
+    extra = [(read_registry_file(Path(path)), layer) for layer, path in enumerate(extra_files, start=1)]
+    return merge(bundled + extra)

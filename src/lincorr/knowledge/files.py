@@ -1,0 +1,275 @@
+"""Reading registry files (YAML or JSON) with line numbers, checking them, and merging them."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import yaml
+
+from lincorr.errors import LincorrError
+from lincorr.knowledge.registry import PromptSpec, Reference, Registry, suggest
+
+TOP_LEVEL_KEYS = ("domains", "prompts", "references")
+PROMPT_KEYS = ("name", "family", "language", "template", "domain", "answer_prefix")
+REFERENCE_KEYS = ("name", "source_domain", "target_domain", "pairs")
+# Chinese and Japanese write the answer straight after the prompt; the others after a space.
+LANGUAGES_WITHOUT_SPACES = frozenset({"zh", "ja"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """A file and line, for error messages."""
+
+    path: Path
+    line: int
+
+    def error(self, problem: str, fix: str) -> LincorrError:
+        """A one-line error naming this place, the problem and the fix."""
+        return LincorrError(f"{self.path}:{self.line}: {problem}; {fix}")
+
+
+class _Problem(Exception):
+    """A mistake found while parsing, before the file name is attached."""
+
+    def __init__(self, line: int, problem: str, fix: str):
+        super().__init__(problem)
+        self.line, self.problem, self.fix = line, problem, fix
+
+
+class _Map(dict):
+    """A YAML mapping that remembers its own line and each key's line."""
+
+    line: int
+    key_lines: dict[str, int]
+
+
+class _Seq(list):
+    """A YAML sequence that remembers its own line and each item's line."""
+
+    line: int
+    item_lines: list[int]
+
+
+# The C parser, where PyYAML was built with it, loads the bundled data about 3x faster.
+class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+    """Safe YAML with line numbers, duplicate keys refused, and every plain scalar read as text."""
+
+
+# Answers such as "No", "On" or "0" must stay words, not become booleans or numbers.
+_LineLoader.yaml_implicit_resolvers = {}
+
+
+def _construct_map(loader: _LineLoader, node: yaml.MappingNode) -> _Map:
+    mapping = _Map()
+    mapping.line, mapping.key_lines = node.start_mark.line + 1, {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if not isinstance(key, str):
+            raise _Problem(line, "a key must be plain text", "write keys as `name:`")
+        if key in mapping:
+            raise _Problem(line, f"duplicate key '{key}' (first on line {mapping.key_lines[key]})", "keep one of them")
+        mapping[key] = loader.construct_object(value_node, deep=True)
+        mapping.key_lines[key] = line
+    return mapping
+
+
+def _construct_seq(loader: _LineLoader, node: yaml.SequenceNode) -> _Seq:
+    sequence = _Seq(loader.construct_object(child, deep=True) for child in node.value)
+    sequence.line = node.start_mark.line + 1
+    sequence.item_lines = [child.start_mark.line + 1 for child in node.value]
+    return sequence
+
+
+_LineLoader.add_constructor("tag:yaml.org,2002:map", _construct_map)
+_LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One parsed domain, prompt or reference, with where it came from.
+
+    `layer` is 0 for bundled files and counts up through user files; `lines` holds the line
+    of each reference subject so a bad pair is reported where it is written.
+    """
+
+    value: object
+    where: Where
+    layer: int = 0
+    lines: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class FileContents:
+    """What one registry file defines, by name."""
+
+    path: Path
+    domains: dict[str, Entry]
+    prompts: dict[str, Entry]
+    references: dict[str, Entry]
+
+
+def read_registry_file(path: Path) -> FileContents:
+    """Parse and check one file on its own; cross-file checks happen in `merge`."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or str(error)
+        raise Where(path, 1).error(f"cannot read registry file ({reason})", "pass a readable UTF-8 YAML or JSON file") from None
+    try:
+        return _parse_document(path, yaml.load(text, Loader=_LineLoader))  # noqa: S506 - a SafeLoader
+    except _Problem as problem:
+        raise Where(path, problem.line).error(problem.problem, problem.fix) from None
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark else 1
+        raise Where(path, line).error(f"not valid YAML ({error.problem})", "fix the syntax (schema: docs/registry.md)") from None
+
+
+def _parse_document(path: Path, document: object) -> FileContents:
+    contents = FileContents(path, {}, {}, {})
+    if document is None:
+        return contents
+    if not isinstance(document, _Map):
+        raise _Problem(1, "a registry file must be a mapping", f"start it with one of {', '.join(k + ':' for k in TOP_LEVEL_KEYS)}")
+    _check_keys(document, TOP_LEVEL_KEYS, required=(), what="top-level key")
+    domains = document.get("domains", _Map())
+    if not isinstance(domains, _Map):
+        raise _Problem(document.key_lines["domains"], "`domains:` must map names to word lists", "write `domains:` then `  name: [word, ...]`")
+    for name, words in domains.items():
+        line = domains.key_lines[name]
+        contents.domains[name] = Entry(_parse_words(name, words, line), Where(path, line))
+    for item, line in _items(document, "prompts"):
+        spec = _parse_prompt(item)
+        if spec.name in contents.prompts:
+            raise _Problem(line, f"prompt '{spec.name}' is defined twice in this file", "rename or remove one")
+        contents.prompts[spec.name] = Entry(spec, Where(path, line))
+    for item, line in _items(document, "references"):
+        relation = _parse_reference(item)
+        if relation.name in contents.references:
+            raise _Problem(line, f"reference '{relation.name}' is defined twice in this file", "rename or remove one")
+        contents.references[relation.name] = Entry(relation, Where(path, line), lines=dict(item["pairs"].key_lines))
+    return contents
+
+
+def _items(document: _Map, key: str) -> list[tuple[_Map, int]]:
+    if key not in document:
+        return []
+    items = document[key]
+    if not isinstance(items, _Seq):
+        raise _Problem(document.key_lines[key], f"`{key}:` must be a list", f"write each entry as `  - name: ...` under `{key}:`")
+    for item, line in zip(items, items.item_lines):
+        if not isinstance(item, _Map):
+            raise _Problem(line, f"each entry of `{key}:` must be a mapping", "write `- name: ...` with its fields indented below")
+    return list(zip(items, items.item_lines))
+
+
+def _check_keys(mapping: _Map, allowed: Sequence[str], required: Sequence[str], what: str) -> None:
+    for key in mapping:
+        if key not in allowed:
+            raise _Problem(mapping.key_lines[key], f"unknown {what} '{key}'", f"use only {', '.join(allowed)}")
+    for key in required:
+        if key not in mapping:
+            raise _Problem(mapping.line, f"missing {what} '{key}'", f"add `{key}:` (required: {', '.join(required)})")
+
+
+def _text(mapping: _Map, key: str, allow_empty: bool = False) -> str:
+    value, line = mapping[key], mapping.key_lines[key]
+    if not isinstance(value, str):
+        raise _Problem(line, f"`{key}` must be text", "write a single quoted value")
+    if not allow_empty and not value.strip():
+        raise _Problem(line, f"`{key}` is empty", "give it a value")
+    return value
+
+
+def _parse_words(name: str, words: object, line: int) -> tuple[str, ...]:
+    if not isinstance(words, _Seq) or not words:
+        raise _Problem(line, f"domain '{name}' must be a non-empty list of words", "write `name: [word, word, ...]`")
+    first_seen: dict[str, int] = {}
+    for word, word_line in zip(words, words.item_lines):
+        if not isinstance(word, str) or not word.strip():
+            raise _Problem(word_line, f"domain '{name}' has an empty or non-text entry", "remove it or write the word")
+        if word != word.strip():
+            raise _Problem(word_line, f"domain '{name}' word {word!r} has surrounding spaces", "write the bare word; answer_prefix supplies the space")
+        # Case-folded so that "Turkey" and "turkey" cannot both become columns.
+        key = word.casefold()
+        if key in first_seen:
+            raise _Problem(word_line, f"domain '{name}' lists '{word}' twice (first on line {first_seen[key]})", "remove the duplicate")
+        first_seen[key] = word_line
+    return tuple(words)
+
+
+def _parse_prompt(item: _Map) -> PromptSpec:
+    _check_keys(item, PROMPT_KEYS, required=PROMPT_KEYS[:-1], what="prompt field")
+    name, template, language = _text(item, "name"), _text(item, "template"), _text(item, "language")
+    if len(name.split()) != 1:
+        raise _Problem(item.key_lines["name"], f"prompt name '{name}' contains spaces", "use a name like `city` or `es/city`")
+    if template.count("{}") != 1:
+        raise _Problem(item.key_lines["template"], f"template of '{name}' has {template.count('{}')} '{{}}' placeholders, not 1", "put exactly one {} where the input X goes")
+    default_prefix = "" if language in LANGUAGES_WITHOUT_SPACES else " "
+    prefix = _text(item, "answer_prefix", allow_empty=True) if "answer_prefix" in item else default_prefix
+    return PromptSpec(name, _text(item, "family"), language, template, _text(item, "domain"), prefix)
+
+
+def _parse_reference(item: _Map) -> Reference:
+    _check_keys(item, REFERENCE_KEYS, required=REFERENCE_KEYS, what="reference field")
+    pairs = item["pairs"]
+    if not isinstance(pairs, _Map) or not pairs:
+        raise _Problem(item.key_lines["pairs"], "`pairs` must map each subject to its objects", "write `pairs:` then `  Paris: [France]`")
+    parsed = []
+    for subject, objects in pairs.items():
+        objects = [objects] if isinstance(objects, str) else objects
+        if not isinstance(objects, list) or not objects or not all(isinstance(o, str) and o.strip() for o in objects):
+            raise _Problem(pairs.key_lines[subject], f"subject '{subject}' needs one or more objects", "write `subject: [object, alias, ...]`")
+        parsed.append((subject, tuple(objects)))
+    return Reference(_text(item, "name"), _text(item, "source_domain"), _text(item, "target_domain"), tuple(parsed))
+
+
+def merge(files: Sequence[tuple[FileContents, int]]) -> Registry:
+    """Merge files in order: bundled (layer 0) names must be unique, user layers replace by name."""
+    merged: dict[str, dict[str, Entry]] = {"domain": {}, "prompt": {}, "reference": {}}
+    for contents, layer in files:
+        for kind, incoming in (("domain", contents.domains), ("prompt", contents.prompts), ("reference", contents.references)):
+            for name, entry in incoming.items():
+                if layer == 0 and name in merged[kind]:
+                    first = merged[kind][name].where
+                    raise entry.where.error(f"{kind} '{name}' is already defined at {first.path.name}:{first.line}", "bundled names must be unique")
+                merged[kind][name] = dataclasses.replace(entry, layer=layer)
+    domains = merged["domain"]
+    for entry in merged["prompt"].values():
+        if entry.value.domain not in domains:
+            raise entry.where.error(f"prompt '{entry.value.name}' names unknown domain '{entry.value.domain}'", f"define it under `domains:` ({suggest(entry.value.domain, list(domains))})")
+    references = [relation for entry in merged["reference"].values() if (relation := _checked_reference(entry, domains)).pairs]
+    return Registry(
+        prompts=tuple(entry.value for entry in merged["prompt"].values()),
+        domains=types.MappingProxyType({name: entry.value for name, entry in domains.items()}),
+        references=tuple(references),
+        files=tuple(str(contents.path) for contents, _ in files),
+    )
+
+
+def _checked_reference(entry: Entry, domains: Mapping[str, Entry]) -> Reference:
+    """Every pair must lie in its domains, unless a later file replaced a domain: then misfits are left out."""
+    relation: Reference = entry.value
+    for domain in (relation.source_domain, relation.target_domain):
+        if domain not in domains:
+            raise entry.where.error(f"reference '{relation.name}' names unknown domain '{domain}'", f"define it under `domains:` ({suggest(domain, list(domains))})")
+    source, target = domains[relation.source_domain], domains[relation.target_domain]
+    if max(source.layer, target.layer) > entry.layer:
+        kept = []
+        for subject, objects in relation.pairs:
+            objects = tuple(o for o in objects if o in target.value)
+            if subject in source.value and objects:
+                kept.append((subject, objects))
+        return dataclasses.replace(relation, pairs=tuple(kept))
+    for subject, objects in relation.pairs:
+        where = Where(entry.where.path, entry.lines.get(subject, entry.where.line))
+        if subject not in source.value:
+            raise where.error(f"reference '{relation.name}' subject '{subject}' is not in domain '{relation.source_domain}'", "add it to the domain or drop the pair")
+        for obj in objects:
+            if obj not in target.value:
+                raise where.error(f"reference '{relation.name}' object '{obj}' of '{subject}' is not in domain '{relation.target_domain}'", "add it to the domain or drop it")
+    return relation

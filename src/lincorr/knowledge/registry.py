@@ -1,0 +1,108 @@
+"""The registry's public types: prompts, reference relations and the merged registry."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Mapping, Sequence
+
+from lincorr.errors import LincorrError
+
+FAMILIES = ("attribute", "cross-language", "simile", "math")
+
+
+@dataclasses.dataclass(frozen=True)
+class PromptSpec:
+    """A knowledge prompt: a template with one "{}" for the input X, and the domain of its answers."""
+
+    name: str
+    family: str
+    language: str
+    template: str
+    domain: str
+    answer_prefix: str = " "
+
+    def fill(self, x: str) -> str:
+        """The prompt for input `x`."""
+        return self.template.replace("{}", x)
+
+
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """A real-world relation between two domains: each subject with its acceptable objects."""
+
+    name: str
+    source_domain: str
+    target_domain: str
+    pairs: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def objects(self, subject: str) -> tuple[str, ...]:
+        """The acceptable objects of `subject`; empty when the relation says nothing about it."""
+        for known, objects in self.pairs:
+            if known == subject:
+                return objects
+        return ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Registry:
+    """All prompts, domains and references, after bundled data and user files are merged."""
+
+    prompts: tuple[PromptSpec, ...]
+    domains: Mapping[str, tuple[str, ...]]
+    references: tuple[Reference, ...]
+    files: tuple[str, ...]
+
+    def prompt(self, name: str) -> PromptSpec:
+        """The prompt called `name`."""
+        for spec in self.prompts:
+            if spec.name == name:
+                return spec
+        raise LincorrError(f"unknown prompt '{name}'; {suggest(name, [p.name for p in self.prompts])}")
+
+    def domain_words(self, domain: str) -> tuple[str, ...]:
+        """The answer words of `domain`, in registry order."""
+        if domain not in self.domains:
+            raise LincorrError(f"unknown domain '{domain}'; {suggest(domain, list(self.domains))}")
+        return self.domains[domain]
+
+    def family(self, family: str) -> tuple[PromptSpec, ...]:
+        """The prompts of one family, in registry order."""
+        members = tuple(spec for spec in self.prompts if spec.family == family)
+        if not members:
+            raise LincorrError(f"unknown family '{family}'; {suggest(family, self.families())}")
+        return members
+
+    def families(self) -> list[str]:
+        """Family names in order of first appearance."""
+        return list(dict.fromkeys(spec.family for spec in self.prompts))
+
+    def reference(self, name: str) -> Reference:
+        """The reference relation called `name`, e.g. "city->country"."""
+        for relation in self.references:
+            if relation.name == name:
+                return relation
+        raise LincorrError(f"unknown reference '{name}'; {suggest(name, [r.name for r in self.references])}")
+
+    def find_reference(self, source_domain: str, target_domain: str) -> Reference | None:
+        """The relation named "source->target", else the only one between these domains, else None."""
+        named = f"{source_domain}->{target_domain}"
+        matches = [r for r in self.references if (r.source_domain, r.target_domain) == (source_domain, target_domain)]
+        for relation in matches:
+            if relation.name == named:
+                return relation
+        return matches[0] if len(matches) == 1 else None
+
+    def reference_for(self, source: PromptSpec, target: PromptSpec) -> Reference | None:
+        """The relation for a prompt pair: one named after the prompts ("math/x+1->math/x+2"), else by domains."""
+        for relation in self.references:
+            if relation.name == f"{source.name}->{target.name}":
+                return relation
+        return self.find_reference(source.domain, target.domain)
+
+def suggest(name: str, known: Sequence[str]) -> str:
+    """A hint for a mistyped name: the close matches, or else the first known names."""
+    close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+    if close:
+        return "did you mean " + ", ".join(close) + "?"
+    return "known: " + ", ".join(list(known)[:12]) + (" …" if len(known) > 12 else "")

@@ -1,0 +1,100 @@
+"""Fitting the logit map  target = source @ W + b  in closed form, for all targets at once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lincorr.errors import LincorrError
+
+DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-3, 5, 17))
+
+
+class LinearMap:
+    """Linear map between logit tables, scikit-learn style.
+
+    estimator="ols" is the paper's ordinary least squares with a bias; "ridge" adds an L2
+    penalty `alpha` on W (not on b), either fixed or chosen by k-fold cross-validation
+    (alpha="cv") over `alphas`. Learned: `coef_` `[n_source, n_target]`, `intercept_`
+    `[n_target]`, `alpha_` (the penalty used; 0 for ols).
+    """
+
+    def __init__(self, estimator: str = "ols", alpha: float | str = 1.0, alphas=DEFAULT_ALPHAS, cv: int = 5, seed: int = 0):
+        self.estimator = estimator
+        self.alpha = alpha
+        self.alphas = tuple(alphas)
+        self.cv = cv
+        self.seed = seed
+
+    def fit(self, source: np.ndarray, target: np.ndarray) -> LinearMap:
+        """Fit on `source` `[n, n_source]` and `target` `[n, n_target]`."""
+        source, target = check_pair(source, target)
+        if self.estimator == "ols":
+            if source.shape[0] <= source.shape[1]:
+                raise LincorrError(
+                    f"ols needs more training inputs ({source.shape[0]}) than source features ({source.shape[1]}); "
+                    "use more inputs (-n) or --estimator ridge"
+                )
+            self.alpha_ = 0.0
+            self.coef_, self.intercept_ = fit_ols(source, target)
+        elif self.estimator == "ridge":
+            self.alpha_ = self.select_alpha(source, target) if self.alpha == "cv" else float(self.alpha)
+            if self.alpha_ < 0:
+                raise LincorrError(f"ridge alpha must be non-negative, got {self.alpha_}")
+            self.coef_, self.intercept_ = fit_ridge(source, target, (self.alpha_,))[0]
+        else:
+            raise LincorrError(f"unknown estimator '{self.estimator}'; use ols or ridge")
+        self.coef_ = self.coef_.astype(np.float32)
+        self.intercept_ = self.intercept_.astype(np.float32)
+        return self
+
+    def predict(self, source: np.ndarray) -> np.ndarray:
+        """Predicted target scores `[n, n_target]`."""
+        return (np.asarray(source, np.float64) @ self.coef_ + self.intercept_).astype(np.float32)
+
+    def score(self, source: np.ndarray, target: np.ndarray) -> float:
+        """Mean label-wise Pearson r of the predictions (the paper's main metric)."""
+        from lincorr.metrics import labelwise_pearson
+
+        return float(np.nanmean(labelwise_pearson(self.predict(source), target)))
+
+    def select_alpha(self, source: np.ndarray, target: np.ndarray) -> float:
+        """The alpha with the lowest k-fold mean squared error."""
+        n = source.shape[0]
+        if n < 2 * self.cv:
+            raise LincorrError(f"cross-validating alpha needs at least {2 * self.cv} training inputs, got {n}; use a fixed --alpha")
+        folds = np.array_split(np.random.default_rng(self.seed).permutation(n), self.cv)
+        errors = np.zeros(len(self.alphas))
+        for held_out in folds:
+            train = np.setdiff1d(np.arange(n), held_out)
+            for k, (coef, intercept) in enumerate(fit_ridge(source[train], target[train], self.alphas)):
+                residual = source[held_out] @ coef + intercept - target[held_out]
+                errors[k] += np.mean(residual**2)
+        return self.alphas[int(np.argmin(errors))]
+
+
+def check_pair(source, target) -> tuple[np.ndarray, np.ndarray]:
+    """Both as float64 2-D arrays with the same number of rows."""
+    source = np.asarray(source, np.float64)
+    target = np.asarray(target, np.float64)
+    if source.ndim != 2 or target.ndim != 2 or source.shape[0] != target.shape[0]:
+        raise LincorrError(f"source {source.shape} and target {target.shape} must be 2-D with the same number of rows")
+    return source, target
+
+
+def fit_ols(source: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares with a bias column: (W `[n_source, n_target]`, b `[n_target]`)."""
+    design = np.hstack([source, np.ones((source.shape[0], 1))])
+    solution, *_ = np.linalg.lstsq(design, target, rcond=None)
+    return solution[:-1], solution[-1]
+
+
+def fit_ridge(source: np.ndarray, target: np.ndarray, alphas) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Ridge solutions for several alphas from one SVD of the centred source."""
+    source_mean, target_mean = source.mean(0), target.mean(0)
+    u, s, vt = np.linalg.svd(source - source_mean, full_matrices=False)
+    projected = u.T @ (target - target_mean)  # [rank, n_target]
+    solutions = []
+    for alpha in alphas:
+        coef = vt.T @ ((s / (s**2 + alpha))[:, None] * projected)
+        solutions.append((coef, target_mean - source_mean @ coef))
+    return solutions

@@ -1,0 +1,78 @@
+"""Pearson correlations (label-wise, instance-wise), bootstrap intervals and W inspection."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def columnwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pearson r between matching columns of `a` and `b` `[n, k]` -> `[k]` (NaN where constant)."""
+    a = np.asarray(a, np.float64)
+    b = np.asarray(b, np.float64)
+    a = a - a.mean(0)
+    b = b - b.mean(0)
+    denominator = np.sqrt((a * a).sum(0) * (b * b).sum(0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(denominator > 0, (a * b).sum(0) / denominator, np.nan)
+
+
+def labelwise_pearson(predicted: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """Per target label, r across instances: `[n, k]` -> `[k]`."""
+    return columnwise_pearson(predicted, actual)
+
+
+def instancewise_pearson(predicted: np.ndarray, actual: np.ndarray) -> np.ndarray:
+    """Per instance, r across labels: `[n, k]` -> `[n]`."""
+    return columnwise_pearson(np.asarray(predicted).T, np.asarray(actual).T)
+
+
+def bootstrap_labelwise_ci(
+    predicted: np.ndarray, actual: np.ndarray, *, n_boot: int = 1000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile interval of the mean label-wise r, resampling instances with replacement.
+
+    All resamples are done at once: each is a vector of instance counts, and the weighted
+    sums that Pearson needs are matrix products with those counts.
+    """
+    p = np.asarray(predicted, np.float64)
+    a = np.asarray(actual, np.float64)
+    n = p.shape[0]
+    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(np.float64)
+    # Centre first: it changes nothing in r and keeps the sums well conditioned.
+    p = p - p.mean(0)
+    a = a - a.mean(0)
+    mean_p, mean_a = counts @ p / n, counts @ a / n
+    cov = counts @ (p * a) / n - mean_p * mean_a
+    var_p = counts @ (p * p) / n - mean_p**2
+    var_a = counts @ (a * a) / n - mean_a**2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = cov / np.sqrt(var_p * var_a)
+    means = np.nanmean(np.where(np.isfinite(r), r, np.nan), axis=1)
+    tail = (1 - level) / 2 * 100
+    low, high = np.nanpercentile(means, [tail, 100 - tail])
+    return float(low), float(high)
+
+
+def top_k(weights: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the `k` largest entries of a vector, largest first."""
+    k = min(k, weights.shape[0])
+    part = np.argpartition(-weights, k - 1)[:k]
+    return part[np.argsort(-weights[part], kind="stable")]
+
+
+def top_influenced(coef: np.ndarray, source_index: int, k: int = 5) -> np.ndarray:
+    """Target columns with the largest weight from one source row of W `[n_source, n_target]`."""
+    return top_k(coef[source_index], k)
+
+
+def top_influencing(coef: np.ndarray, target_index: int, k: int = 5) -> np.ndarray:
+    """Source rows with the largest weight into one target column of W `[n_source, n_target]`."""
+    return top_k(coef[:, target_index], k)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Mean and standard deviation, ignoring NaN."""
+    values = np.asarray(values, np.float64)
+    return {"mean": float(np.nanmean(values)), "std": float(np.nanstd(values))}

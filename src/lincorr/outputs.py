@@ -1,0 +1,40 @@
+"""Writing results: a whole output directory appears at once or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+
+@contextlib.contextmanager
+def staged_directory(target):
+    """Yield a staging directory; on success its files replace those in `target`, on error nothing changes."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        yield staging
+        if target.exists():
+            for item in staging.iterdir():
+                os.replace(item, target / item.name)
+            staging.rmdir()
+        else:
+            os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def write_json(path, payload) -> None:
+    """Pretty UTF-8 JSON."""
+    Path(path).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def write_array(path, values: np.ndarray) -> None:
+    """A float32 `.npy` (loads with allow_pickle=False)."""
+    np.save(path, np.ascontiguousarray(values, dtype=np.float32), allow_pickle=False)

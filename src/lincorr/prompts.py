@@ -1,0 +1,37 @@
+"""A prompt bound to one model: its template and its answer domain as that tokenizer sees it."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from lincorr.collect import validate_template
+from lincorr.domains import Domain, build_domain
+
+
+@dataclasses.dataclass(frozen=True)
+class Prompt:
+    """A template with one "{}" and its tokenized answer domain."""
+
+    name: str
+    template: str
+    domain: Domain
+
+
+def custom_prompt(
+    template: str, words: Sequence[str], tokenizer, *, name: str | None = None, answer_prefix: str = " ", keep_subwords: bool = False
+) -> Prompt:
+    """A prompt from a template and a list of answer words."""
+    validate_template(template)
+    label = name or template
+    domain = build_domain(words, tokenizer, name=label, answer_prefix=answer_prefix, keep_subwords=keep_subwords)
+    return Prompt(label, template, domain)
+
+
+def registry_prompt(registry, name: str, tokenizer, *, keep_subwords: bool = False) -> Prompt:
+    """A registry prompt by name (e.g. "city"), its domain tokenized for `tokenizer`."""
+    spec = registry.prompt(name)
+    domain = build_domain(
+        registry.domain_words(spec.domain), tokenizer, name=spec.domain, answer_prefix=spec.answer_prefix, keep_subwords=keep_subwords
+    )
+    return Prompt(spec.name, spec.template, domain)
