@@ -57,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", parents=shared, help="City->Country on the default model, with a heatmap and JSON")
     demo.add_argument("--out", default="lincorr-out", help="output directory (default ./lincorr-out)")
-    demo.set_defaults(handler=run_demo)
+    # Ridge with a cross-validated penalty: at 1,000 inputs the paper's OLS W is too noisy to read.
+    demo.set_defaults(handler=run_demo, estimator="ridge", alpha="cv")
 
     fit = commands.add_parser("fit", parents=shared, help="fit and score W between two prompts")
     fit.add_argument("source", help="registry prompt name (e.g. city), or a label when --source-template is given")
@@ -94,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     except LincorrError as error:
         print(f"lincorr: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader went away (e.g. `| head`); silence the flush at exit too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("lincorr: interrupted; run the same command again to resume from the cache", file=sys.stderr)
         return 130
@@ -170,8 +175,13 @@ def measure(args):
             raise LincorrError(f"--{side}-domain file {domain_file} does not exist; pass a text file with one word per line")
     if args.inputs is not None and not Path(args.inputs).is_file():
         raise LincorrError(f"--inputs file {args.inputs} does not exist; pass a text file with one input per line")
-    lm = load_lm(args)
     registry_holder: list = []
+    for side in ("source", "target"):
+        if getattr(args, f"{side}_template", None) is None:
+            if not registry_holder:
+                registry_holder.append(load_registry_from(args))
+            registry_holder[0].prompt(getattr(args, side))  # fail on a bad name before loading the model
+    lm = load_lm(args)
     source = resolve_prompt(args, "source", registry_holder, lm.tokenizer)
     target = resolve_prompt(args, "target", registry_holder, lm.tokenizer)
     inputs = choose_inputs(args, lm.tokenizer)
@@ -188,7 +198,7 @@ def run_fit(args) -> None:
     tops = {w: result.top_influenced(w, args.top_k) for w in args.top}
     influencing = {w: result.top_influencing(w, args.top_k) for w in args.top_influencing}
     if args.save_dir:
-        result.save(args.save_dir, heatmap=args.heatmap)
+        result.save(args.save_dir, heatmap=args.heatmap, reference_pairs=registry_pairs(args))
     if args.json:
         payload = result.summary()
         if tops:
@@ -204,12 +214,28 @@ def run_fit(args) -> None:
         print(f"\nwrote {args.save_dir}/")
 
 
+def registry_pairs(args):
+    """Reference pairs for a registry prompt pair (None for custom prompts or unrelated pairs)."""
+    if getattr(args, "source_template", None) or getattr(args, "target_template", None):
+        return None
+    registry = load_registry_from(args)
+    reference = registry.reference_for(registry.prompt(args.source), registry.prompt(args.target))
+    return reference.pairs if reference else None
+
+
 def run_demo(args) -> None:
+    import dataclasses
+
+    from lincorr.experiments.correlation import fit_tables
+
     args.source, args.target = "city", "country"
     result = measure(args)
     tops = {w: result.top_influenced(w, 5) for w in DEMO_CITIES}
-    result.save(args.out, heatmap=True)
+    result.save(args.out, heatmap=True, reference_pairs=registry_pairs(args))
     print_result(result)
+    if result.config.estimator != "ols":
+        paper = fit_tables(result.source, result.target, dataclasses.replace(result.config, estimator="ols"))
+        print(f"paper's ols      label-wise r {paper.summary()['labelwise_r_mean']:.3f} on the same tables")
     print_tops(tops, "countries W links to")
     print(f"\nwrote {args.out}/W.png, {args.out}/result.json and the arrays behind them")
 
@@ -240,14 +266,14 @@ def print_tops(tops: dict, title: str) -> None:
 
 
 def run_templates(args) -> None:
-    from lincorr.knowledge import templates_table
+    from lincorr.knowledge.report import templates_table
 
     rows = templates_table(load_registry_from(args), family=args.family)
     print_rows(rows, args.json, ("name", "family", "language", "domain_size", "template"))
 
 
 def run_domains(args) -> None:
-    from lincorr.knowledge import domains_report
+    from lincorr.knowledge.report import domains_report
 
     registry = load_registry_from(args)
     rows = domains_report(registry, load_lm(args).tokenizer, family=args.family)
@@ -255,7 +281,7 @@ def run_domains(args) -> None:
 
 
 def run_references(args) -> None:
-    from lincorr.knowledge import references_table
+    from lincorr.knowledge.report import references_table
 
     print_rows(references_table(load_registry_from(args)), args.json, ("name", "source_domain", "target_domain", "n_pairs"))
 

@@ -45,20 +45,27 @@ class Domain:
     def __len__(self) -> int:
         return len(self.words)
 
-    def index(self, word: str) -> int:
-        """Column of `word` (matched on the word or its decoded token, case-sensitive first)."""
-        for candidates in (self.words, tuple(t.strip() for t in self.tokens)):
+    def find(self, word: str) -> int | None:
+        """Column of `word` (matched on the word, then its decoded token, then case-blind), or None."""
+        stripped = tuple(t.strip() for t in self.tokens)
+        for candidates in (self.words, stripped):
             if word in candidates:
                 return candidates.index(word)
         lowered = word.lower()
-        for candidates in (self.words, tuple(t.strip() for t in self.tokens)):
-            matches = [i for i, c in enumerate(candidates) if c.lower() == lowered]
-            if matches:
-                return matches[0]
-        raise LincorrError(
-            f"'{word}' is not in the {self.name} domain; pick one of its words, e.g. "
-            f"{', '.join(self.words[:5])}"
-        )
+        for candidates in (self.words, stripped):
+            for i, candidate in enumerate(candidates):
+                if candidate.lower() == lowered:
+                    return i
+        return None
+
+    def index(self, word: str) -> int:
+        """Column of `word`; a clear error when it is not in the domain."""
+        column = self.find(word)
+        if column is None:
+            raise LincorrError(
+                f"'{word}' is not in the {self.name} domain; pick one of its words, e.g. {', '.join(self.words[:5])}"
+            )
+        return column
 
     def category_counts(self) -> dict[str, int]:
         """How many kept words fall in each token category."""

@@ -72,6 +72,23 @@ def top_influencing(coef: np.ndarray, target_index: int, k: int = 5) -> np.ndarr
     return top_k(coef[:, target_index], k)
 
 
+def reference_columns(pairs, source_words: Sequence[str], target_domain) -> dict[int, tuple[int, ...]]:
+    """Source row -> the target columns that are right for it, from (subject, objects) pairs.
+
+    Subjects missing from the source words, and objects missing from the target domain
+    (dropped by the tokenizer), are skipped; a subject with no object left is left out.
+    """
+    rows = {word: i for i, word in enumerate(source_words)}
+    found: dict[int, tuple[int, ...]] = {}
+    for subject, objects in pairs:
+        if subject not in rows:
+            continue
+        columns = tuple(dict.fromkeys(c for c in (target_domain.find(o) for o in objects) if c is not None))
+        if columns:
+            found[rows[subject]] = columns
+    return found
+
+
 def summarize(values: Sequence[float]) -> dict[str, float]:
     """Mean and standard deviation, ignoring NaN."""
     values = np.asarray(values, np.float64)

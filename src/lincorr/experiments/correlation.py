@@ -11,7 +11,7 @@ import numpy as np
 from lincorr.collect import LogitTable, TableCache, collect_logits
 from lincorr.errors import LincorrError
 from lincorr.linear import LinearMap
-from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
+from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, reference_columns, summarize, top_k
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_array, write_json
 from lincorr.prompts import Prompt
@@ -26,6 +26,7 @@ class FitConfig:
     alpha: float | str = 1.0
     test_fraction: float = 0.5
     n_boot: int = 1000
+    n_control: int = 5  # shuffles averaged in the control: one shuffle is a noisy null when labels co-vary
 
     def linear_map(self) -> LinearMap:
         return LinearMap(estimator=self.estimator, alpha=self.alpha, seed=self.seed)
@@ -58,7 +59,7 @@ class PairResult:
     labelwise_r: np.ndarray  # [n_target]
     instancewise_r: np.ndarray  # [n_test]
     labelwise_r_ci95: tuple[float, float]
-    control_labelwise_r: np.ndarray  # [n_target], W fitted after shuffling the train pairing
+    control_labelwise_r: np.ndarray  # [n_target], mean over W's fitted after shuffling the train pairing
     seconds: float
 
     def summary(self) -> dict:
@@ -102,8 +103,11 @@ class PairResult:
         column = self.coef[:, self.target.domain.index(target_word)]
         return [(self.source.domain.words[i], float(column[i])) for i in top_k(column, k)]
 
-    def save(self, directory, *, heatmap: bool = False) -> None:
-        """W, b, logits, tokens, inputs and result.json; written whole or not at all."""
+    def save(self, directory, *, heatmap: bool = False, reference_pairs=None) -> None:
+        """W, b, logits, tokens, inputs and result.json; written whole or not at all.
+
+        `reference_pairs` ((subject, objects) pairs) orders the heatmap rows by their right target.
+        """
         from lincorr.plots import weight_heatmap
 
         with staged_directory(directory) as out:
@@ -133,6 +137,7 @@ class PairResult:
                     self.target.domain.words,
                     out / "W.png",
                     f"{self.model_name}: W for {self.source_name} -> {self.target_name}",
+                    reference=reference_columns(reference_pairs, self.source.domain.words, self.target.domain) if reference_pairs else None,
                 )
 
 
@@ -159,8 +164,19 @@ def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitCo
     actual = target.values[test]
 
     # Control: the same fit after shuffling which input each training target row belongs to.
-    shuffled = np.random.default_rng(config.seed + 1).permutation(train)
-    control = LinearMap(estimator=config.estimator, alpha=fitted.alpha_).fit(source.values[train], target.values[shuffled])
+    rng = np.random.default_rng(config.seed + 1)
+    control = np.mean(
+        [
+            labelwise_pearson(
+                LinearMap(estimator=config.estimator, alpha=fitted.alpha_)
+                .fit(source.values[train], target.values[rng.permutation(train)])
+                .predict(source.values[test]),
+                actual,
+            )
+            for _ in range(config.n_control)
+        ],
+        axis=0,
+    )
 
     return PairResult(
         source=source,
@@ -177,7 +193,7 @@ def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitCo
         labelwise_r=labelwise_pearson(predicted, actual),
         instancewise_r=instancewise_pearson(predicted, actual),
         labelwise_r_ci95=bootstrap_labelwise_ci(predicted, actual, n_boot=config.n_boot, seed=config.seed),
-        control_labelwise_r=labelwise_pearson(control.predict(source.values[test]), actual),
+        control_labelwise_r=control,
         seconds=time.perf_counter() - started,
     )
 

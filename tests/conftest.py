@@ -1,0 +1,58 @@
+"""Shared fixtures: tiny in-code models and tokenizers, an isolated cache, offline hub."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tiny import WORDS, tiny_gpt2, tiny_llama, tiny_tokenizer  # noqa: E402
+
+from lincorr.models import wrap_model  # noqa: E402
+
+NAMES = tuple(f"name{i}" for i in range(120))
+CITIES = ("Paris", "London", "Tokyo", "Rome", "Berlin")
+COUNTRIES = ("France", "England", "Japan", "Italy", "Germany")
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own lincorr cache directory."""
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """Word-level tokenizer over the prompt words, cities, countries and 120 input names."""
+    return tiny_tokenizer(list(WORDS) + list(NAMES))
+
+
+def tiny_gemma3(vocab_size: int, seed: int = 0):
+    """A 2-block Gemma 3 text model with final-logit soft-capping switched on."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=64, sliding_window=4, final_logit_softcapping=3.0,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    return Gemma3ForCausalLM(config).float()
+
+
+MODEL_BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "gemma3": tiny_gemma3}
+
+
+@pytest.fixture(params=sorted(MODEL_BUILDERS))
+def tiny_lm(request, tokenizer):
+    """Each tiny architecture wrapped as an LM (GPT-2: absolute positions; Gemma 3: soft-capped head)."""
+    model = MODEL_BUILDERS[request.param](len(tokenizer))
+    return wrap_model(model, tokenizer, name=f"tiny-{request.param}")
+
+
+@pytest.fixture
+def llama_lm(tokenizer):
+    return wrap_model(tiny_llama(len(tokenizer)), tokenizer, name="tiny-llama")

@@ -1,0 +1,101 @@
+"""Collection: values, caching (hits, corrupt entries), resuming, and bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import CITIES, NAMES
+
+import lincorr.collect as collect
+from lincorr.collect import TableCache, collect_logits, tokenize_prompts
+from lincorr.domains import build_domain
+from lincorr.errors import LincorrError
+
+TEMPLATE = "{} lives in the city of"
+
+
+@pytest.fixture
+def domain(tokenizer):
+    return build_domain(CITIES, tokenizer, name="city")
+
+
+def test_values_match_one_prompt_at_a_time(tiny_lm, domain):
+    inputs = NAMES[:10]
+    table = collect_logits(tiny_lm, TEMPLATE, domain, inputs, batch_size=3, cache=False, progress=False)
+    assert table.values.shape == (10, len(CITIES)) and table.values.dtype == np.float32
+    ids = torch.tensor(domain.token_ids)
+    for i, x in enumerate(inputs):
+        row = torch.tensor([tokenize_prompts(tiny_lm.tokenizer, [TEMPLATE.replace("{}", x)])[0]])
+        with torch.no_grad():
+            expected = tiny_lm.model(input_ids=row).logits[0, -1, ids].numpy()
+        np.testing.assert_allclose(table.values[i], expected, atol=1e-4)
+
+
+def test_cache_hit_skips_the_model(llama_lm, domain, monkeypatch):
+    first = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False)
+    monkeypatch.setattr(collect, "domain_scores", lambda *a, **k: pytest.fail("recomputed a cached table"))
+    second = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False)
+    np.testing.assert_array_equal(first.values, second.values)
+
+
+def test_corrupt_or_mismatched_cache_is_recomputed(llama_lm, domain):
+    first = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False)
+    key = collect.table_key(llama_lm, TEMPLATE, domain, NAMES[:8], "logits")
+    cache = TableCache()
+    header, values, _ = cache.paths(key)
+    np.savez(values, values=np.zeros_like(first.values))  # checksum no longer matches
+    assert cache.load(key) is None
+    again = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False)
+    np.testing.assert_array_equal(again.values, first.values)
+    values.write_bytes(b"not an npz")
+    assert cache.load(key) is None
+    header.write_text('{"key": {"model": "other"}}')
+    assert cache.load(key) is None
+    np.testing.assert_array_equal(collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False).values, first.values)
+
+
+def test_interrupted_run_resumes_without_redoing_finished_rows(llama_lm, domain, monkeypatch):
+    inputs = NAMES[:12]
+    reference = collect_logits(llama_lm, TEMPLATE, domain, inputs, cache=False, progress=False)
+    monkeypatch.setattr(collect, "CHECKPOINT_SECONDS", 0.0)
+    real = collect.domain_scores
+    calls = {"n": 0}
+
+    def interrupted(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(collect, "domain_scores", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        collect_logits(llama_lm, TEMPLATE, domain, inputs, batch_size=4, progress=False)
+
+    computed = []
+
+    def counting(lm, rows, *args, **kwargs):
+        computed.append(len(rows))
+        return real(lm, rows, *args, **kwargs)
+
+    monkeypatch.setattr(collect, "domain_scores", counting)
+    resumed = collect_logits(llama_lm, TEMPLATE, domain, inputs, batch_size=4, progress=False)
+    assert sum(computed) == 4, "only the unfinished batch should be recomputed"
+    np.testing.assert_allclose(resumed.values, reference.values, atol=1e-5)
+
+
+def test_non_finite_scores_are_refused(llama_lm, domain, monkeypatch):
+    monkeypatch.setattr(collect, "domain_scores", lambda lm, rows, *a, **k: torch.full((len(rows), len(domain)), float("nan")))
+    llama_lm.head_verified = True
+    with pytest.raises(LincorrError, match="NaN"):
+        collect_logits(llama_lm, TEMPLATE, domain, NAMES[:4], progress=False)
+
+
+@pytest.mark.parametrize("template", ["lives in the city of", "{} and {} live in"])
+def test_template_needs_exactly_one_slot(llama_lm, domain, template):
+    with pytest.raises(LincorrError, match="exactly one"):
+        collect_logits(llama_lm, template, domain, NAMES[:4], progress=False)
+
+
+def test_inputs_with_braces_are_filled_literally():
+    assert collect.fill("{} lives in", "a{}b") == "a{}b lives in"

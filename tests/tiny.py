@@ -1,0 +1,81 @@
+"""Tiny models and a word-level tokenizer built in code, so tests never download anything."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers, processors
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL = ["<pad>", "<bos>", "<unk>"]
+WORDS = (
+    "X Y Z Alice Bob Carol lives in the city of country capital is "
+    "Paris London Tokyo Rome Berlin France England Japan Italy Germany"
+).split()
+
+
+def tiny_tokenizer(words: tuple[str, ...] | list[str] = WORDS) -> PreTrainedTokenizerFast:
+    """Whitespace word-level tokenizer over SPECIAL + `words` that prepends <bos> like Llama and Gemma."""
+    vocab = {token: i for i, token in enumerate(SPECIAL + list(words))}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", unk_token="<unk>"
+    )
+
+
+def tiny_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+    """A 2-block Llama with hidden size 32 (rotary positions, untied head)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+    )
+    return LlamaForCausalLM(config).float()
+
+
+def tiny_gpt2(vocab_size: int, seed: int = 0) -> GPT2LMHeadModel:
+    """A 2-block GPT-2 with hidden size 32 (absolute positions, tied head, dropout on by default)."""
+    torch.manual_seed(seed)
+    config = GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=2, n_head=4, n_positions=64)
+    return GPT2LMHeadModel(config).float()
+
+
+def state_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of every parameter, for bit-exact before/after comparisons."""
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run torch on one thread: for tiny models thread hand-offs cost more than the arithmetic."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def tiny_subword_tokenizer(words: tuple[str, ...] | list[str]) -> PreTrainedTokenizerFast:
+    """WordPiece over `words` plus single letters, so made-up names split into letter pieces ("Tom" -> T ##o ##m)."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    pieces = [c.upper() for c in letters] + letters + ["##" + c for c in letters]
+    vocab = {token: i for i, token in enumerate(dict.fromkeys(SPECIAL + list(words) + pieces))}
+    backend = Tokenizer(models.WordPiece(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    backend.post_processor = processors.TemplateProcessing(
+        single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", unk_token="<unk>"
+    )
