@@ -53,14 +53,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lincorr", description="Linear correlation between knowledge prompts of a language model.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show library log messages")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    shared = [model_options(), collection_options(), fit_options()]
+    # Fresh parents per command: argparse shares action objects, so one command's
+    # set_defaults would otherwise change another's defaults.
+    def shared():
+        return [model_options(), collection_options(), fit_options()]
 
-    demo = commands.add_parser("demo", parents=shared, help="City->Country on the default model, with a heatmap and JSON")
+    demo = commands.add_parser("demo", parents=shared(), help="City->Country on the default model, with a heatmap and JSON")
     demo.add_argument("--out", default="lincorr-out", help="output directory (default ./lincorr-out)")
     # Ridge with a cross-validated penalty: at 1,000 inputs the paper's OLS W is too noisy to read.
     demo.set_defaults(handler=run_demo, estimator="ridge", alpha="cv")
 
-    fit = commands.add_parser("fit", parents=shared, help="fit and score W between two prompts")
+    fit = commands.add_parser("fit", parents=shared(), help="fit and score W between two prompts")
     fit.add_argument("source", help="registry prompt name (e.g. city), or a label when --source-template is given")
     fit.add_argument("target", help="registry prompt name (e.g. country), or a label when --target-template is given")
     for side in ("source", "target"):

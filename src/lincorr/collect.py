@@ -20,6 +20,8 @@ from lincorr.errors import LincorrError
 from lincorr.models import LM, cache_root, read_json, write_json_atomic
 
 CHECKPOINT_SECONDS = 30.0
+# Part of every cache key: bump it when a change to collection changes the numbers.
+COLLECTION_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,6 +94,7 @@ def verify_head(lm: LM, prompt: str, token_ids: torch.Tensor) -> None:
 def table_key(lm: LM, template: str, domain: Domain, inputs: Sequence[str], kind: str) -> dict:
     """Everything that determines a table's numbers."""
     return {
+        "version": COLLECTION_VERSION,
         "model": lm.fingerprint,
         "dtype": str(lm.head_weight.dtype),
         "template": template,

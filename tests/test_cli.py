@@ -1,0 +1,113 @@
+"""The CLI on a tiny model saved to disk: the JSON contract, saved files, and clean failures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import CITIES, COUNTRIES, NAMES
+from tiny import tiny_llama
+
+from lincorr.cli import main
+
+
+@pytest.fixture
+def workspace(tmp_path, tokenizer):
+    """A saved tiny model, custom domain files and an inputs file."""
+    model_dir = tmp_path / "model"
+    tiny_llama(len(tokenizer)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    (tmp_path / "cities.txt").write_text("\n".join(CITIES), encoding="utf-8")
+    (tmp_path / "countries.txt").write_text("\n".join(COUNTRIES), encoding="utf-8")
+    (tmp_path / "inputs.txt").write_text("\n".join(NAMES[:60]), encoding="utf-8")
+    return tmp_path
+
+
+def fit_args(ws, *extra):
+    return [
+        "fit", "city", "country", "--model", str(ws / "model"), "--inputs", str(ws / "inputs.txt"),
+        "--source-template", "{} lives in the city of", "--source-domain", str(ws / "cities.txt"),
+        "--target-template", "{} lives in the country of", "--target-domain", str(ws / "countries.txt"), "--quiet", *extra,
+    ]
+
+
+def test_fit_json_contract_and_saved_files(workspace, capsys):
+    out = workspace / "out"
+    assert main(fit_args(workspace, "--json", "--save-dir", str(out), "--heatmap", "--top", "Tokyo", "--top-influencing", "Japan")) == 0
+    payload = json.loads(capsys.readouterr().out)
+    required = {"model", "source", "target", "n_inputs", "n_source_domain", "n_target_domain", "estimator", "alpha",
+                "labelwise_r_mean", "labelwise_r_std", "labelwise_r_ci95", "instancewise_r_mean", "control_labelwise_r_mean", "seconds"}
+    assert required <= payload.keys()
+    assert payload["n_inputs"] == 60 and payload["n_source_domain"] == 5 and payload["estimator"] == "ols"
+    assert [w for w, _ in payload["top_influenced"]["Tokyo"]] and len(payload["top_influencing"]["Japan"]) == 5
+    coef = np.load(out / "W.npy", allow_pickle=False)
+    source_logits = np.load(out / "source_logits.npy", allow_pickle=False)
+    assert coef.shape == (5, 5) and source_logits.shape == (60, 5)
+    assert np.load(out / "b.npy", allow_pickle=False).shape == (5,)
+    assert json.loads((out / "inputs.json").read_text()) == list(NAMES[:60])
+    assert json.loads((out / "target_tokens.json").read_text()) == list(COUNTRIES)
+    result = json.loads((out / "result.json").read_text())
+    assert result["labelwise_r_mean"] == pytest.approx(payload["labelwise_r_mean"])
+    assert (out / "W.png").stat().st_size > 0
+    # W on disk really is the map: refitting the saved logits gives it back.
+    target_logits = np.load(out / "target_logits.npy", allow_pickle=False)
+    from lincorr.linear import LinearMap
+
+    train = np.array(result["train_index"])
+    np.testing.assert_allclose(LinearMap("ols").fit(source_logits[train], target_logits[train]).coef_, coef, atol=1e-4)
+
+
+def test_fit_table_output_with_ridge_cv(workspace, capsys):
+    assert main(fit_args(workspace, "--estimator", "ridge", "--alpha", "cv", "--top", "Paris")) == 0
+    text = capsys.readouterr().out
+    assert "label-wise r" in text and "ridge (alpha" in text and "Paris" in text
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--source-template", "no slot here"], "exactly one"),
+        (["-n", "2"], "at least 4"),
+        (["--alpha", "lots", "--estimator", "ridge"], "--alpha must be"),
+        (["--top", "Atlantis"], "not in the"),
+        (["--heatmap"], "--save-dir"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_no_output(workspace, capsys, extra, message):
+    out = workspace / "out"
+    args = fit_args(workspace, "--save-dir", str(out), *extra) if "--heatmap" not in extra else fit_args(workspace, *extra)
+    if "-n" in extra:
+        args = [a for a in args if a not in ("--inputs", str(workspace / "inputs.txt"))]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1 and err.startswith("lincorr: error:")
+    assert not out.exists()
+
+
+def test_ols_with_too_few_inputs_fails_before_collecting(workspace, capsys, monkeypatch):
+    import lincorr.collect as collect
+
+    monkeypatch.setattr(collect, "domain_scores", lambda *a, **k: pytest.fail("collected before checking sizes"))
+    (workspace / "few.txt").write_text("\n".join(NAMES[:8]), encoding="utf-8")
+    args = fit_args(workspace)
+    args[args.index(str(workspace / "inputs.txt"))] = str(workspace / "few.txt")
+    assert main(args) == 2
+    assert "--estimator ridge" in capsys.readouterr().err
+
+
+def test_missing_files_and_unknown_prompts(workspace, capsys):
+    assert main(["fit", "city", "nowhere", "--model", str(workspace / "model")]) == 2
+    assert "unknown prompt" in capsys.readouterr().err
+    assert main(fit_args(workspace)[:-1] + ["--inputs", str(workspace / "missing.txt")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["fit", "city", "country", "--model", "not-a-model"]) == 2
+    assert "unknown model" in capsys.readouterr().err
+
+
+def test_registry_listings(capsys):
+    assert main(["templates", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 111 and {"name", "family", "language", "template", "domain_size"} <= rows[0].keys()
+    assert main(["references", "--json"]) == 0
+    assert any(r["name"] == "city->country" for r in json.loads(capsys.readouterr().out))
