@@ -84,9 +84,9 @@ def load_in_subprocess(model: str, cache_dir: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gemma-3-270m")
-    parser.add_argument("-n", type=int, default=400, help="inputs for the batched collection")
+    parser.add_argument("-n", type=int, default=1000, help="inputs for the batched collection")
     parser.add_argument("--reference-n", type=int, default=100, help="inputs for the one-at-a-time reference")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--skip-load", action="store_true", help="skip the cold/cached load measurement")
     args = parser.parse_args()
 

@@ -108,3 +108,13 @@ def test_top_k_and_inspection():
     assert top_influenced(coef, 0, 2).tolist() == [1, 0]
     assert top_influencing(coef, 2, 1).tolist() == [1]
     assert top_k(np.array([1.0, 2.0]), 5).tolist() == [1, 0]
+
+
+def test_ols_with_a_duplicated_source_column_still_fits_exactly():
+    rng = np.random.default_rng(0)
+    source = rng.normal(size=(50, 5))
+    source = np.hstack([source, source[:, :1]])
+    target = source @ rng.normal(size=(6, 2)) + 1.0
+    fitted = LinearMap("ols").fit(source, target)
+    np.testing.assert_allclose(fitted.predict(source), target, atol=1e-4)
+    assert np.isfinite(fitted.coef_).all()

@@ -9,6 +9,7 @@ import os
 import sys
 from pathlib import Path
 
+from lincorr import __version__
 from lincorr.errors import LincorrError
 
 DEMO_CITIES = ("Tokyo", "Paris", "Shanghai", "Moscow", "Madrid")
@@ -31,7 +32,7 @@ def collection_options() -> argparse.ArgumentParser:
     group.add_argument("-n", "--n-inputs", type=int, default=1000, help="number of vocabulary-sampled inputs X (default 1000)")
     group.add_argument("--seed", type=int, default=0)
     group.add_argument("--inputs", default=None, help="file with one input X per line (instead of a vocabulary sample)")
-    group.add_argument("--batch-size", type=int, default=64)
+    group.add_argument("--batch-size", type=int, default=128, help="prompts per forward pass (default 128)")
     group.add_argument("--logprobs", action="store_true", help="log-softmax over the full vocabulary instead of raw logits")
     group.add_argument("--no-cache", action="store_true", help="recompute logit tables instead of reusing cached ones")
     group.add_argument("--registry", action="append", default=[], metavar="FILE", help="extra registry file (repeatable)")
@@ -52,6 +53,7 @@ def fit_options() -> argparse.ArgumentParser:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lincorr", description="Linear correlation between knowledge prompts of a language model.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show library log messages")
+    parser.add_argument("--version", action="version", version=f"lincorr {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # Fresh parents per command: argparse shares action objects, so one command's
     # set_defaults would otherwise change another's defaults.
@@ -87,6 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     domains.set_defaults(handler=run_domains)
     references = commands.add_parser("references", parents=[registry_parent], help="list the reference relations")
     references.set_defaults(handler=run_references)
+    add_study_commands(commands, shared)
     return parser
 
 
@@ -249,6 +252,8 @@ def print_result(result) -> None:
     lines = [
         f"model            {s['model']}",
         f"source -> target {s['source']} ({s['n_source_domain']} words) -> {s['target']} ({s['n_target_domain']} words)",
+        f"dropped words    {len(result.source.domain.dropped)} source, {len(result.target.domain.dropped)} target"
+        " (first token a fragment or shared; listed in result.json)",
         f"inputs           {s['n_inputs']} ({s['n_train']} train / {s['n_test']} test), {s['kind']}",
         f"estimator        {s['estimator']}" + (f" (alpha {s['alpha']:.4g})" if s["estimator"] == "ridge" else ""),
         f"label-wise r     {s['labelwise_r_mean']:.3f} ± {s['labelwise_r_std']:.3f}   95% CI [{lo:.3f}, {hi:.3f}]",
@@ -298,6 +303,262 @@ def print_rows(rows: list[dict], as_json: bool, columns: tuple[str, ...]) -> Non
     print("  ".join(c.ljust(widths[c]) for c in columns))
     for row in rows:
         print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
+
+
+# ---- studies over the registry: matrix, precision, cases, resilience, scale ----
+
+def add_study_commands(commands, shared) -> None:
+    """The study subcommands; `shared()` gives fresh model/collection/fit parents."""
+    def grid_options(parser, required: bool = True) -> None:
+        group = parser.add_argument_group("which prompts").add_mutually_exclusive_group(required=required)
+        group.add_argument("--family", default=None, help="every ordered pair of a registry family (attribute, simile, math, cross-language)")
+        group.add_argument("--prompts", default=None, metavar="A,B,...", help="every ordered pair of these registry prompts")
+        group.add_argument("--cross-language", action="store_true", help="English knowledge k -> l/k for each language l (Fig. 3's X-Lang panel)")
+        parser.add_argument("--languages", default=None, metavar="es,fr,...", help="languages of --cross-language (default: all in the registry)")
+
+    matrix = commands.add_parser("matrix", parents=shared(), help="label-wise r, instance-wise r and label-wise std for every prompt pair")
+    grid_options(matrix)
+    matrix.add_argument("--out", default=None, help="write matrix.json, CSVs and PNG heatmaps here")
+    matrix.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    matrix.set_defaults(handler=run_matrix)
+
+    precision = commands.add_parser("precision", parents=shared(), help="Hit@Top-N of W against reference pairs, ols and ridge side by side")
+    precision.add_argument("source", nargs="?", help="registry prompt name (e.g. city)")
+    precision.add_argument("target", nargs="?", help="registry prompt name (e.g. country)")
+    precision.add_argument("--references", default=None, metavar="FILE", help="your own pairs: TSV subject<TAB>object per line, or JSON")
+    which = precision.add_mutually_exclusive_group()
+    which.add_argument("--table2", action="store_true", help="the eight relation pairs of the paper's Table 2")
+    which.add_argument("--all-references", action="store_true", help="every reference relation in the registry")
+    precision.add_argument("--out", default=None, help="write precision.json, .csv and .md here")
+    precision.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    # --estimator picks the headline numbers; the other estimator is reported beside them.
+    precision.set_defaults(handler=run_precision, alpha="cv")
+
+    cases = commands.add_parser("cases", parents=shared(), help="top influenced / influencing words of W (Tables 3, 15, 16, 17)")
+    cases.add_argument("source", nargs="?", help="registry prompt name (e.g. city)")
+    cases.add_argument("target", nargs="?", help="registry prompt name (e.g. country)")
+    cases.add_argument("--influencing", action="store_true", help="rows are target words with their top influencing sources")
+    cases.add_argument("--word", action="append", default=[], metavar="WORD", help="a row word (repeatable; default every word)")
+    cases.add_argument("-k", "--top-k", type=int, default=5)
+    cases.add_argument("--paper-table", choices=("3", "15", "16", "17"), default=None, help="the rows of one of the paper's case tables")
+    cases.add_argument("--out", default=None, help="write cases.md, cases.csv and cases.json here")
+    cases.add_argument("--json", action="store_true")
+    cases.set_defaults(handler=run_cases)
+
+    resilience = commands.add_parser("resilience", parents=shared(), help="fit W on one model, evaluate it on another checkpoint")
+    grid_options(resilience)
+    resilience.add_argument("--fit-model", dest="model", default="gemma-3-270m", help="model A, to fit W on (same as --model)")
+    eval_from = resilience.add_mutually_exclusive_group(required=True)
+    eval_from.add_argument("--eval-model", default=None, help="model B: another checkpoint with A's tokenizer")
+    eval_from.add_argument("--finetune-text", default=None, metavar="FILE", help="model B = A fine-tuned on this text file (one passage per line)")
+    resilience.add_argument("--lr", type=float, default=5e-5, help="fine-tuning learning rate (default 5e-5)")
+    resilience.add_argument("--epochs", type=int, default=1, help="fine-tuning epochs (default 1)")
+    resilience.add_argument("--train-batch-size", type=int, default=8)
+    resilience.add_argument("--out", default=None, help="write resilience.json, pairs.csv, difference.png and the three matrices here")
+    resilience.add_argument("--json", action="store_true")
+    resilience.set_defaults(handler=run_resilience)
+
+    scale = commands.add_parser("scale", parents=shared(), help="correlation and W precision across models (Fig. 4)")
+    scale.add_argument("--models", required=True, metavar="A,B,...", help="comma-separated model specs")
+    scale.add_argument("--relations", default="city:country,ceo:company", metavar="S:T,...", help="prompt pairs (default city:country,ceo:company)")
+    scale.add_argument("--out", default=None, help="write scale.json, scale.csv and scale_<estimator>.png here")
+    scale.add_argument("--json", action="store_true")
+    scale.set_defaults(handler=run_scale, alpha="cv")
+
+
+def split_names(text: str, option: str) -> list[str]:
+    """"a, b,c" -> ["a", "b", "c"]; an empty list is the user's mistake."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise LincorrError(f"{option} needs at least one name, e.g. {option} city,country")
+    return names
+
+
+def study_inputs_check(args) -> None:
+    """Fail on unusable input options before loading a model."""
+    if args.inputs is not None and not Path(args.inputs).is_file():
+        raise LincorrError(f"--inputs file {args.inputs} does not exist; pass a text file with one input per line")
+    if args.inputs is None and args.n_inputs < 4:
+        raise LincorrError(f"-n must be at least 4 to split into train and test, got {args.n_inputs}")
+
+
+def chosen_grid(args, registry):
+    from lincorr.experiments.matrix import Grid
+
+    if args.cross_language:
+        return Grid.cross_language(registry, split_names(args.languages, "--languages") if args.languages else None)
+    if args.family:
+        return Grid.square([spec.name for spec in registry.family(args.family)], f"{args.family} family")
+    names = split_names(args.prompts, "--prompts")
+    for name in names:
+        registry.prompt(name)
+    return Grid.square(names, "selected prompts")
+
+
+def collect_kwargs(args) -> dict:
+    return {"logprobs": args.logprobs, "batch_size": args.batch_size, "cache": not args.no_cache,
+            "progress": not args.quiet and sys.stderr.isatty()}
+
+
+def run_matrix(args) -> None:
+    from lincorr.experiments.matrix import measure_matrix
+
+    study_inputs_check(args)
+    registry = load_registry_from(args)
+    grid = chosen_grid(args, registry)
+    config = fit_config(args)
+    lm = load_lm(args)
+    result = measure_matrix(lm, registry, grid, choose_inputs(args, lm.tokenizer), config, **collect_kwargs(args))
+    if args.out:
+        result.save(args.out)
+    if args.json:
+        print(json.dumps(result.summary(), ensure_ascii=False))
+        return
+    print(f"{result.model_name}: {grid.title}, {result.n_inputs} inputs, {config.estimator}; label-wise r (row = source, column = target)")
+    print(result.format_table("labelwise_r"))
+    for name, reason in result.skipped:
+        print(f"skipped {name}: {reason}")
+    print(f"\ncollection {result.seconds_collect:.1f} s, fits {result.seconds_fit:.1f} s" + (f"; wrote {args.out}/" if args.out else ""))
+
+
+def precision_configs(args) -> list:
+    import dataclasses
+
+    primary = fit_config(args)
+    other = dataclasses.replace(primary, estimator="ridge" if primary.estimator == "ols" else "ols")
+    return [primary, other]
+
+
+def run_precision(args) -> None:
+    from lincorr.experiments.precision import Relation, precision_table, read_reference_file, registry_relations, table2_relations
+
+    study_inputs_check(args)
+    single = not (args.table2 or args.all_references)
+    if single and not (args.source and args.target):
+        raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr precision city country), or pass --table2 or --all-references")
+    if not single and args.source:
+        raise LincorrError("--table2 and --all-references take no SOURCE/TARGET; drop them or drop the option")
+    pairs = read_reference_file(args.references) if args.references else None
+    registry = load_registry_from(args)
+    if single:
+        relations = [Relation(f"{args.source}->{args.target}", args.source, args.target)]
+        for name in (args.source, args.target):
+            registry.prompt(name)
+    else:
+        relations = table2_relations() if args.table2 else registry_relations(registry)
+    configs = precision_configs(args)
+    lm = load_lm(args)
+    table = precision_table(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_pairs=pairs, **collect_kwargs(args))
+    if args.out:
+        table.save(args.out)
+    if single:
+        by_estimator = {row.estimator: row.summary() for row in table.rows}
+        if configs[0].estimator not in by_estimator:
+            raise LincorrError("; ".join(reason for _, reason in table.skipped) or "no result")
+        if args.json:
+            skipped = [{"relation": label, "reason": reason} for label, reason in table.skipped]
+            print(json.dumps({**by_estimator[configs[0].estimator], "by_estimator": by_estimator, "skipped": skipped}, ensure_ascii=False))
+            return
+    elif args.json:
+        print(json.dumps(table.summary(), ensure_ascii=False))
+        return
+    print(f"{table.model_name}, {table.n_inputs} inputs; Hit@Top-N of W against reference pairs (chance@1 = a random ranking)")
+    print(table.format_table())
+    if args.out:
+        print(f"\nwrote {args.out}/")
+
+
+def run_cases(args) -> None:
+    from lincorr.experiments.cases import PAPER_CASES, CaseSpec, measure_cases, save_case_tables
+
+    study_inputs_check(args)
+    if args.paper_table:
+        if args.source or args.word:
+            raise LincorrError("--paper-table chooses the prompts and words itself; drop SOURCE/TARGET and --word")
+        specs = PAPER_CASES[args.paper_table]
+    elif args.source and args.target:
+        specs = [CaseSpec(args.source, args.target, "influencing" if args.influencing else "influenced", tuple(args.word) or None, args.top_k)]
+    else:
+        raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr cases city country --word Paris), or pass --paper-table 3")
+    registry = load_registry_from(args)
+    for name in {n for spec in specs for n in (spec.source, spec.target)}:
+        registry.prompt(name)  # a mistyped name fails before the model loads
+    lm = load_lm(args)
+    tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), fit_config(args), **collect_kwargs(args))
+    if args.out:
+        save_case_tables(tables, args.out)
+    if args.json:
+        print(json.dumps([t.summary() for t in tables], ensure_ascii=False))
+        return
+    print("\n\n".join(t.markdown() for t in tables))
+
+
+def run_resilience(args) -> None:
+    from lincorr.experiments.resilience import finetune_on_text, measure_resilience
+    from lincorr.finetune import TrainConfig
+    from lincorr.models import load_model
+
+    study_inputs_check(args)
+    if args.finetune_text and not Path(args.finetune_text).is_file():
+        raise LincorrError(f"--finetune-text file {args.finetune_text} does not exist; pass a text file")
+    registry = load_registry_from(args)
+    grid = chosen_grid(args, registry)
+    config = fit_config(args)
+    fit_lm = load_lm(args)
+    training = None
+    if args.finetune_text:
+        train = TrainConfig(learning_rate=args.lr, epochs=args.epochs, batch_size=args.train_batch_size, seed=args.seed,
+                            progress=not args.quiet and sys.stderr.isatty())
+        eval_lm, training = finetune_on_text(fit_lm, args.finetune_text, train)
+    else:
+        eval_lm = load_model(args.eval_model, device=args.device, dtype=args.dtype, device_map=args.device_map,
+                             trust_remote_code=args.trust_remote_code)
+    result = measure_resilience(fit_lm, eval_lm, registry, grid, choose_inputs(args, fit_lm.tokenizer), config,
+                                training=training, **collect_kwargs(args))
+    if args.out:
+        result.save(args.out)
+    if args.json:
+        print(json.dumps(result.summary(), ensure_ascii=False))
+        return
+    if training:
+        print(f"fine-tuned on {training['n_examples']} passages of {training['text_file']}: {training['steps']} steps, "
+              f"loss per epoch {', '.join(f'{v:.3f}' for v in training['losses'])}, {training['seconds']:.0f} s\n")
+    print(result.format_table())
+    if args.out:
+        print(f"\nwrote {args.out}/")
+
+
+def run_scale(args) -> None:
+    from lincorr.experiments.precision import Relation
+    from lincorr.experiments.scale import measure_scale
+    from lincorr.models import load_model
+
+    if args.inputs:
+        raise LincorrError("scale samples inputs from each model's own vocabulary; use -n instead of --inputs")
+    study_inputs_check(args)
+    relations = []
+    for item in split_names(args.relations, "--relations"):
+        source, _, target = item.partition(":")
+        if not target:
+            raise LincorrError(f"--relations takes SOURCE:TARGET pairs, got {item!r}")
+        relations.append(Relation(f"{source}->{target}", source, target))
+    registry = load_registry_from(args)
+    for name in {n for relation in relations for n in (relation.source, relation.target)}:
+        registry.prompt(name)
+
+    def load(spec):
+        return load_model(spec, device=args.device, dtype=args.dtype, device_map=args.device_map, trust_remote_code=args.trust_remote_code)
+
+    result = measure_scale(split_names(args.models, "--models"), registry, relations, args.n_inputs, precision_configs(args),
+                           seed=args.seed, load=load, **collect_kwargs(args))
+    if args.out:
+        result.save(args.out)
+    if args.json:
+        print(json.dumps(result.summary(), ensure_ascii=False))
+        return
+    print(result.format_table())
+    if args.out:
+        print(f"\nwrote {args.out}/")
 
 
 if __name__ == "__main__":

@@ -177,7 +177,7 @@ def collect_logits(
     inputs: Sequence[str],
     *,
     logprobs: bool = False,
-    batch_size: int = 32,
+    batch_size: int = 128,
     cache: TableCache | None | bool = True,
     progress: bool = True,
     description: str | None = None,

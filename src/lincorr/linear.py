@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import scipy.linalg
 
 from lincorr.errors import LincorrError
 
@@ -82,10 +83,20 @@ def check_pair(source, target) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_ols(source: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least squares with a bias column: (W `[n_source, n_target]`, b `[n_target]`)."""
-    design = np.hstack([source, np.ones((source.shape[0], 1))])
-    solution, *_ = np.linalg.lstsq(design, target, rcond=None)
-    return solution[:-1], solution[-1]
+    """Least squares with a bias: (W `[n_source, n_target]`, b `[n_target]`).
+
+    Solved from the centred normal equations by Cholesky (a few times faster than an SVD at
+    these sizes, and exact in float64 for well-posed problems); a rank-deficient source
+    falls back to the minimum-norm SVD solution.
+    """
+    source_mean, target_mean = source.mean(0), target.mean(0)
+    centred = source - source_mean
+    try:
+        factor = scipy.linalg.cho_factor(centred.T @ centred, check_finite=False)
+        coef = scipy.linalg.cho_solve(factor, centred.T @ (target - target_mean), check_finite=False)
+    except np.linalg.LinAlgError:
+        coef = np.linalg.lstsq(centred, target - target_mean, rcond=None)[0]
+    return coef, target_mean - source_mean @ coef
 
 
 def fit_ridge(source: np.ndarray, target: np.ndarray, alphas) -> list[tuple[np.ndarray, np.ndarray]]:

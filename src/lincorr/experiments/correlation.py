@@ -206,7 +206,7 @@ def measure_pair(
     config: FitConfig = FitConfig(),
     *,
     logprobs: bool = False,
-    batch_size: int = 32,
+    batch_size: int = 128,
     cache: TableCache | None | bool = True,
     progress: bool = True,
 ) -> PairResult:
