@@ -111,3 +111,18 @@ def test_registry_listings(capsys):
     assert len(rows) == 111 and {"name", "family", "language", "template", "domain_size"} <= rows[0].keys()
     assert main(["references", "--json"]) == 0
     assert any(r["name"] == "city->country" for r in json.loads(capsys.readouterr().out))
+
+
+def test_ablate_json_on_a_tiny_model(tmp_path, capsys):
+    from tiny import tiny_subword_tokenizer
+
+    tokenizer = tiny_subword_tokenizer("lives in the city country of".split() + list(CITIES) + list(COUNTRIES))
+    tiny_llama(len(tokenizer)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    args = ["ablate", "city", "country", "--model", str(tmp_path), "--mapping", "shuffled", "--seed", "1",
+            "--stage1-epochs", "2", "--stage2-epochs", "2", "--json", "--quiet"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["mapping"] == "shuffled" and summary["seed"] == 1 and summary["relation"] == "city->country"
+    assert {"generalization_rate", "random_baseline", "source_learned_rate"} <= summary.keys()
+    assert summary["random_baseline"] == pytest.approx(1 / len(COUNTRIES))

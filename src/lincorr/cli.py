@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     references = commands.add_parser("references", parents=[registry_parent], help="list the reference relations")
     references.set_defaults(handler=run_references)
     add_study_commands(commands, shared)
+    add_ablation_command(commands)
     return parser
 
 
@@ -563,3 +564,56 @@ def run_scale(args) -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+# ---- the vocabulary ablation (§6, Table 7) ----
+
+def add_ablation_command(commands) -> None:
+    """`lincorr ablate`: mean pooling + one fresh feed-forward block over frozen vocabulary embeddings."""
+    ablate = commands.add_parser("ablate", parents=[model_options()], help="the vocabulary ablation of §6 (Table 7)")
+    ablate.add_argument("source", nargs="?", default="city", help="registry prompt (default city)")
+    ablate.add_argument("target", nargs="?", default="country", help="registry prompt (default country)")
+    ablate.add_argument("--mapping", choices=("real", "shuffled", "letters"), default="real")
+    ablate.add_argument("--seed", type=int, default=0)
+    ablate.add_argument("--table7", action="store_true", help="run every Table 7 row and mapping over --seeds")
+    ablate.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ablate.add_argument("--out", default=None, help="with --table7: write the Markdown table (and .json) here")
+    ablate.add_argument("--stage1-epochs", type=int, default=10)
+    ablate.add_argument("--stage2-epochs", type=int, default=20)
+    ablate.add_argument("--train-batch-size", type=int, default=32, help="mini-batch size; 0 trains full-batch")
+    ablate.add_argument("--lr", type=float, default=1e-3)
+    ablate.add_argument("--hidden-size", type=int, default=None, help="feed-forward width (default: the model's MLP)")
+    ablate.add_argument("--softmax", choices=("domains", "full"), default="domains", help="normalise over the domain tokens or the whole vocabulary")
+    ablate.add_argument("--registry", action="append", default=[], metavar="FILE")
+    ablate.add_argument("--json", action="store_true")
+    ablate.add_argument("--quiet", action="store_true")
+    ablate.set_defaults(handler=run_ablate)
+
+
+def run_ablate(args) -> None:
+    from lincorr.experiments.ablation import AblationConfig, ablate, run_table7, vocabulary_from_model
+    from lincorr.outputs import write_text_atomic
+
+    config = AblationConfig(
+        stage1_epochs=args.stage1_epochs, stage2_epochs=args.stage2_epochs, batch_size=args.train_batch_size or None,
+        learning_rate=args.lr, hidden_size=args.hidden_size, softmax_over=args.softmax, progress=not args.quiet and sys.stderr.isatty(),
+    )
+    registry = load_registry_from(args)
+    registry.prompt(args.source), registry.prompt(args.target)  # fail on a bad name before loading the model
+    lm = load_lm(args)
+    vocabulary = vocabulary_from_model(lm.model, name=lm.name)
+    if args.table7:
+        table = run_table7(vocabulary, lm.tokenizer, seeds=tuple(args.seeds), config=config, registry=registry)
+        if args.out:
+            write_text_atomic(args.out, table.markdown() + "\n")
+            write_text_atomic(Path(args.out).with_suffix(".json"), json.dumps(table.rows(), indent=2, ensure_ascii=False) + "\n")
+        print(json.dumps(table.rows(), ensure_ascii=False) if args.json else table.markdown())
+        return
+    result = ablate(vocabulary, lm.tokenizer, args.source, args.target, mapping=args.mapping, seed=args.seed, config=config, registry=registry)
+    summary = result.summary()
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False))
+        return
+    for key in ("relation", "mapping", "seed", "generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_test", "seconds"):
+        value = summary[key]
+        print(f"{key:<20} {value:.4f}" if isinstance(value, float) else f"{key:<20} {value}")

@@ -93,3 +93,41 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
     """Mean and standard deviation, ignoring NaN."""
     values = np.asarray(values, np.float64)
     return {"mean": float(np.nanmean(values)), "std": float(np.nanstd(values))}
+
+
+def invert_reference(reference: dict[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+    """Source row -> right target columns, turned into target column -> the source rows right for it."""
+    inverted: dict[int, list[int]] = {}
+    for row, columns in reference.items():
+        for column in columns:
+            inverted.setdefault(column, []).append(row)
+    return {column: tuple(rows) for column, rows in inverted.items()}
+
+
+def hit_at_k(scores: np.ndarray, right: dict[int, tuple[int, ...]], ks: Sequence[int] = (1, 3, 5)) -> dict[int, float]:
+    """Share of the rows in `right` whose `k` highest-scoring columns of `scores` `[n_rows, n_cols]` hold a right one.
+
+    Hit@Top-k of §3.5: with W it asks "is a right country among a city's top-k influenced
+    countries"; with W.T, "is a right city among a country's top-k influencing cities".
+    NaN when `right` is empty.
+    """
+    rows = sorted(right)
+    if not rows:
+        return {k: float("nan") for k in ks}
+    ranked = np.argsort(-np.asarray(scores)[rows], axis=1, kind="stable")
+    return {k: float(np.mean([not set(ranked[i, :k].tolist()).isdisjoint(right[row]) for i, row in enumerate(rows)])) for k in ks}
+
+
+def chance_hit_at_k(n_columns: int, right: dict[int, tuple[int, ...]], ks: Sequence[int] = (1, 3, 5)) -> dict[int, float]:
+    """Expected `hit_at_k` of a uniformly random ranking of `n_columns` columns (the floor to compare against)."""
+    import math
+
+    if not right:
+        return {k: float("nan") for k in ks}
+    rates = {}
+    for k in ks:
+        drawn = min(k, n_columns)
+        # P(no right column among k drawn without replacement) = C(n - m, k) / C(n, k).
+        misses = [math.comb(n_columns - len(columns), drawn) / math.comb(n_columns, drawn) for columns in right.values()]
+        rates[k] = float(1 - np.mean(misses))
+    return rates

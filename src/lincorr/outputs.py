@@ -38,3 +38,13 @@ def write_json(path, payload) -> None:
 def write_array(path, values: np.ndarray) -> None:
     """A float32 `.npy` (loads with allow_pickle=False)."""
     np.save(path, np.ascontiguousarray(values, dtype=np.float32), allow_pickle=False)
+
+
+def write_text_atomic(path, text: str) -> None:
+    """Write a text file through a temporary file, so a crash never leaves half of it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(temporary, path)

@@ -51,3 +51,72 @@ def weight_heatmap(
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
+
+
+def matrix_heatmap(
+    values: np.ndarray,
+    row_labels: Sequence[str],
+    column_labels: Sequence[str],
+    path,
+    title: str,
+    *,
+    limits: tuple[float, float] = (-1.0, 1.0),
+    colour_label: str = "label-wise Pearson r",
+    row_axis: str = "source prompt",
+    column_axis: str = "target prompt",
+) -> None:
+    """A correlation matrix `[n_rows, n_cols]` with every cell written in, on a fixed colour scale.
+
+    The scale is fixed (not fitted to the data) so that figures of different models and
+    runs can be compared by eye; a negative lower limit gives a diverging map centred on 0.
+    Empty cells (NaN) stay blank.
+    """
+    n_rows, n_cols = values.shape
+    low, high = limits
+    cmap = plt.get_cmap("RdBu_r" if low < 0 else "viridis").with_extremes(bad="white")
+    cell = 0.42 if max(n_rows, n_cols) <= 30 else 0.25
+    figure, axes = plt.subplots(figsize=(max(6.0, 2.5 + cell * n_cols), max(3.5, 2.0 + cell * n_rows)))
+    image = axes.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=low, vmax=high, aspect="auto", interpolation="nearest")
+    font = 7 if cell > 0.3 else 5
+    axes.set_xticks(range(n_cols), list(column_labels), rotation=90, fontsize=font + 1)
+    axes.set_yticks(range(n_rows), list(row_labels), fontsize=font + 1)
+    axes.set_xlabel(column_axis)
+    axes.set_ylabel(row_axis)
+    axes.set_title(title, fontsize=9)
+    for i in range(n_rows):
+        for j in range(n_cols):
+            if np.isfinite(values[i, j]):
+                # White text on dark cells: the ends of RdBu_r, the low end of viridis.
+                position = (values[i, j] - low) / (high - low)
+                dark = abs(position - 0.5) > 0.3 if low < 0 else position < 0.4
+                text = f"{values[i, j]:.2f}".replace("0.", ".", 1)
+                axes.text(j, i, text, ha="center", va="center", fontsize=font, color="white" if dark else "black")
+    figure.colorbar(image, ax=axes, fraction=0.03, pad=0.01, label=colour_label)
+    figure.tight_layout()
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
+def line_plot(
+    x_labels: Sequence[str],
+    series: dict[str, Sequence[float]],
+    path,
+    title: str,
+    *,
+    y_label: str,
+    x_label: str = "model",
+) -> None:
+    """One line per series over categorical x positions (e.g. models ordered by size), y in [0, 1]."""
+    figure, axes = plt.subplots(figsize=(2.5 + 1.2 * len(x_labels), 4.5))
+    for name, values in series.items():
+        axes.plot(range(len(x_labels)), values, marker="o", label=name)
+    axes.set_xticks(range(len(x_labels)), list(x_labels), fontsize=8)
+    axes.set_ylim(0, 1.02)
+    axes.set_xlabel(x_label)
+    axes.set_ylabel(y_label)
+    axes.set_title(title, fontsize=9)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    figure.tight_layout()
+    figure.savefig(path, dpi=130)
+    plt.close(figure)

@@ -1,0 +1,115 @@
+"""Scale (Fig. 4): correlation and W precision of the same relations across models of different sizes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+from lincorr.experiments.correlation import FitConfig
+from lincorr.experiments.matrix import write_csv
+from lincorr.experiments.precision import KS, PrecisionTable, Relation, precision_table
+from lincorr.inputs import sample_vocab_inputs
+from lincorr.models import LM, load_model
+from lincorr.outputs import staged_directory, write_json
+
+# Fig. 4 contrasts a relation whose precision grows with size and one that stays hard.
+DEFAULT_RELATIONS = (Relation("City->Country", "city", "country"), Relation("CEO->Company", "ceo", "company"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ScalePoint:
+    """One model's precision table, with its size."""
+
+    model_name: str
+    n_parameters: int
+    table: PrecisionTable
+
+
+@dataclasses.dataclass(frozen=True)
+class ScaleResult:
+    """Precision tables of several models, smallest first."""
+
+    points: tuple[ScalePoint, ...]
+
+    def rows(self) -> list[dict]:
+        """One flat row per model, relation and estimator."""
+        return [
+            {"model": point.model_name, "n_parameters": point.n_parameters, **row.summary()}
+            for point in self.points for row in point.table.rows
+        ]
+
+    def series(self, estimator: str) -> dict[str, list[float]]:
+        """Plot lines for one estimator: per relation, label-wise r and Hit@1/Hit@5 in both directions, one value per model."""
+        lines: dict[str, list[float]] = {}
+        for point in self.points:
+            for row in point.table.rows:
+                if row.estimator != estimator:
+                    continue
+                for name, value in (
+                    ("label-wise r", row.labelwise_r_mean), ("Hit@1 influenced", row.hit_influenced[1]),
+                    ("Hit@5 influenced", row.hit_influenced[5]), ("Hit@1 influencing", row.hit_influencing[1]),
+                ):
+                    lines.setdefault(f"{row.label}: {name}", []).append(value)
+        return {name: values for name, values in lines.items() if len(values) == len(self.points)}
+
+    def summary(self) -> dict:
+        """JSON: the models with their sizes and every precision row."""
+        return {"models": [{"model": p.model_name, "n_parameters": p.n_parameters, "skipped": p.table.summary()["skipped"]}
+                           for p in self.points],
+                "rows": self.rows()}
+
+    def format_table(self) -> str:
+        """Aligned text: one line per model, relation and estimator."""
+        lines = [f"{'model':<24} {'params':>8}  {'relation':<16} {'estimator':<9} {'r':>5}  influenced @1/@3/@5  influencing @1/@3/@5"]
+        for point in self.points:
+            for row in point.table.rows:
+                lines.append(
+                    f"{point.model_name:<24} {point.n_parameters / 1e6:7.0f}M  {row.label:<16} {row.estimator:<9} {row.labelwise_r_mean:5.2f}  "
+                    + "  ".join(" / ".join(f"{rates[k]:.2f}" for k in KS) for rates in (row.hit_influenced, row.hit_influencing))
+                )
+        return "\n".join(lines)
+
+    def save(self, directory) -> None:
+        """scale.json, scale.csv and one scale_<estimator>.png per estimator; written whole or not at all."""
+        from lincorr.plots import line_plot
+
+        rows = self.rows()
+        labels = [f"{p.model_name}\n{p.n_parameters / 1e6:.0f}M" for p in self.points]
+        with staged_directory(directory) as out:
+            write_json(out / "scale.json", self.summary())
+            header = ["model", "n_parameters", "label", "estimator", "labelwise_r_mean",
+                      *(f"hit_influenced_{k}" for k in KS), *(f"hit_influencing_{k}" for k in KS)]
+            write_csv(out / "scale.csv", header, [
+                [r["model"], r["n_parameters"], r["label"], r["estimator"], r["labelwise_r_mean"],
+                 *(r["hit_influenced"][str(k)] for k in KS), *(r["hit_influencing"][str(k)] for k in KS)]
+                for r in rows
+            ])
+            for estimator in dict.fromkeys(r["estimator"] for r in rows):
+                line_plot(labels, self.series(estimator), out / f"scale_{estimator}.png",
+                          f"correlation and W precision by model size ({estimator})", y_label="r / Hit@N")
+
+
+def measure_scale(
+    model_specs: Sequence[str],
+    registry,
+    relations: Sequence[Relation],
+    n_inputs: int,
+    configs: Sequence[FitConfig],
+    *,
+    seed: int = 0,
+    load: Callable[[str], LM] = load_model,
+    **collect_options,
+) -> ScaleResult:
+    """Load each model in turn (one in memory at a time), sample its own inputs, and measure the relations.
+
+    Each model draws `n_inputs` inputs from its own vocabulary with the same seed: models with
+    different tokenizers cannot share a vocabulary sample.
+    """
+    points = []
+    for spec in model_specs:
+        lm = load(spec)
+        inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed)
+        table = precision_table(lm, registry, relations, inputs, configs, **collect_options)
+        points.append(ScalePoint(lm.name, sum(p.numel() for p in lm.model.parameters()), table))
+        del lm
+    return ScaleResult(tuple(sorted(points, key=lambda p: p.n_parameters)))

@@ -1,0 +1,282 @@
+"""The one shared training loop: fine-tune a causal LM on (prompt, answer) facts, loss on answers only."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import inspect
+import math
+import re
+import time
+from collections.abc import Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from lincorr.errors import LincorrError
+
+IGNORE_INDEX = -100
+# Transformer blocks are named "model.layers.3.", "transformer.h.3.", "model.language_model.layers.3." ...
+_LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks)\.(\d+)\.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fact:
+    """One fact to teach: the model should continue `prompt` with `answer_prefix + answer`."""
+
+    prompt: str
+    answer: str
+    answer_prefix: str = " "
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Optimiser and selection settings; the paper uses AdamW at 5e-6 with full fine-tuning.
+
+    `layers` is a half-open block range `(start, stop)`; `trainable` holds regular expressions
+    searched in parameter names. A parameter trains when it passes both filters (an unset filter
+    passes everything); all others are frozen.
+    """
+
+    learning_rate: float = 5e-6
+    epochs: int = 1
+    batch_size: int = 8
+    weight_decay: float = 0.0
+    seed: int = 0
+    layers: tuple[int, int] | None = None
+    trainable: tuple[str, ...] = ()
+    max_grad_norm: float | None = 1.0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.learning_rate <= 0 or self.epochs < 1 or self.batch_size < 1:
+            raise LincorrError("TrainConfig needs learning_rate > 0, epochs >= 1 and batch_size >= 1")
+        if self.layers is not None and not (0 <= self.layers[0] < self.layers[1]):
+            raise LincorrError(f"layers={self.layers} is not a range; pass (start, stop) with 0 <= start < stop")
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainResult:
+    """The trained model, the mean answer-token loss of each epoch, and what was trained."""
+
+    model: torch.nn.Module
+    losses: tuple[float, ...]
+    trained_parameters: tuple[str, ...]
+    n_trainable_params: int
+    steps: int
+    seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodedFact:
+    """A fact as token ids: the model reads `prompt_ids + answer_ids` and is scored on `answer_ids`."""
+
+    prompt_ids: tuple[int, ...]
+    answer_ids: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Left-padded model inputs `[batch, pos]` and labels `[batch, pos]` (-100 outside answers)."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    position_ids: torch.Tensor
+    labels: torch.Tensor
+
+    @property
+    def n_answer_tokens(self) -> int:
+        """How many tokens the loss is taken over."""
+        return int((self.labels != IGNORE_INDEX).sum())
+
+
+def encode_fact(tokenizer, fact: Fact) -> EncodedFact:
+    """Tokenize the prompt and prompt+prefix+answer; the answer is whatever the prompt's ids are followed by."""
+    prompt_ids = tokenizer(fact.prompt)["input_ids"]
+    full_ids = tokenizer(fact.prompt + fact.answer_prefix + fact.answer)["input_ids"]
+    if full_ids[: len(prompt_ids)] != prompt_ids:
+        raise LincorrError(
+            f"the prompt {fact.prompt!r} tokenizes differently once the answer {fact.answer!r} follows it; "
+            "remove trailing spaces from the prompt and put them in answer_prefix"
+        )
+    answer_ids = full_ids[len(prompt_ids) :]
+    if not answer_ids:
+        raise LincorrError(f"the answer {fact.answer!r} of prompt {fact.prompt!r} tokenizes to nothing")
+    return EncodedFact(tuple(prompt_ids), tuple(answer_ids))
+
+
+def collate(encoded: Sequence[EncodedFact], pad_token_id: int) -> Batch:
+    """Left-pad so every sequence ends at the last position; positions count real tokens only."""
+    sequences = [e.prompt_ids + e.answer_ids for e in encoded]
+    width = max(len(s) for s in sequences)
+    input_ids = torch.full((len(encoded), width), pad_token_id, dtype=torch.long)
+    attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    labels = torch.full((len(encoded), width), IGNORE_INDEX, dtype=torch.long)
+    for row, (fact, sequence) in enumerate(zip(encoded, sequences)):
+        input_ids[row, width - len(sequence) :] = torch.tensor(sequence)
+        attention_mask[row, width - len(sequence) :] = 1
+        labels[row, width - len(fact.answer_ids) :] = torch.tensor(fact.answer_ids)
+    # Absolute-position models (GPT-2) would otherwise see left padding as the first positions.
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    return Batch(input_ids, attention_mask, position_ids, labels)
+
+
+def layer_index(parameter_name: str) -> int | None:
+    """The transformer block a parameter belongs to, or None for embeddings, final norm and head."""
+    match = _LAYER_INDEX.search(parameter_name)
+    return int(match.group(1)) if match else None
+
+
+def select_trainable(model: torch.nn.Module, config: TrainConfig) -> tuple[str, ...]:
+    """Names of the parameters that pass the layer range and name filters of `config`."""
+    names = [name for name, _ in model.named_parameters()]
+    selected = names
+    if config.layers is not None:
+        start, stop = config.layers
+        indices = {layer_index(n) for n in names} - {None}
+        if not indices:
+            raise LincorrError("layers= was given but no parameter name has a block index like 'layers.3.' or 'h.3.'")
+        if start > max(indices):
+            raise LincorrError(f"layers={config.layers} starts past the last block {max(indices)}")
+        selected = [n for n in selected if (i := layer_index(n)) is not None and start <= i < stop]
+    if config.trainable:
+        patterns = [re.compile(p) for p in config.trainable]
+        selected = [n for n in selected if any(p.search(n) for p in patterns)]
+    if not selected:
+        raise LincorrError(
+            f"no parameter matches layers={config.layers} and trainable={config.trainable}; "
+            f"parameter names look like {names[0]!r}"
+        )
+    return tuple(selected)
+
+
+def train_on_facts(
+    model: torch.nn.Module,
+    tokenizer,
+    facts: Sequence[Fact],
+    config: TrainConfig = TrainConfig(),
+    *,
+    inplace: bool = False,
+) -> TrainResult:
+    """Fine-tune on `facts` for `config.epochs` epochs of shuffled batches; the caller's model is untouched unless `inplace`."""
+    encoded = _encode_all(tokenizer, facts)
+    generator = torch.Generator().manual_seed(config.seed)
+    n_batches = math.ceil(len(encoded) / config.batch_size)
+
+    def epochs():
+        for _ in range(config.epochs):
+            order = torch.randperm(len(encoded), generator=generator).tolist()
+            size = config.batch_size
+            batches = [[encoded[i] for i in order[start : start + size]] for start in range(0, len(order), size)]
+            yield [[batch] for batch in batches]  # each step is a single micro-batch
+
+    return _run(model, tokenizer, epochs(), config, inplace=inplace, total_steps=config.epochs * n_batches)
+
+
+def single_step(
+    model: torch.nn.Module,
+    tokenizer,
+    facts: Sequence[Fact],
+    config: TrainConfig = TrainConfig(),
+    *,
+    inplace: bool = False,
+) -> TrainResult:
+    """One optimiser step on the gradient of all `facts` together (accumulated in chunks of `config.batch_size`)."""
+    encoded = _encode_all(tokenizer, facts)
+    chunks = [encoded[i : i + config.batch_size] for i in range(0, len(encoded), config.batch_size)]
+    return _run(model, tokenizer, [[chunks]], config, inplace=inplace, total_steps=1)
+
+
+def _encode_all(tokenizer, facts: Sequence[Fact]) -> list[EncodedFact]:
+    if not facts:
+        raise LincorrError("no facts to train on; pass at least one Fact(prompt, answer)")
+    return [encode_fact(tokenizer, fact) for fact in facts]
+
+
+def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_steps: int) -> TrainResult:
+    """Train over `epochs`: each is a list of steps, each step a list of micro-batches whose gradients add up."""
+    started = time.perf_counter()
+    torch.manual_seed(config.seed)
+    target = model if inplace else copy.deepcopy(model)
+    trained = select_trainable(target, config)
+    trained_set = set(trained)
+    parameters = dict(target.named_parameters())
+    saved_requires_grad = {name: p.requires_grad for name, p in parameters.items()}
+    for name, parameter in parameters.items():
+        parameter.requires_grad_(name in trained_set)
+    trainable = [parameters[name] for name in trained]
+    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay)
+    pad_token_id = _pad_token_id(tokenizer)
+    keeps_logits = "logits_to_keep" in inspect.signature(target.forward).parameters
+    was_training = target.training
+    # Dropout off: a fact edit and a one-step gradient should not depend on a random mask.
+    target.eval()
+    losses: list[float] = []
+    steps = 0
+    try:
+        with tqdm(total=total_steps, desc="fine-tune", disable=not config.progress, leave=False) as bar:
+            for epoch in epochs:
+                loss_sum, token_sum = 0.0, 0
+                for step in epoch:
+                    batches = [collate(chunk, pad_token_id) for chunk in step]
+                    n_tokens = sum(b.n_answer_tokens for b in batches)
+                    optimizer.zero_grad(set_to_none=True)
+                    step_loss = 0.0
+                    for batch in batches:
+                        # Token-weighted so that accumulated chunks give the gradient of the whole step.
+                        loss = _answer_loss_sum(target, batch, keeps_logits) / n_tokens
+                        loss.backward()
+                        step_loss += loss.item()
+                    if config.max_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+                    optimizer.step()
+                    steps += 1
+                    loss_sum += step_loss * n_tokens
+                    token_sum += n_tokens
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{step_loss:.4f}")
+                losses.append(loss_sum / token_sum)
+    finally:
+        optimizer.zero_grad(set_to_none=True)
+        for name, parameter in parameters.items():
+            parameter.requires_grad_(saved_requires_grad[name])
+        target.train(was_training)
+    return TrainResult(
+        model=target,
+        losses=tuple(losses),
+        trained_parameters=trained,
+        n_trainable_params=sum(p.numel() for p in trainable),
+        steps=steps,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _answer_loss_sum(model, batch: Batch, keeps_logits: bool) -> torch.Tensor:
+    """Summed cross-entropy of the answer tokens of `batch`, a scalar tensor."""
+    # Answers sit at the right edge, so only the last answer_len + 1 positions need logits:
+    # with a 262k vocabulary this is most of the memory of a step.
+    answer_width = int((batch.labels != IGNORE_INDEX).any(0).sum())
+    extra = {"logits_to_keep": answer_width + 1} if keeps_logits else {}
+    logits = model(
+        input_ids=batch.input_ids,
+        attention_mask=batch.attention_mask,
+        position_ids=batch.position_ids,
+        use_cache=False,
+        **extra,
+    ).logits  # [batch, kept_pos, vocab]
+    labels = batch.labels[:, -(answer_width + 1) :] if keeps_logits else batch.labels
+    predicted = logits[:, :-1].float()  # position p predicts token p + 1
+    return torch.nn.functional.cross_entropy(
+        predicted.reshape(-1, predicted.shape[-1]),
+        labels[:, 1:].reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+    )
+
+
+def _pad_token_id(tokenizer) -> int:
+    """Any id works for padding because it is masked; prefer the tokenizer's own pad, then eos."""
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0

@@ -1,0 +1,163 @@
+"""The vocabulary ablation on a planted vocabulary: the composition generalizes only when the words carry it."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from lincorr.errors import LincorrError
+from lincorr.experiments.ablation import (
+    AblationConfig,
+    AblationResult,
+    AblationTable,
+    Vocabulary,
+    pooled_embeddings,
+    pseudo_names,
+    resolve_pairs,
+    run_ablation,
+    vocabulary_from_model,
+)
+from tiny import one_thread, tiny_gpt2, tiny_llama, tiny_subword_tokenizer
+
+CITIES = ("Paris", "Tokyo", "Berlin", "Rome", "Madrid", "Cairo", "Lima", "Oslo", "Dublin", "Vienna", "Athens", "Prague")
+COUNTRIES = ("France", "Japan", "Germany", "Italy", "Spain", "Egypt", "Peru", "Norway", "Ireland", "Austria", "Greece", "Czechia")
+TEMPLATES = {"source_template": "{} lives in the city of", "target_template": "{} lives in the country of"}
+# Small enough to run in about a second, large enough for the stage-2 names to be learned.
+SMALL = AblationConfig(
+    n_stage1=192, n_stage2=48, stage1_epochs=30, stage2_epochs=30, batch_size=16, learning_rate=1e-2, progress=False
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_subword_tokenizer("lives in the city country of".split() + list(CITIES) + list(COUNTRIES))
+
+
+def planted_vocabulary(tokenizer, planted: bool) -> Vocabulary:
+    """Random embeddings `[vocab, 32]`; if `planted`, each country is its city plus one shared offset (and noise)."""
+    generator = torch.Generator().manual_seed(0)
+    embeddings = torch.randn(len(tokenizer), 32, generator=generator)
+    offset = torch.randn(32, generator=generator)
+    if planted:
+        for city, country in zip(CITIES, COUNTRIES):
+            city_id, country_id = tokenizer.convert_tokens_to_ids([city, country])
+            embeddings[country_id] = embeddings[city_id] + offset + 0.1 * torch.randn(32, generator=generator)
+    return Vocabulary(embeddings, embeddings, intermediate_size=64, activation="silu", gated=True, name="planted")
+
+
+def ablation(tokenizer, vocabulary, mapping, **kwargs) -> AblationResult:
+    return run_ablation(vocabulary, tokenizer, pairs=list(zip(CITIES, COUNTRIES)), mapping=mapping, config=SMALL, **TEMPLATES, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def planted_real(tokenizer) -> AblationResult:
+    return ablation(tokenizer, planted_vocabulary(tokenizer, planted=True), "real")
+
+
+def test_planted_composition_generalizes_with_the_real_mapping_only(tokenizer, planted_real):
+    shuffled = ablation(tokenizer, planted_vocabulary(tokenizer, planted=True), "shuffled")
+    for result in (planted_real, shuffled):
+        assert result.source_learned_rate >= 0.95  # the edit took, so the rates mean something
+        assert result.stage1_target_accuracy >= 0.9
+        assert result.rate_before <= 0.25
+        assert result.random_baseline == pytest.approx(1 / len(COUNTRIES))
+    assert planted_real.generalization_rate >= 0.8
+    assert shuffled.generalization_rate <= 0.3
+
+
+def test_unplanted_vocabulary_generalizes_far_less(tokenizer, planted_real):
+    # Stage 1 alone lets the block learn some of the 12-pair map; the vocabulary adds most of it.
+    unplanted = ablation(tokenizer, planted_vocabulary(tokenizer, planted=False), "real")
+    assert unplanted.source_learned_rate >= 0.95
+    assert unplanted.generalization_rate <= planted_real.generalization_rate - 0.4
+
+
+def test_result_is_reproducible_and_json_ready(tokenizer):
+    vocabulary = planted_vocabulary(tokenizer, planted=True)
+    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=2, stage2_epochs=2, progress=False)
+    first = run_ablation(vocabulary, tokenizer, pairs=list(zip(CITIES, COUNTRIES)), config=config, seed=3, **TEMPLATES)
+    second = run_ablation(vocabulary, tokenizer, pairs=list(zip(CITIES, COUNTRIES)), config=config, seed=3, **TEMPLATES)
+    summary = json.loads(json.dumps(first.summary()))
+    assert {"generalization_rate", "random_baseline", "source_learned_rate", "mapping", "seed", "settings"} <= set(summary)
+    assert summary["settings"]["hidden_size"] == 64 and summary["settings"]["gated"] is True
+    assert dataclass_rates(first) == dataclass_rates(second)
+
+
+def dataclass_rates(result: AblationResult) -> tuple[float, ...]:
+    return (result.generalization_rate, result.rate_before, result.source_learned_rate, result.stage1_source_accuracy)
+
+
+def test_shuffled_mapping_is_a_derangement_that_respects_aliases(tokenizer):
+    pairs = [(city, (country,)) for city, country in zip(CITIES, COUNTRIES)]
+    pairs[0] = ("Paris", ("France", "Spain"))  # Spain counts as an answer for Paris, so it must not be its shuffled target
+    real = resolve_pairs(pairs, tokenizer, mapping="real", rng=np.random.default_rng(0))
+    ids = dict(zip(CITIES, tokenizer.convert_tokens_to_ids(list(CITIES))))
+    for seed in range(20):
+        shuffled = resolve_pairs(pairs, tokenizer, mapping="shuffled", rng=np.random.default_rng(seed))
+        assert [s for s, _ in shuffled.pairs] == [s for s, _ in real.pairs]
+        assert sorted(a[0] for _, a in shuffled.pairs) == sorted(a[0] for _, a in real.pairs)
+        assert all(new[0] not in old for (_, new), (_, old) in zip(shuffled.pairs, real.pairs))
+    assert real.pairs[0] == (ids["Paris"], tuple(tokenizer.convert_tokens_to_ids(["France", "Spain"])))
+
+
+def test_letters_mapping_uses_single_letter_tokens_and_drops_fragments(tokenizer):
+    letters = resolve_pairs(list(zip(CITIES, COUNTRIES)), tokenizer, mapping="letters", rng=np.random.default_rng(0))
+    decoded = [(tokenizer.decode([s]), tokenizer.decode(list(a))) for s, a in letters.pairs]
+    assert decoded[:3] == [("P", "F"), ("T", "J"), ("B", "G")]
+    assert len(letters.pairs) == len(CITIES)
+    # "Quito" is not a word of this vocabulary: its first token "Q" is a fragment, so the pair is dropped.
+    real = resolve_pairs([*zip(CITIES, COUNTRIES), ("Quito", "Ecuador")], tokenizer, mapping="real", rng=np.random.default_rng(0))
+    assert len(real.pairs) == len(CITIES) and "Quito" in real.dropped
+
+
+def test_names_are_distinct_bags_of_tokens_and_seeded(tokenizer):
+    names = pseudo_names(200, tokenizer, seed=1)
+    bags = {tuple(sorted(tokenizer(n, add_special_tokens=False)["input_ids"])) for n in names}
+    assert len(bags) == 200
+    assert names == pseudo_names(200, tokenizer, seed=1) != pseudo_names(200, tokenizer, seed=2)
+
+
+def test_pooled_embeddings_average_every_token_of_the_prompt(tokenizer):
+    embeddings = torch.randn(len(tokenizer), 4)
+    prompts = ["Tom lives in the city of", "Al lives in the country of"]
+    pooled = pooled_embeddings(prompts, tokenizer, embeddings)
+    for row, prompt in zip(pooled, prompts):
+        torch.testing.assert_close(row, embeddings[tokenizer(prompt)["input_ids"]].mean(0))
+
+
+@pytest.mark.parametrize("build, gated", [(tiny_llama, True), (tiny_gpt2, False)])
+def test_vocabulary_from_model_reads_embeddings_head_and_mlp_shape(build, gated):
+    model = build(50)
+    vocabulary = vocabulary_from_model(model)
+    assert vocabulary.input_embeddings.shape == vocabulary.output_embeddings.shape == (50, 32)
+    torch.testing.assert_close(vocabulary.output_embeddings, model.get_output_embeddings().weight)
+    assert vocabulary.gated is gated and vocabulary.intermediate_size == (64 if gated else 128)
+
+
+def test_table_groups_seeds_and_prints_the_paper_beside_ours():
+    def result(seed: int, rate: float) -> AblationResult:
+        return AblationResult("city->country", "real", seed, rate, 0.0, 0.01, 1.0, 1.0, 1.0, 10, 128, 100, 1.0, {})
+
+    table = AblationTable((result(0, 0.5), result(1, 0.7)))
+    (row,) = table.rows()
+    assert row["generalization_mean"] == pytest.approx(60.0) and row["generalization_std"] == pytest.approx(14.142, rel=1e-3)
+    assert "| city->country | real | 60.00 ± 14.14 |" in table.markdown() and "97.66" in table.markdown()
+
+
+def test_mistakes_raise_one_clear_error(tokenizer):
+    vocabulary = planted_vocabulary(tokenizer, planted=True)
+    with pytest.raises(LincorrError, match="mapping must be one of"):
+        ablation(tokenizer, vocabulary, "reversed")
+    with pytest.raises(LincorrError, match="exactly one"):
+        run_ablation(vocabulary, tokenizer, source_template="lives in", target_template="{}", pairs=[("Paris", "France")])
+    with pytest.raises(LincorrError, match="softmax_over"):
+        AblationConfig(softmax_over="some")

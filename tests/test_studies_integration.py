@@ -1,0 +1,82 @@
+"""Studies on a real bundled model, kept small: four attribute prompts x 300 inputs (ridge, since ols
+needs more training inputs than the 247 cities), precision on the same tables, and the zh/ja prompts
+that smollm2's tokenizer leaves without a domain."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from test_integration import get_model, isolated_cache, models, session_cache  # noqa: F401 - fixtures
+
+import lincorr.collect as collect_module
+from lincorr.collect import TableCache
+from lincorr.cli import main
+from lincorr.experiments.correlation import FitConfig
+from lincorr.experiments.matrix import Grid, measure_matrix, prepare_grid
+from lincorr.experiments.precision import Relation, precision_table
+from lincorr.inputs import sample_vocab_inputs
+from lincorr.knowledge import load_registry
+
+pytestmark = pytest.mark.integration
+
+N_INPUTS = 300
+PROMPTS = ("city", "country", "continent", "gender")
+RIDGE = FitConfig(seed=0, estimator="ridge", alpha="cv")
+
+
+@pytest.fixture(scope="module")
+def gemma_matrix(models, session_cache):  # noqa: F811
+    """Module-scoped, so set up before the per-test cache variable: it names the session cache itself."""
+    lm = get_model(models, "gemma-3-270m")
+    inputs = sample_vocab_inputs(lm.tokenizer, N_INPUTS, seed=0)
+    cache = TableCache(session_cache)
+    return lm, inputs, measure_matrix(lm, load_registry(), Grid.square(PROMPTS), inputs, RIDGE, cache=cache, progress=False)
+
+
+def test_gemma_matrix_subset(gemma_matrix, monkeypatch):
+    lm, inputs, result = gemma_matrix
+    r = {(s, t): result.value(s, t) for s in PROMPTS for t in PROMPTS}
+    assert all(r[p, p] > 0.97 for p in PROMPTS), r  # ridge onto itself: nearly exact
+    # The spatial cluster of §3.4 is strongly linear; every prompt predicts gender less well than its spatial neighbours.
+    assert r["city", "country"] >= 0.8 and r["country", "city"] >= 0.7 and r["country", "continent"] >= 0.7, r
+    assert r["city", "gender"] < r["city", "country"] and r["country", "gender"] < r["country", "continent"], r
+    assert np.isfinite(result.instancewise_r).all() and (result.labelwise_std >= 0).all()
+    assert 0 < result.labelwise_std[0, 1] < 0.3
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a cached table was recomputed")
+
+    monkeypatch.setattr(collect_module, "domain_scores", refuse)
+    again = measure_matrix(lm, load_registry(), Grid.square(PROMPTS), inputs, RIDGE, cache=TableCache(), progress=False)
+    np.testing.assert_array_equal(again.labelwise_r, result.labelwise_r)
+
+
+def test_gemma_precision_city_country_beats_chance(gemma_matrix):
+    lm, inputs, _ = gemma_matrix
+    table = precision_table(lm, load_registry(), [Relation("City->Country", "city", "country")], inputs, [RIDGE],
+                            cache=TableCache(), progress=False)
+    (row,) = table.rows
+    assert row.n_pairs_influenced >= 200 and row.n_pairs_influencing >= 100
+    assert row.hit_influenced[1] >= 5 * row.chance_influenced[1], row.summary()
+    assert row.hit_influencing[5] >= 3 * row.chance_influencing[5], row.summary()
+
+
+def test_cli_precision_json_on_gemma(gemma_matrix, capsys):
+    code = main(["precision", "city", "country", "-n", str(N_INPUTS), "--estimator", "ridge", "--json", "--quiet"])
+    assert code == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["estimator"] == "ridge" and set(payload["hit_influenced"]) == {"1", "3", "5"}
+    # ols cannot fit 247 cities on 150 training inputs: reported as skipped, not a crash.
+    assert set(payload["by_estimator"]) == {"ridge"} and "more training inputs" in payload["skipped"][0]["reason"]
+
+
+def test_smollm2_cross_language_block_skips_prompts_without_a_domain(models):  # noqa: F811
+    lm = get_model(models, "smollm2-135m-instruct")
+    registry = load_registry()
+    grid, prompts, skipped = prepare_grid(registry, Grid.cross_language(registry, ["zh"]), lm.tokenizer, N_INPUTS, RIDGE)
+    skipped_names = {name for name, _ in skipped}
+    assert {"zh/city", "zh/country", "zh/mother"} <= skipped_names
+    assert grid.column_labels == ("zh",) and set(grid.row_labels) == {"company", "ceo"}
+    assert set(prompts) == {"company", "zh/company", "ceo", "zh/ceo"}
