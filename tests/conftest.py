@@ -9,7 +9,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tiny import WORDS, tiny_gpt2, tiny_llama, tiny_tokenizer  # noqa: E402
+from tiny import WORDS, one_thread, tiny_gpt2, tiny_llama, tiny_tokenizer  # noqa: E402
 
 from lincorr.models import wrap_model  # noqa: E402
 
@@ -22,6 +22,13 @@ COUNTRIES = ("France", "England", "Japan", "Italy", "Germany")
 def isolated_cache(tmp_path_factory, monkeypatch):
     """Every test gets its own lincorr cache directory."""
     monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """Torch on one thread for a module of tiny-model training: hand-offs cost more than the arithmetic."""
+    with one_thread():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,7 @@ from lincorr.experiments.ablation import (
     run_ablation,
     vocabulary_from_model,
 )
-from tiny import one_thread, tiny_gpt2, tiny_llama, tiny_subword_tokenizer
+from tiny import tiny_gpt2, tiny_llama, tiny_subword_tokenizer
 
 CITIES = ("Paris", "Tokyo", "Berlin", "Rome", "Madrid", "Cairo", "Lima", "Oslo", "Dublin", "Vienna", "Athens", "Prague")
 COUNTRIES = ("France", "Japan", "Germany", "Italy", "Spain", "Egypt", "Peru", "Norway", "Ireland", "Austria", "Greece", "Czechia")
@@ -31,10 +31,7 @@ SMALL = AblationConfig(
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with one_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from lincorr.finetune import (
     single_step,
     train_on_facts,
 )
-from tiny import one_thread, state_copy, tiny_gpt2, tiny_llama, tiny_tokenizer
+from tiny import state_copy, tiny_gpt2, tiny_llama, tiny_tokenizer
 
 FACTS = (
     Fact("Alice lives in the city of", "Paris"),
@@ -34,10 +34,7 @@ ATTENTION_0 = r"\.0\.(self_)?attn\."
 QUICK = TrainConfig(learning_rate=1e-2, epochs=3, batch_size=3, progress=False)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    with one_thread():
-        yield
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")
