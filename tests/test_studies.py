@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import CITIES, COUNTRIES, NAMES
-from tiny import one_thread, tiny_gpt2, tiny_llama
+from tiny import tiny_gpt2, tiny_llama
 
 import lincorr.collect as collect_module
 from lincorr.cli import main
@@ -27,6 +27,8 @@ from lincorr.finetune import TrainConfig
 from lincorr.knowledge import load_registry
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference
 from lincorr.models import wrap_model
+
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 INPUTS = list(NAMES[:60])
 REAL_DOMAIN_SCORES = collect_module.domain_scores
@@ -48,13 +50,6 @@ references:
     target_domain: tiny_countries
     pairs: {{Paris: France, London: England, Tokyo: Japan, Rome: Italy, Berlin: Germany}}
 """
-
-
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny models: torch's thread hand-offs would cost more than the arithmetic."""
-    with one_thread():
-        yield
 
 
 @pytest.fixture
@@ -180,8 +175,7 @@ def corrupt_values(cache_dir):
 
 @pytest.mark.parametrize("corrupt", [
     corrupt_header,
-    pytest.param(corrupt_values, marks=pytest.mark.xfail(
-        strict=True, reason="collect.load_arrays lets zipfile.BadZipFile (a bad CRC in the .npz) escape instead of recomputing")),
+    corrupt_values,
 ])
 def test_corrupt_cache_entry_is_recomputed(llama_lm, registry, monkeypatch, corrupt):
     first = family_matrix(llama_lm, registry)

@@ -8,6 +8,7 @@ import json
 import os
 import tempfile
 import time
+import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -123,7 +124,7 @@ def load_arrays(path: Path) -> dict[str, np.ndarray] | None:
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
-    except (OSError, ValueError, KeyError, EOFError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
         return None
 
 
