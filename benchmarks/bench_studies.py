@@ -21,7 +21,7 @@ from pathlib import Path
 
 def run_matrix(args, cache_dir: str, out: Path) -> tuple[float, dict]:
     """Wall seconds of one `lincorr matrix` run, and its JSON."""
-    command = [sys.executable, "-m", "lincorr.cli", "matrix", "--family", args.family, "--model", args.model,
+    command = [str(Path(sys.executable).parent / "lincorr"), "matrix", "--family", args.family, "--model", args.model,
                "-n", str(args.n), "--estimator", args.estimator, "--json", "--quiet", "--out", str(out)]
     env = {**os.environ, "LINCORR_CACHE_DIR": cache_dir, "HF_HUB_OFFLINE": "1"}
     started = time.perf_counter()

@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     references.set_defaults(handler=run_references)
     add_study_commands(commands, shared)
     add_ablation_command(commands)
+    add_training_commands(commands)
     return parser
 
 
@@ -617,3 +618,215 @@ def run_ablate(args) -> None:
     for key in ("relation", "mapping", "seed", "generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_test", "seconds"):
         value = summary[key]
         print(f"{key:<20} {value:.4f}" if isinstance(value, float) else f"{key:<20} {value}")
+
+
+def add_training_commands(commands) -> None:
+    """The training studies of §4.1, §5 and Appendix K, and `predict-edit` (their own input options: W is fitted on a vocabulary sample)."""
+    def study_parser(name: str, help_text: str, pair_required: bool = False):
+        parser = commands.add_parser(name, parents=[model_options(), fit_options()], help=help_text)
+        nargs = None if pair_required else "?"
+        parser.add_argument("source", nargs=nargs, default="city", help="registry prompt (default city)")
+        parser.add_argument("target", nargs=nargs, default="country", help="registry prompt (default country)")
+        parser.add_argument("-n", "--n-inputs", type=int, default=1000, help="vocabulary inputs W is fitted on (default 1000)")
+        parser.add_argument("--seed", type=int, default=0, help="first seed (inputs, entity names, facts, training)")
+        parser.add_argument("--registry", action="append", default=[], metavar="FILE", help="extra registry file (repeatable)")
+        parser.add_argument("--json", action="store_true", help="print one JSON object")
+        parser.add_argument("--out", default=None, help="write the result files into this directory")
+        parser.add_argument("--quiet", action="store_true", help="no progress bars")
+        # Ridge with a cross-validated penalty: at 1,000 inputs the ols W is too noisy to rank targets by.
+        parser.set_defaults(estimator="ridge", alpha="cv", bootstrap=100)
+        return parser
+
+    def training_options(parser, train, with_epochs: bool = True) -> None:
+        lr, epochs = train.learning_rate, train.epochs
+        parser.add_argument("--lr", type=float, default=lr, help=f"AdamW learning rate (default {lr:g})")
+        if with_epochs:
+            parser.add_argument("--epochs", type=int, default=epochs, help=f"epochs over the facts (default {epochs})")
+        parser.add_argument("--train-batch-size", type=int, default=train.batch_size, help=f"facts per step (default {train.batch_size})")
+        parser.add_argument("--full", action="store_true", help="train every parameter, embeddings included (default: transformer blocks)")
+
+    def generalization_options(parser) -> None:
+        from lincorr.experiments.generalization import DEFAULT_MARGIN, DEFAULT_TRAIN
+
+        parser.add_argument("--n-facts", type=int, default=16, help="fresh entities taught per seed (default 16)")
+        parser.add_argument("--n-seeds", type=int, default=3, help="seeds --seed, --seed+1, ... (default 3)")
+        parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="logit lead the edited source answer is assumed to get")
+        training_options(parser, DEFAULT_TRAIN)
+
+    generalize = study_parser("generalize", "teach fresh entities source facts; does the target answer follow (Table 5)?")
+    generalization_options(generalize)
+    generalize.add_argument("--table5", action="store_true", help="run the paper's eleven Table-5 pairs (ignores SOURCE TARGET)")
+    generalize.set_defaults(handler=run_generalize)
+
+    diagnose = study_parser("diagnose", "per edited fact: W[s,ref], W[s,gen], priors, and why it failed (Table 6, Fig. 5)")
+    generalization_options(diagnose)
+    diagnose.add_argument("--rows", type=int, default=20, help="table rows to print (default 20)")
+    diagnose.set_defaults(handler=run_diagnose)
+
+    subwords = study_parser("subwords", "correlation, precision and generalization by token category (Table 18)")
+    generalization_options(subwords)
+    subwords.set_defaults(handler=run_subwords)
+
+    gradcorr = study_parser("gradcorr", "one optimiser step on source facts: does dS @ W predict dT (Table 4)?")
+    from lincorr.experiments.gradients import GradientConfig
+
+    training_options(gradcorr, GradientConfig.train, with_epochs=False)  # one step, by definition
+    gradcorr.add_argument("--n-step-facts", type=int, default=GradientConfig.n_step_facts, help="training inputs in the step")
+    gradcorr.add_argument("--n-eval", type=int, default=GradientConfig.n_eval, help="held-out inputs the change is measured on")
+    gradcorr.add_argument("--table4", action="store_true", help="run the paper's eight Table-4 pairs (ignores SOURCE TARGET)")
+    gradcorr.set_defaults(handler=run_gradcorr)
+
+    predict = study_parser("predict-edit", "predict, without training, what teaching 'SOURCE(subject) = VALUE' does to TARGET", pair_required=True)
+    predict.add_argument("--value", required=True, metavar="WORD", help="the proposed source answer, e.g. Indianapolis")
+    predict.add_argument("--subject", default=None, metavar="NAME", help="the entity to edit (default: a fresh made-up name)")
+    predict.add_argument("--margin", type=float, default=None, help="logit lead the edited source answer is assumed to get")
+    predict.set_defaults(handler=run_predict_edit)
+
+
+def training_config(args, default_trainable):
+    """The TrainConfig behind --lr, --epochs, --train-batch-size and --full."""
+    from lincorr.finetune import TrainConfig
+
+    return TrainConfig(
+        learning_rate=args.lr, epochs=getattr(args, "epochs", 1), batch_size=args.train_batch_size, seed=args.seed,
+        trainable=() if args.full else default_trainable, progress=not args.quiet and sys.stderr.isatty(),
+    )
+
+
+def generalization_config(args):
+    from lincorr.experiments.generalization import BLOCKS_ONLY, GeneralizationConfig
+
+    if args.n_seeds < 1:
+        raise LincorrError(f"--n-seeds must be at least 1, got {args.n_seeds}")
+    return GeneralizationConfig(
+        n_facts=args.n_facts, seeds=tuple(range(args.seed, args.seed + args.n_seeds)), n_inputs=args.n_inputs, fit=fit_config(args),
+        train=training_config(args, BLOCKS_ONLY), margin=args.margin, progress=not args.quiet and sys.stderr.isatty(),
+    )
+
+
+def check_pair(registry, args) -> None:
+    """Fail on a misspelt prompt before loading the model."""
+    registry.prompt(args.source), registry.prompt(args.target)
+
+
+def run_generalize(args) -> None:
+    from lincorr.experiments.generalization import TABLE5, run_generalization
+
+    registry = load_registry_from(args)
+    config = generalization_config(args)
+    relations = [(r.label, r.source, r.target) for r, _, _ in TABLE5] if args.table5 else [(None, args.source, args.target)]
+    for _, source, target in relations:
+        registry.prompt(source), registry.prompt(target)
+    lm = load_lm(args)
+    if not args.table5:
+        result = run_generalization(lm, registry, args.source, args.target, config)
+        if args.out:
+            result.save(args.out)
+        print(json.dumps(result.summary(), ensure_ascii=False) if args.json else result.format_table())
+        return
+    paper = {r.label: (rate, chance) for r, rate, chance in TABLE5}
+    rows = []
+    for label, source, target in relations:
+        try:
+            summary = run_generalization(lm, registry, source, target, config, label=label).summary()
+        except LincorrError as error:
+            summary = {"relation": label, "skipped": str(error)}
+        rows.append(summary | {"paper_generalization_rate": paper[label][0], "paper_random_baseline": paper[label][1]})
+        if not args.json:
+            print(table5_line(rows[-1]), flush=True)
+    if args.out:
+        from lincorr.outputs import staged_directory, write_json
+
+        with staged_directory(args.out) as out:
+            write_json(out / "table5.json", rows)
+    if args.json:
+        print(json.dumps(rows, ensure_ascii=False))
+
+
+def table5_line(row: dict) -> str:
+    """One Table-5 row: ours (with spread, before, chance, learned) beside the paper's."""
+    if "skipped" in row:
+        return f"{row['relation']:<22} skipped: {row['skipped']}"
+    return (f"{row['relation']:<22} {row['generalization_rate']:6.1%} ± {row['generalization_rate_std']:5.1%}  before {row['rate_before']:5.1%}  "
+            f"random {row['random_baseline']:5.1%}  learned {row['source_learned_rate']:6.1%}  "
+            f"paper {row['paper_generalization_rate']:6.2%} ({row['paper_random_baseline']:.2%})")
+
+
+def run_diagnose(args) -> None:
+    from lincorr.experiments.generalization import run_generalization
+
+    registry = load_registry_from(args)
+    check_pair(registry, args)
+    result = run_generalization(load_lm(args), registry, args.source, args.target, generalization_config(args))
+    if args.out:
+        result.save(args.out)
+    if args.json:
+        print(json.dumps({**result.summary(), "facts": result.diagnosis_rows(), "weight_curve": result.weight_curve()}, ensure_ascii=False))
+        return
+    print(result.format_table())
+    print()
+    print(result.diagnosis_markdown(max_rows=args.rows))
+    print("\ngeneralization rate by W[s, ref] (learned facts, quantile bins):")
+    for row in result.weight_curve():
+        print(f"  W[s,ref] in [{row['w_ref_low']:+.3f}, {row['w_ref_high']:+.3f}]  n={row['n']:3d}  rate {row['generalization_rate']:.1%}")
+
+
+def run_subwords(args) -> None:
+    from lincorr.experiments.subwords import subword_study
+
+    registry = load_registry_from(args)
+    check_pair(registry, args)
+    result = subword_study(load_lm(args), registry, args.source, args.target, generalization_config(args))
+    if args.out:
+        result.save(Path(args.out))
+    print(json.dumps(result.summary(), ensure_ascii=False) if args.json else result.markdown())
+
+
+def run_gradcorr(args) -> None:
+    from lincorr.experiments.gradients import TABLE4, GradientConfig, gradient_table
+    from lincorr.experiments.generalization import BLOCKS_ONLY, StudyRelation
+
+    registry = load_registry_from(args)
+    paper_labels = {(r.source, r.target): r.label for r, _, _ in TABLE4}  # so a single Table-4 pair prints the paper's numbers too
+    relations = ([r for r, _, _ in TABLE4] if args.table4 else
+                 [StudyRelation(paper_labels.get((args.source, args.target), f"{args.source}->{args.target}"), args.source, args.target)])
+    for relation in relations:
+        registry.prompt(relation.source), registry.prompt(relation.target)
+    config = GradientConfig(
+        n_inputs=args.n_inputs, n_step_facts=args.n_step_facts, n_eval=args.n_eval, fit=fit_config(args),
+        train=training_config(args, BLOCKS_ONLY), seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
+    )
+    table = gradient_table(load_lm(args), registry, relations, config)
+    if args.out:
+        table.save(args.out)
+    print(json.dumps(table.summary(), ensure_ascii=False) if args.json else table.markdown())
+
+
+def run_predict_edit(args) -> None:
+    from lincorr.experiments.ablation import pseudo_names
+    from lincorr.experiments.generalization import DEFAULT_MARGIN, predict_edit, prepare_relation
+
+    registry = load_registry_from(args)
+    check_pair(registry, args)
+    lm = load_lm(args)
+    relation = prepare_relation(lm, registry, args.source, args.target, n_inputs=args.n_inputs, fit=fit_config(args),
+                                progress=not args.quiet and sys.stderr.isatty())
+    subject = args.subject or pseudo_names(1, lm.tokenizer, args.seed + 10_000)[0]
+    prediction = predict_edit(lm, relation, args.value, subject, margin=DEFAULT_MARGIN if args.margin is None else args.margin)
+    summary = {"model": lm.name, "source": args.source, "target": args.target, "subject": subject, **prediction.summary(),
+               "labelwise_r_mean": float(relation.fit.labelwise_r.mean())}
+    if args.out:
+        from lincorr.outputs import staged_directory, write_json
+
+        with staged_directory(args.out) as out:
+            write_json(out / "prediction.json", summary)
+    if args.json:
+        print(json.dumps(summary, ensure_ascii=False))
+        return
+    verdict = {True: "the reference answer (generalization)", False: "not a reference answer (hallucination)", None: "no reference known"}
+    print(f"edit: {relation.source.template.replace('{}', subject)} {args.value}")
+    print(f"now:  {relation.target.template.replace('{}', subject)} {prediction.current_target}")
+    print(f"predicted after the edit: {prediction.predicted_target} (confidence {prediction.confidence:.2f}, "
+          f"runner-up {prediction.runner_up}, margin {prediction.margin:.2f} logits)")
+    print(f"that is {verdict[prediction.predicts_reference]}; reference: {', '.join(prediction.references) or '-'}; "
+          f"P(reference) {prediction.success_probability:.2f}")

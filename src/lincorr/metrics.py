@@ -131,3 +131,16 @@ def chance_hit_at_k(n_columns: int, right: dict[int, tuple[int, ...]], ks: Seque
         misses = [math.comb(n_columns - len(columns), drawn) / math.comb(n_columns, drawn) for columns in right.values()]
         rates[k] = float(1 - np.mean(misses))
     return rates
+
+
+def mann_whitney_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """ROC AUC of `scores` for `labels` as the Mann-Whitney U statistic (ties count half); NaN with one class only."""
+    from scipy.stats import rankdata
+
+    scores = np.asarray(scores, np.float64)
+    labels = np.asarray(labels, bool)
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(scores)  # average ranks: a tie between a positive and a negative counts one half
+    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))

@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lincorr.collect import LogitTable, TableCache, collect_logits
+from lincorr.collect import LogitTable, collect_logits
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig, split_indices
-from lincorr.metrics import instancewise_pearson, labelwise_pearson
+from lincorr.metrics import instancewise_pearson, labelwise_pearson, summarize
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_json
 from lincorr.prompts import Prompt, registry_prompt
@@ -105,24 +105,15 @@ def build_prompts(registry, names: Sequence[str], tokenizer) -> tuple[dict[str, 
     return prompts, tuple(skipped)
 
 
-def collect_tables(
-    lm: LM,
-    prompts: Mapping[str, Prompt],
-    inputs: Sequence[str],
-    *,
-    logprobs: bool = False,
-    batch_size: int = 32,
-    cache: TableCache | None | bool = True,
-    progress: bool = True,
-) -> dict[str, LogitTable]:
-    """Each prompt's logit table `[n_inputs, n_domain]` over the same inputs (cached tables are reused)."""
-    tables = {}
-    for i, (name, prompt) in enumerate(prompts.items(), 1):
-        tables[name] = collect_logits(
-            lm, prompt.template, prompt.domain, inputs, logprobs=logprobs, batch_size=batch_size, cache=cache,
-            progress=progress, description=f"{name} ({i}/{len(prompts)})",
-        )
-    return tables
+def collect_tables(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str], **collect_options) -> dict[str, LogitTable]:
+    """Each prompt's logit table `[n_inputs, n_domain]` over the same inputs (cached tables are reused).
+
+    `collect_options` go to `collect_logits` (logprobs, batch_size, cache, progress).
+    """
+    return {
+        name: collect_logits(lm, prompt.template, prompt.domain, inputs, description=f"{name} ({i}/{len(prompts)})", **collect_options)
+        for i, (name, prompt) in enumerate(prompts.items(), 1)
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,8 +155,8 @@ def score_grid(
         for i, j, target in where:
             guess, actual = predicted[:, columns[target]], evaluate_on[target].values[test]
             labelwise = labelwise_pearson(guess, actual)
-            scores["labelwise_r"][i, j] = np.nanmean(labelwise)
-            scores["labelwise_std"][i, j] = np.nanstd(labelwise)
+            spread = summarize(labelwise)
+            scores["labelwise_r"][i, j], scores["labelwise_std"][i, j] = spread["mean"], spread["std"]
             scores["instancewise_r"][i, j] = np.nanmean(instancewise_pearson(guess, actual))
     return GridScores(scores["labelwise_r"], scores["labelwise_std"], scores["instancewise_r"], alphas)
 
@@ -314,16 +305,12 @@ def measure_matrix(
     grid: Grid,
     inputs: Sequence[str],
     config: FitConfig = FitConfig(),
-    *,
-    logprobs: bool = False,
-    batch_size: int = 32,
-    cache: TableCache | None | bool = True,
-    progress: bool = True,
+    **collect_options,
 ) -> MatrixResult:
-    """Collect every prompt of `grid` once over `inputs`, then fit and score all of its cells."""
+    """Collect every prompt of `grid` once over `inputs` (`collect_options` as in `collect_tables`), then fit and score all of its cells."""
     grid, prompts, skipped = prepare_grid(registry, grid, lm.tokenizer, len(inputs), config)
     started = time.perf_counter()
-    tables = collect_tables(lm, prompts, inputs, logprobs=logprobs, batch_size=batch_size, cache=cache, progress=progress)
+    tables = collect_tables(lm, prompts, inputs, **collect_options)
     return matrix_from_tables(grid, tables, config, model_name=lm.name, skipped=skipped, seconds_collect=time.perf_counter() - started)
 
 

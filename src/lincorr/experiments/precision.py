@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lincorr.collect import LogitTable, TableCache
+from lincorr.collect import LogitTable
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
 from lincorr.experiments.matrix import build_prompts, collect_tables, write_csv
@@ -307,14 +307,12 @@ def precision_table(
     configs: Sequence[FitConfig],
     *,
     reference_pairs: ReferencePairs | None = None,
-    logprobs: bool = False,
-    batch_size: int = 32,
-    cache: TableCache | None | bool = True,
-    progress: bool = True,
+    **collect_options,
 ) -> PrecisionTable:
     """Hit@Top-N for each relation and estimator; every prompt is collected once.
 
-    `reference_pairs` replaces the registry's reference for every relation (a user's own pairs).
+    `reference_pairs` replaces the registry's reference for every relation (a user's own pairs);
+    `collect_options` go to `collect_logits`.
     A relation (or one estimator of it) is skipped, with the reason, when a prompt has no domain
     for this tokenizer, no reference pair survives tokenization, or ols has too few inputs.
     """
@@ -322,7 +320,7 @@ def precision_table(
     names = tuple(dict.fromkeys(name for relation in relations for name in (relation.source, relation.target)))
     prompts, missing = build_prompts(registry, names, lm.tokenizer)
     skipped = [(r.label, reason) for r in relations for name, reason in missing if name in (r.source, r.target)]
-    tables = collect_tables(lm, prompts, inputs, logprobs=logprobs, batch_size=batch_size, cache=cache, progress=progress)
+    tables = collect_tables(lm, prompts, inputs, **collect_options)
     rows: list[PrecisionResult] = []
     for relation in (r for r in relations if r.source in prompts and r.target in prompts):
         pairs, reference = relation_pairs(registry, relation, reference_pairs)

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from lincorr.collect import TableCache
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig
 from lincorr.experiments.matrix import (
@@ -141,19 +140,15 @@ def measure_resilience(
     config: FitConfig = FitConfig(),
     *,
     training: dict | None = None,
-    logprobs: bool = False,
-    batch_size: int = 32,
-    cache: TableCache | None | bool = True,
-    progress: bool = True,
+    **collect_options,
 ) -> ResilienceResult:
     """Collect the grid's prompts on both models and score A's W on A, A's W on B, and B's W on B."""
     check_same_tokenizer(fit_lm, eval_lm)
     grid, prompts, skipped = prepare_grid(registry, grid, fit_lm.tokenizer, len(inputs), config)
-    collect = dict(logprobs=logprobs, batch_size=batch_size, cache=cache, progress=progress)
     started = time.perf_counter()
-    on_fit = collect_tables(fit_lm, prompts, inputs, **collect)
+    on_fit = collect_tables(fit_lm, prompts, inputs, **collect_options)
     seconds_fit_model = time.perf_counter() - started
-    on_eval = collect_tables(eval_lm, prompts, inputs, **collect)
+    on_eval = collect_tables(eval_lm, prompts, inputs, **collect_options)
     seconds_eval_model = time.perf_counter() - started - seconds_fit_model
     return ResilienceResult(
         fit_on_fit=matrix_from_tables(grid, on_fit, config, model_name=fit_lm.name, seconds_collect=seconds_fit_model, skipped=skipped),

@@ -1,0 +1,426 @@
+"""Generalization vs hallucination (§5, Tables 5-6, Fig. 5), and predicting an edit before making it.
+
+Fresh made-up entities Z are taught a source fact ("Z lives in the city of Dresden") by the
+shared training loop; the study then reads the top-1 target answer ("Z lives in the country
+of ...") over the target domain and asks whether it is the reference answer (Germany). W and b,
+fitted on the untouched model, predict that answer without training (`predict_edit`), and the
+study scores those predictions against what training did.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import numpy as np
+
+from lincorr.collect import collect_logits, fill
+from lincorr.errors import LincorrError
+from lincorr.experiments.ablation import pseudo_names
+from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
+from lincorr.finetune import Fact, TrainConfig, train_on_facts
+from lincorr.inputs import sample_vocab_inputs
+from lincorr.metrics import mann_whitney_auc, reference_columns
+from lincorr.models import LM, wrap_model
+from lincorr.outputs import staged_directory, write_json, write_text_atomic
+from lincorr.prompts import Prompt, registry_prompt
+
+# Gap (in logits) by which the edited source answer is assumed to lead the runner-up after the
+# edit. Fixed a priori, not fitted to outcomes; the study reports the gap training really produced.
+DEFAULT_MARGIN = 5.0
+# Blocks only: the 168M-parameter embedding of gemma-3-270m would triple the optimiser's cost.
+BLOCKS_ONLY = (r"layers\.",)
+# 60x the paper's 5e-6: on gemma-3-270m, 5e-5 for 3 epochs learned 1-3 of 16 facts and 3e-4 for 6 epochs 15 of 16;
+# the issue asks for defaults that learn >= 95% of the taught facts.
+DEFAULT_TRAIN = TrainConfig(learning_rate=3e-4, epochs=8, batch_size=4, trainable=BLOCKS_ONLY, progress=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class StudyRelation:
+    """A relation pair as the paper labels it, with its registry prompts (the reference comes from the registry)."""
+
+    label: str
+    source: str
+    target: str
+
+
+# The paper's Table 5 (llama-3.2-3b): generalization rate and its random baseline.
+TABLE5 = (
+    (StudyRelation("City->Country", "city", "country"), 0.5370, 0.0078),
+    (StudyRelation("Country->Continent", "country", "continent"), 0.5093, 0.2000),
+    (StudyRelation("en->es (city)", "city", "es/city"), 0.3910, 0.0041),
+    (StudyRelation("X+1->X+2", "math/x+1", "math/x+2"), 0.0000, 0.0909),
+    (StudyRelation("X+1->X*2", "math/x+1", "math/x*2"), 0.0818, 0.0909),
+    (StudyRelation("Fruit->Color", "fruit_color", "simile_color"), 0.1160, 0.0667),
+    (StudyRelation("Food->Taste", "food_taste", "simile_taste"), 0.1944, 0.1000),
+    (StudyRelation("CEO->Company", "ceo", "company"), 0.0434, 0.0100),
+    (StudyRelation("Language->Continent", "language", "continent"), 0.2365, 0.2000),
+    (StudyRelation("en->zh (city)", "city", "zh/city"), 0.0249, 0.0041),
+    (StudyRelation("en->ja (city)", "city", "ja/city"), 0.0460, 0.0041),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneralizationConfig:
+    """Study settings: facts per seed, seeds, how W is fitted, how the model is trained, the prediction margin."""
+
+    n_facts: int = 16
+    seeds: tuple[int, ...] = (0, 1, 2)
+    n_inputs: int = 1000
+    fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100)
+    train: TrainConfig = DEFAULT_TRAIN
+    margin: float = DEFAULT_MARGIN
+    keep_subwords: bool = False
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.n_facts < 1 or not self.seeds:
+            raise LincorrError("the generalization study needs n_facts >= 1 and at least one seed")
+
+
+@dataclasses.dataclass(frozen=True)
+class EditPrediction:
+    """What W predicts an edit "source answer = s" does to one entity's target answer."""
+
+    source_answer: str
+    delta: float  # assumed rise of the source answer's logit
+    predicted_target: str
+    confidence: float  # softmax probability of the predicted target over the predicted target logits
+    runner_up: str
+    margin: float  # predicted top-1 minus runner-up logit
+    current_target: str  # top-1 before the edit
+    references: tuple[str, ...]  # the reference answers of s (empty when the registry has none)
+    success_probability: float  # softmax mass on the reference answers (NaN without references)
+
+    @property
+    def predicts_reference(self) -> bool | None:
+        """True: W expects the edit to generalize; False: to hallucinate; None: no reference known."""
+        return self.predicted_target in self.references if self.references else None
+
+    def summary(self) -> dict:
+        """JSON-ready fields."""
+        return {**dataclasses.asdict(self), "references": list(self.references), "predicts_reference": self.predicts_reference}
+
+
+def edit_delta(source_before: np.ndarray, source_index: int, margin: float) -> float:
+    """How far the source logit must rise for answer `source_index` to lead the others by `margin`."""
+    others = np.delete(source_before, source_index)
+    return float(max(others.max() - source_before[source_index], 0.0) + margin) if others.size else float(margin)
+
+
+def predicted_target_logits(coef: np.ndarray, target_before: np.ndarray, source_index: int, delta: float) -> np.ndarray:
+    """Target logits after raising source logit `source_index` by `delta`: t + delta * W[s, :] -> `[n_target]`."""
+    return np.asarray(target_before, np.float64) + delta * np.asarray(coef[source_index], np.float64)
+
+
+def softmax(scores: np.ndarray) -> np.ndarray:
+    """Probabilities over the last axis."""
+    shifted = np.exp(scores - scores.max(-1, keepdims=True))
+    return shifted / shifted.sum(-1, keepdims=True)
+
+
+def predict_from_logits(
+    coef: np.ndarray, source_before: np.ndarray, target_before: np.ndarray, source_index: int, source_words: Sequence[str],
+    target_words: Sequence[str], reference_columns_of_s: Sequence[int] = (), margin: float = DEFAULT_MARGIN,
+) -> EditPrediction:
+    """Predict the edit from W `[n_source, n_target]` and one entity's current logits `[n_source]`, `[n_target]`."""
+    delta = edit_delta(np.asarray(source_before, np.float64), source_index, margin)
+    predicted = predicted_target_logits(coef, target_before, source_index, delta)
+    order = np.argsort(-predicted, kind="stable")
+    probabilities = softmax(predicted)
+    columns = list(reference_columns_of_s)
+    return EditPrediction(
+        source_answer=source_words[source_index],
+        delta=delta,
+        predicted_target=target_words[order[0]],
+        confidence=float(probabilities[order[0]]),
+        runner_up=target_words[order[1]] if len(order) > 1 else "",
+        margin=float(predicted[order[0]] - predicted[order[1]]) if len(order) > 1 else float("inf"),
+        current_target=target_words[int(np.argmax(target_before))],
+        references=tuple(target_words[c] for c in columns),
+        success_probability=float(probabilities[columns].sum()) if columns else float("nan"),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class Relation:
+    """A relation bound to one model: both prompts, W fitted on the untouched model, and the reference columns."""
+
+    label: str
+    source: Prompt
+    target: Prompt
+    fit: PairResult
+    reference: dict[int, tuple[int, ...]]  # source row -> right target columns
+
+
+def prepare_relation(lm: LM, registry, source: str, target: str, *, n_inputs: int = 1000, fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100),
+                     keep_subwords: bool = False, label: str | None = None, progress: bool = True) -> Relation:
+    """Bind the prompts, fit W on `n_inputs` vocabulary inputs (cached tables) and map the registry reference to columns."""
+    source_prompt = registry_prompt(registry, source, lm.tokenizer, keep_subwords=keep_subwords)
+    target_prompt = registry_prompt(registry, target, lm.tokenizer, keep_subwords=keep_subwords)
+    found = registry.reference_for(registry.prompt(source), registry.prompt(target))
+    if found is None:
+        raise LincorrError(f"the registry has no reference pairs for {source} -> {target}; see `lincorr references`")
+    reference = reference_columns(found.pairs, source_prompt.domain.words, target_prompt.domain)
+    if not reference:
+        raise LincorrError(f"no reference pair of {found.name} survives this tokenizer; try another model or relation")
+    fit.check_sizes(n_inputs, len(source_prompt.domain))
+    inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed=fit.seed)
+    tables = [collect_logits(lm, p.template, p.domain, inputs, progress=progress, description=p.name) for p in (source_prompt, target_prompt)]
+    fitted = fit_tables(*tables, fit, source_name=source, target_name=target, model_name=lm.name)
+    return Relation(label or f"{source}->{target}", source_prompt, target_prompt, fitted, reference)
+
+
+def entity_logits(lm: LM, prompt: Prompt, entities: Sequence[str]) -> np.ndarray:
+    """Scores of `prompt` over its domain for each entity `[n_entities, n_domain]` (never cached: a trained copy is throwaway)."""
+    return collect_logits(lm, prompt.template, prompt.domain, entities, cache=False, progress=False).values
+
+
+def predict_edit(lm: LM, relation: Relation, value: str, subject: str, *, margin: float = DEFAULT_MARGIN) -> EditPrediction:
+    """Predict, without training, what teaching "source_template(subject) value" does to the target answer."""
+    index = relation.source.domain.find(value)
+    if index is None:
+        raise LincorrError(f"{value!r} is not a usable word of the {relation.source.name} domain for this tokenizer; "
+                           f"see `lincorr domains` for the words it keeps")
+    source_before = entity_logits(lm, relation.source, [subject])[0]
+    target_before = entity_logits(lm, relation.target, [subject])[0]
+    return predict_from_logits(relation.fit.coef, source_before, target_before, index, relation.source.domain.words,
+                               relation.target.domain.words, relation.reference.get(index, ()), margin)
+
+
+@dataclasses.dataclass(frozen=True)
+class FactOutcome:
+    """One edited fact: what was taught, what the model answered before and after, what W predicted, and why."""
+
+    seed: int
+    entity: str
+    source_answer: str
+    references: tuple[str, ...]
+    reference_category: str  # token category of the (first) reference answer: whole_word / word_in_phrase / subword
+    learned: bool  # after training, the source top-1 is the taught answer
+    source_delta: float  # observed rise of the taught answer's source logit
+    target_before: str
+    generated: str  # target top-1 after training
+    generalized_before: bool
+    generalized: bool
+    predicted: str
+    predicted_confidence: float
+    predicted_success: float  # predicted softmax mass on the reference answers
+    w_ref: float  # W[s, ref] (the best alias)
+    w_gen: float  # W[s, generated]
+    w_max: float  # max W[s, :]
+    bias_ref: float  # b[ref], the prior of the reference answer
+    bias_gen: float
+    category: str  # one of CATEGORIES
+
+
+CATEGORIES = ("generalized", "wrong weight", "low prior", "unexplained", "not learned")
+
+
+def diagnose(generalized: bool, learned: bool, w_ref: float, w_gen: float, bias_ref: float, bias_gen: float) -> str:
+    """Table 6's reading of a fact: W favoured the wrong answer, or favoured the right one but the wrong one's bias (prior) was higher."""
+    if generalized:
+        return "generalized"
+    if not learned:
+        return "not learned"
+    if w_ref < w_gen:
+        return "wrong weight"
+    return "low prior" if bias_gen > bias_ref else "unexplained"
+
+
+def score_outcomes(
+    relation: Relation, seed: int, entities: Sequence[str], answer_rows: Sequence[int], source_before: np.ndarray, source_after: np.ndarray,
+    target_before: np.ndarray, target_after: np.ndarray, margin: float = DEFAULT_MARGIN,
+) -> list[FactOutcome]:
+    """Bookkeeping for one seed: tables are `[n_entities, n_source]` / `[n_entities, n_target]` before and after training."""
+    coef, bias = relation.fit.coef, relation.fit.intercept
+    target_words = relation.target.domain.words
+    outcomes = []
+    for i, (entity, s) in enumerate(zip(entities, answer_rows)):
+        right = relation.reference[s]
+        generated = int(np.argmax(target_after[i]))
+        ref = max(right, key=lambda c: coef[s, c])
+        prediction = predict_from_logits(coef, source_before[i], target_before[i], s, relation.source.domain.words, target_words, right, margin)
+        learned = int(np.argmax(source_after[i])) == s
+        generalized = generated in right
+        outcomes.append(FactOutcome(
+            seed=seed, entity=entity, source_answer=relation.source.domain.words[s], references=tuple(target_words[c] for c in right),
+            reference_category=relation.target.domain.categories[right[0]], learned=learned,
+            source_delta=float(source_after[i, s] - source_before[i, s]), target_before=target_words[int(np.argmax(target_before[i]))],
+            generated=target_words[generated], generalized_before=int(np.argmax(target_before[i])) in right, generalized=generalized,
+            predicted=prediction.predicted_target, predicted_confidence=prediction.confidence, predicted_success=prediction.success_probability,
+            w_ref=float(coef[s, ref]), w_gen=float(coef[s, generated]), w_max=float(coef[s].max()), bias_ref=float(bias[ref]),
+            bias_gen=float(bias[generated]),
+            category=diagnose(generalized, learned, float(coef[s, ref]), float(coef[s, generated]), float(bias[ref]), float(bias[generated])),
+        ))
+    return outcomes
+
+
+def planned_facts(relation: Relation, n_facts: int, seed: int, tokenizer) -> tuple[list[str], list[int]]:
+    """Fresh entity names and the source rows they are taught (distinct while the reference has enough subjects)."""
+    rng = np.random.default_rng(seed)
+    subjects = np.array(sorted(relation.reference))
+    rows = rng.choice(subjects, size=n_facts, replace=n_facts > subjects.size)
+    # Offset keeps a seed's names apart from other studies that draw pseudo names with small seeds.
+    return pseudo_names(n_facts, tokenizer, seed + 10_000), [int(r) for r in rows]
+
+
+def rate(values) -> float:
+    """Share of true values (NaN when empty)."""
+    values = list(values)
+    return float(np.mean(values)) if values else float("nan")
+
+
+@dataclasses.dataclass(frozen=True)
+class GeneralizationResult:
+    """Every edited fact of every seed, the W they were judged by, and timings."""
+
+    label: str
+    model_name: str
+    source: str
+    target: str
+    source_template: str
+    target_template: str
+    n_target_domain: int
+    labelwise_r_mean: float  # of the W fit, on held-out inputs
+    config: GeneralizationConfig
+    outcomes: tuple[FactOutcome, ...]
+    losses: tuple[tuple[float, ...], ...]  # per seed, the mean loss of each epoch
+    seconds_fit: float
+    seconds_train: float
+    seconds: float
+
+    def per_seed(self, field: str) -> list[float]:
+        """A boolean field's rate in each seed."""
+        return [rate(getattr(o, field) for o in self.outcomes if o.seed == seed) for seed in self.config.seeds]
+
+    def random_baseline(self) -> float:
+        """Chance that a uniformly random target answer is right: mean share of right answers in the domain."""
+        return rate(len(o.references) / self.n_target_domain for o in self.outcomes)
+
+    def prediction_scores(self) -> dict:
+        """How well W's a-priori prediction matched training: top-1 accuracy and AUC for success."""
+        outcomes = self.outcomes
+        return {
+            "prediction_accuracy": rate(o.predicted == o.generated for o in outcomes),
+            "prediction_accuracy_learned": rate(o.predicted == o.generated for o in outcomes if o.learned),
+            "prediction_success_auc": mann_whitney_auc([o.predicted_success for o in outcomes], [o.generalized for o in outcomes]),
+            "predicted_generalization_rate": rate(o.predicted in o.references for o in outcomes),
+        }
+
+    def summary(self) -> dict:
+        """The JSON contract of `lincorr generalize --json`."""
+        generalized, before, learned = self.per_seed("generalized"), self.per_seed("generalized_before"), self.per_seed("learned")
+        return {
+            "relation": self.label, "model": self.model_name, "source": self.source, "target": self.target,
+            "source_template": self.source_template, "target_template": self.target_template,
+            "generalization_rate": float(np.mean(generalized)), "generalization_rate_std": float(np.std(generalized)),
+            "generalization_rate_per_seed": generalized,
+            "generalization_rate_learned": rate(o.generalized for o in self.outcomes if o.learned),
+            "rate_before": float(np.mean(before)), "random_baseline": self.random_baseline(),
+            "source_learned_rate": float(np.mean(learned)), "source_learned_rate_std": float(np.std(learned)),
+            "mean_source_delta": rate(o.source_delta for o in self.outcomes),
+            **self.prediction_scores(),
+            "categories": {c: sum(o.category == c for o in self.outcomes) for c in CATEGORIES},
+            "n_facts": self.config.n_facts, "seeds": list(self.config.seeds), "n_target_domain": self.n_target_domain,
+            "labelwise_r_mean": self.labelwise_r_mean, "n_inputs": self.config.n_inputs, "estimator": self.config.fit.estimator,
+            "learning_rate": self.config.train.learning_rate, "epochs": self.config.train.epochs, "batch_size": self.config.train.batch_size,
+            "trainable": list(self.config.train.trainable), "margin": self.config.margin,
+            "seconds_fit": self.seconds_fit, "seconds_train": self.seconds_train, "seconds": self.seconds,
+        }
+
+    def diagnosis_rows(self) -> list[dict]:
+        """Table 6: one row per edited fact, generalized first, then by W[s, ref]."""
+        rows = [dataclasses.asdict(o) | {"references": list(o.references)} for o in self.outcomes]
+        return sorted(rows, key=lambda r: (not r["generalized"], -r["w_ref"]))
+
+    def diagnosis_markdown(self, max_rows: int = 20) -> str:
+        """Table 6 as Markdown (source answer, reference, generated, W weights, priors, category)."""
+        lines = ["| entity | source | reference | generated | W[s,ref] | W[s,gen] | max W[s,:] | b[ref] | b[gen] | case |",
+                 "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in self.diagnosis_rows()[:max_rows]:
+            lines.append(f"| {r['entity']} | {r['source_answer']} | {'/'.join(r['references'])} | {r['generated']} | {r['w_ref']:.3f} | "
+                         f"{r['w_gen']:.3f} | {r['w_max']:.3f} | {r['bias_ref']:.2f} | {r['bias_gen']:.2f} | {r['category']} |")
+        return "\n".join(lines)
+
+    def weight_curve(self, n_bins: int = 5) -> list[dict]:
+        """Fig. 5: generalization rate in quantile bins of W[s, ref] (learned facts only)."""
+        learned = [o for o in self.outcomes if o.learned]
+        if not learned:
+            return []
+        weights = np.array([o.w_ref for o in learned])
+        edges = np.unique(np.quantile(weights, np.linspace(0, 1, n_bins + 1)))
+        bins = np.clip(np.searchsorted(edges, weights, side="right") - 1, 0, max(len(edges) - 2, 0))
+        return [
+            {"w_ref_low": float(edges[b]), "w_ref_high": float(edges[min(b + 1, len(edges) - 1)]), "n": int((bins == b).sum()),
+             "generalization_rate": rate(o.generalized for o, k in zip(learned, bins) if k == b)}
+            for b in sorted(set(bins.tolist()))
+        ]
+
+    def plot_weight_curve(self, path) -> None:
+        """Fig. 5 as a PNG: each fact's outcome against W[s, ref], with the binned rate."""
+        import lincorr.plots  # noqa: F401  (selects the Agg backend)
+        import matplotlib.pyplot as plt
+
+        figure, axis = plt.subplots(figsize=(5, 3.5))
+        learned = [o for o in self.outcomes if o.learned]
+        jitter = np.random.default_rng(0).uniform(-0.03, 0.03, len(learned))
+        axis.scatter([o.w_ref for o in learned], np.array([float(o.generalized) for o in learned]) + jitter, s=10, alpha=0.5, label="facts")
+        curve = self.weight_curve()
+        axis.plot([(c["w_ref_low"] + c["w_ref_high"]) / 2 for c in curve], [c["generalization_rate"] for c in curve], "o-", color="C3",
+                  label="rate per quantile bin")
+        axis.set_xlabel("W[s, reference]")
+        axis.set_ylabel("generalized")
+        axis.set_title(f"{self.model_name}: {self.label}", fontsize=9)
+        axis.legend(fontsize=7)
+        figure.tight_layout()
+        figure.savefig(path, dpi=120)
+        plt.close(figure)
+
+    def format_table(self) -> str:
+        """The headline numbers, one per line."""
+        s = self.summary()
+        lines = [f"{self.label} on {self.model_name}: {s['n_facts']} facts x {len(s['seeds'])} seeds"]
+        for key in ("generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "prediction_accuracy",
+                    "prediction_success_auc", "labelwise_r_mean", "seconds"):
+            lines.append(f"{key:<24} {s[key]:.4f}" + (f" ± {s[key + '_std']:.4f}" if key + "_std" in s else ""))
+        lines.append(f"{'categories':<24} {s['categories']}")
+        return "\n".join(lines)
+
+    def save(self, directory) -> None:
+        """result.json (summary, config, Fig. 5 bins), facts.json (every outcome), table6.md and fig5.png."""
+        with staged_directory(directory) as out:
+            write_json(out / "result.json", {**self.summary(), "weight_curve": self.weight_curve(), "config": dataclasses.asdict(self.config),
+                                             "losses": [list(l) for l in self.losses]})
+            write_json(out / "facts.json", self.diagnosis_rows())
+            write_text_atomic(out / "table6.md", self.diagnosis_markdown(max_rows=len(self.outcomes)) + "\n")
+            self.plot_weight_curve(out / "fig5.png")
+
+
+def run_generalization(lm: LM, registry, source: str, target: str, config: GeneralizationConfig = GeneralizationConfig(), *,
+                       label: str | None = None, relation: Relation | None = None) -> GeneralizationResult:
+    """Teach fresh entities source facts (one training run per seed) and read their target answers before and after."""
+    started = time.perf_counter()
+    relation = relation or prepare_relation(lm, registry, source, target, n_inputs=config.n_inputs, fit=config.fit,
+                                            keep_subwords=config.keep_subwords, label=label, progress=config.progress)
+    seconds_fit = time.perf_counter() - started
+    outcomes, losses, seconds_train = [], [], 0.0
+    for seed in config.seeds:
+        entities, rows = planned_facts(relation, config.n_facts, seed, lm.tokenizer)
+        answer_prefix = registry.prompt(source).answer_prefix
+        facts = [Fact(fill(relation.source.template, e), relation.source.domain.words[r], answer_prefix) for e, r in zip(entities, rows)]
+        before = [entity_logits(lm, p, entities) for p in (relation.source, relation.target)]
+        trained = train_on_facts(lm.model, lm.tokenizer, facts, dataclasses.replace(config.train, seed=seed))
+        seconds_train += trained.seconds
+        losses.append(trained.losses)
+        tuned = wrap_model(trained.model, lm.tokenizer, name=f"{lm.name}+edit")
+        after = [entity_logits(tuned, p, entities) for p in (relation.source, relation.target)]
+        del tuned, trained  # one trained copy at a time: a 270M model in float32 is 1 GB, plus AdamW state
+        outcomes += score_outcomes(relation, seed, entities, rows, before[0], after[0], before[1], after[1], config.margin)
+    return GeneralizationResult(
+        label=relation.label, model_name=lm.name, source=source, target=target, source_template=relation.source.template,
+        target_template=relation.target.template, n_target_domain=len(relation.target.domain),
+        labelwise_r_mean=float(np.nanmean(relation.fit.labelwise_r)), config=config, outcomes=tuple(outcomes), losses=tuple(losses),
+        seconds_fit=seconds_fit, seconds_train=seconds_train, seconds=time.perf_counter() - started,
+    )

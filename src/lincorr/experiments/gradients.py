@@ -1,0 +1,159 @@
+"""Gradient correlation (§4.1, Table 4): does one optimiser step on source facts move target logits as W predicts?
+
+After one AdamW step on "source_template(x_j) s_j" for training inputs x_j, the source-domain
+logits of held-out inputs change by dS `[n_eval, n_source]` and the target-domain logits by dT
+`[n_eval, n_target]`; if the update travels through the linear correlation, dS @ W predicts dT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from lincorr.collect import fill
+from lincorr.errors import LincorrError
+from lincorr.experiments.correlation import FitConfig
+from lincorr.experiments.generalization import StudyRelation, entity_logits, prepare_relation
+from lincorr.finetune import Fact, TrainConfig, single_step
+from lincorr.metrics import labelwise_pearson
+from lincorr.models import LM, wrap_model
+from lincorr.outputs import staged_directory, write_json
+
+# The paper's Table 4 (llama-3.2-3b): logit correlation and gradient correlation.
+TABLE4 = (
+    (StudyRelation("City->Country", "city", "country"), 0.89, 0.79),
+    (StudyRelation("CEO->Company", "ceo", "company"), 0.55, 0.47),
+    (StudyRelation("en->es (city)", "city", "es/city"), 0.70, 0.79),
+    (StudyRelation("en->zh (city)", "city", "zh/city"), 0.58, 0.46),
+    (StudyRelation("Fruit->Color", "fruit_color", "simile_color"), 0.48, 0.46),
+    (StudyRelation("Food->Taste", "food_taste", "simile_taste"), 0.47, 0.47),
+    (StudyRelation("X+1->X+2", "math/x+1", "math/x+2"), 0.93, 0.87),
+    (StudyRelation("X+1->X*2", "math/x+1", "math/x*2"), 0.73, 0.66),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientConfig:
+    """One step on `n_step_facts` training inputs, scored on `n_eval` held-out inputs; the paper's AdamW at 5e-6."""
+
+    n_inputs: int = 1000
+    n_step_facts: int = 32
+    n_eval: int = 200
+    fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100)
+    train: TrainConfig = TrainConfig(learning_rate=5e-6, batch_size=8, trainable=(r"layers\.",), progress=False)
+    n_control: int = 5
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientCorrelation:
+    """Label-wise r of dS @ W against dT on held-out inputs, beside a row-shuffled W and the logit correlation."""
+
+    label: str
+    model_name: str
+    source: str
+    target: str
+    logit_r: float  # label-wise r of W on held-out logits (the usual fit)
+    gradient_r: float
+    control_r: float  # mean over W's with permuted rows
+    labelwise_gradient_r: np.ndarray  # [n_target]
+    mean_abs_source_change: float
+    mean_abs_target_change: float
+    config: GradientConfig
+    seconds: float
+
+    def summary(self) -> dict:
+        """JSON-ready numbers and settings."""
+        return {
+            "relation": self.label, "model": self.model_name, "source": self.source, "target": self.target,
+            "logit_r": self.logit_r, "gradient_r": self.gradient_r, "control_r": self.control_r,
+            "mean_abs_source_change": self.mean_abs_source_change, "mean_abs_target_change": self.mean_abs_target_change,
+            "n_step_facts": self.config.n_step_facts, "n_eval": self.config.n_eval, "n_inputs": self.config.n_inputs,
+            "learning_rate": self.config.train.learning_rate, "trainable": list(self.config.train.trainable),
+            "estimator": self.config.fit.estimator, "seed": self.config.seed, "seconds": self.seconds,
+        }
+
+
+def gradient_correlation_from_changes(coef: np.ndarray, source_change: np.ndarray, target_change: np.ndarray, *, n_control: int = 5,
+                                      seed: int = 0) -> tuple[np.ndarray, float]:
+    """Label-wise r of `source_change @ W` against `target_change` `[n_eval, n_target]`, and the mean r with row-shuffled W."""
+    labelwise = labelwise_pearson(source_change @ coef, target_change)
+    rng = np.random.default_rng(seed)
+    control = [np.nanmean(labelwise_pearson(source_change @ coef[rng.permutation(coef.shape[0])], target_change)) for _ in range(n_control)]
+    return labelwise, float(np.mean(control))
+
+
+def measure_gradient_correlation(lm: LM, registry, source: str, target: str, config: GradientConfig = GradientConfig(), *,
+                                 label: str | None = None) -> GradientCorrelation:
+    """Fit W, take one optimiser step on source facts with random source answers, and correlate dS @ W with dT."""
+    started = time.perf_counter()
+    relation = prepare_relation(lm, registry, source, target, n_inputs=config.n_inputs, fit=config.fit, label=label, progress=config.progress)
+    inputs = relation.fit.source.inputs
+    train_rows, test_rows = relation.fit.train_index, relation.fit.test_index
+    if config.n_step_facts > train_rows.size or config.n_eval > test_rows.size:
+        raise LincorrError(f"{config.n_step_facts} step facts and {config.n_eval} evaluation inputs need more inputs than {len(inputs)}; raise -n")
+    rng = np.random.default_rng(config.seed)
+    step_inputs = [inputs[i] for i in rng.choice(train_rows, config.n_step_facts, replace=False)]
+    eval_inputs = [inputs[i] for i in rng.choice(test_rows, config.n_eval, replace=False)]
+    answers = rng.choice(len(relation.source.domain), config.n_step_facts)
+    prefix = registry.prompt(source).answer_prefix
+    facts = [Fact(fill(relation.source.template, x), relation.source.domain.words[a], prefix) for x, a in zip(step_inputs, answers)]
+
+    before = [entity_logits(lm, p, eval_inputs) for p in (relation.source, relation.target)]
+    stepped = single_step(lm.model, lm.tokenizer, facts, dataclasses.replace(config.train, seed=config.seed))
+    tuned = wrap_model(stepped.model, lm.tokenizer, name=f"{lm.name}+step")
+    after = [entity_logits(tuned, p, eval_inputs) for p in (relation.source, relation.target)]
+    source_change, target_change = after[0] - before[0], after[1] - before[1]
+    labelwise, control = gradient_correlation_from_changes(relation.fit.coef, source_change, target_change, n_control=config.n_control,
+                                                           seed=config.seed)
+    return GradientCorrelation(
+        label=relation.label, model_name=lm.name, source=source, target=target, logit_r=float(np.nanmean(relation.fit.labelwise_r)),
+        gradient_r=float(np.nanmean(labelwise)), control_r=control, labelwise_gradient_r=labelwise,
+        mean_abs_source_change=float(np.abs(source_change).mean()), mean_abs_target_change=float(np.abs(target_change).mean()),
+        config=config, seconds=time.perf_counter() - started,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientTable:
+    """Table 4: one GradientCorrelation per relation, with the paper's numbers beside ours."""
+
+    rows: tuple[GradientCorrelation, ...]
+    skipped: tuple[tuple[str, str], ...]  # (relation, why)
+
+    def summary(self) -> dict:
+        paper = {relation.label: (logit, grad) for relation, logit, grad in TABLE4}
+        return {
+            "rows": [r.summary() | ({"paper_logit_r": paper[r.label][0], "paper_gradient_r": paper[r.label][1]} if r.label in paper else {})
+                     for r in self.rows],
+            "skipped": [{"relation": label, "reason": why} for label, why in self.skipped],
+        }
+
+    def markdown(self) -> str:
+        """Our logit and gradient correlation (and the shuffled-W control) next to the paper's."""
+        paper = {relation.label: (logit, grad) for relation, logit, grad in TABLE4}
+        lines = ["| relation | logit r | gradient r | control (shuffled W) | paper logit r | paper gradient r |", "|---|---|---|---|---|---|"]
+        for r in self.rows:
+            theirs = paper.get(r.label, (float("nan"), float("nan")))
+            lines.append(f"| {r.label} | {r.logit_r:.2f} | {r.gradient_r:.2f} | {r.control_r:.2f} | {theirs[0]:.2f} | {theirs[1]:.2f} |")
+        lines += [f"| {label} | skipped: {why} | | | | |" for label, why in self.skipped]
+        return "\n".join(lines)
+
+    def save(self, directory) -> None:
+        with staged_directory(directory) as out:
+            write_json(out / "gradcorr.json", self.summary())
+            (out / "table4.md").write_text(self.markdown() + "\n", encoding="utf-8")
+
+
+def gradient_table(lm: LM, registry, relations=None, config: GradientConfig = GradientConfig()) -> GradientTable:
+    """Table 4 over `relations` (default: the paper's eight); a relation this tokenizer cannot express is skipped with its reason."""
+    rows, skipped = [], []
+    for relation in relations or [r for r, _, _ in TABLE4]:
+        try:
+            rows.append(measure_gradient_correlation(lm, registry, relation.source, relation.target, config, label=relation.label))
+        except LincorrError as error:
+            skipped.append((relation.label, str(error)))
+    return GradientTable(tuple(rows), tuple(skipped))

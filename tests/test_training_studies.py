@@ -1,0 +1,256 @@
+"""Training studies on tiny models: generalization bookkeeping on planted cases, edit prediction, gradient correlation, AUC."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from tiny import WORDS, one_thread, state_copy, tiny_llama, tiny_subword_tokenizer
+
+from lincorr.experiments.correlation import FitConfig
+from lincorr.experiments.generalization import (
+    diagnose,
+    GeneralizationConfig,
+    GeneralizationResult,
+    edit_delta,
+    predict_edit,
+    predict_from_logits,
+    prepare_relation,
+    run_generalization,
+    score_outcomes,
+)
+from lincorr.experiments.gradients import GradientConfig, gradient_correlation_from_changes, measure_gradient_correlation
+from lincorr.experiments.subwords import subword_study
+from lincorr.finetune import TrainConfig
+from lincorr.knowledge import load_registry
+from lincorr.metrics import mann_whitney_auc
+from lincorr.models import wrap_model
+
+CITIES = ("Paris", "London", "Tokyo", "Rome", "Berlin")
+COUNTRIES = ("France", "England", "Japan", "Italy", "Germany")
+REGISTRY_YAML = f"""
+domains:
+  tiny_cities: [{", ".join(CITIES)}]
+  tiny_countries: [{", ".join(COUNTRIES)}]
+prompts:
+  - {{name: tiny_city, family: tiny, language: en, template: "{{}} lives in the city of", domain: tiny_cities}}
+  - {{name: tiny_country, family: tiny, language: en, template: "{{}} lives in the country of", domain: tiny_countries}}
+references:
+  - name: tiny_cities->tiny_countries
+    source_domain: tiny_cities
+    target_domain: tiny_countries
+    pairs: {{Paris: France, London: [England, Japan], Tokyo: Japan, Rome: Italy, Berlin: Germany}}
+"""
+RIDGE = FitConfig(estimator="ridge", alpha=1.0, n_boot=10)
+QUICK_TRAIN = TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    with one_thread():
+        yield
+
+
+@pytest.fixture
+def registry(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(REGISTRY_YAML, encoding="utf-8")
+    return load_registry([path])
+
+
+@pytest.fixture
+def lm():
+    """A tiny Llama whose WordPiece tokenizer spells made-up names in letters, so fresh entity names exist."""
+    tokenizer = tiny_subword_tokenizer(WORDS)
+    return wrap_model(tiny_llama(len(tokenizer)), tokenizer, name="tiny-llama")
+
+
+@pytest.fixture
+def relation(lm, registry):
+    return prepare_relation(lm, registry, "tiny_city", "tiny_country", n_inputs=40, fit=RIDGE, progress=False)
+
+
+# ---- predicting an edit ----
+
+def test_edit_delta_lifts_the_answer_past_the_runner_up_by_the_margin():
+    assert edit_delta(np.array([1.0, 4.0, 2.0]), 0, margin=2.0) == pytest.approx(5.0)
+    assert edit_delta(np.array([6.0, 4.0, 2.0]), 0, margin=2.0) == pytest.approx(2.0)
+
+
+def test_prediction_follows_the_weight_unless_the_prior_wins():
+    coef = np.array([[1.0, 0.0, 0.2], [0.0, 0.1, 1.0]])  # W [n_source=2, n_target=3]
+    source_before = np.array([0.0, 0.0])
+    words_s, words_t = ("Paris", "Rome"), ("France", "Italy", "Spain")
+    weak_prior = predict_from_logits(coef, source_before, np.array([0.0, 1.0, 0.0]), 0, words_s, words_t, (0,), margin=4.0)
+    assert weak_prior.predicted_target == "France" and weak_prior.predicts_reference
+    assert weak_prior.delta == pytest.approx(4.0) and weak_prior.margin == pytest.approx(3.0)
+    assert weak_prior.current_target == "Italy" and 0.5 < weak_prior.confidence < 1
+    strong_prior = predict_from_logits(coef, source_before, np.array([0.0, 10.0, 0.0]), 0, words_s, words_t, (0,), margin=4.0)
+    assert strong_prior.predicted_target == "Italy" and strong_prior.predicts_reference is False
+    assert strong_prior.success_probability < weak_prior.success_probability
+    unknown = predict_from_logits(coef, source_before, np.zeros(3), 1, words_s, words_t, (), margin=4.0)
+    assert unknown.predicted_target == "Spain" and unknown.predicts_reference is None and np.isnan(unknown.success_probability)
+
+
+def test_predict_edit_on_a_model_uses_its_current_logits(lm, relation):
+    prediction = predict_edit(lm, relation, "Tokyo", "Zorbak")
+    assert prediction.source_answer == "Tokyo" and prediction.references == ("Japan",)
+    assert prediction.predicted_target in COUNTRIES and prediction.delta >= 5.0
+    with pytest.raises(Exception, match="not a usable word"):
+        predict_edit(lm, relation, "Atlantis", "Zorbak")
+
+
+# ---- generalization bookkeeping on a planted case ----
+
+def planted(relation):
+    """W sends each city to its own country (London also to Germany, more than to England); the bias favours Germany."""
+    coef = np.zeros((5, 5))
+    for i in range(5):
+        coef[i, i] = 1.0
+    coef[1, 4] = 2.0  # London -> Germany outweighs London -> England
+    return dataclasses.replace(relation, fit=dataclasses.replace(relation.fit, coef=coef, intercept=np.array([0, 0, 0, 0, 3.0])))
+
+
+def test_score_outcomes_on_a_planted_case(relation):
+    relation = planted(relation)
+    rows = [0, 1, 2, 3]  # Paris, London, Tokyo, Rome
+    source_before = np.zeros((4, 5))
+    source_after = np.eye(5)[rows] * 10
+    source_after[3] = np.eye(5)[0] * 10  # Rome did not take: the model still says Paris
+    target_before = np.zeros((4, 5))
+    target_before[:, 4] = 1.0  # everyone lives in Germany before the edit
+    target_after = np.zeros((4, 5))
+    target_after[0, 0] = 5  # Paris -> France: generalized
+    target_after[1, 2] = 5  # London -> Japan: an alias of the reference, generalized
+    target_after[2, 4] = 5  # Tokyo -> Germany although W[Tokyo, Japan] = 1 > W[Tokyo, Germany] = 0: low prior
+    target_after[3, 4] = 5  # Rome never learned
+    outcomes = score_outcomes(relation, 0, ["A", "B", "C", "D"], rows, source_before, source_after, target_before, target_after, margin=5.0)
+    assert [o.generalized for o in outcomes] == [True, True, False, False]
+    assert [o.learned for o in outcomes] == [True, True, True, False]
+    assert [o.category for o in outcomes] == ["generalized", "generalized", "low prior", "not learned"]
+    assert [o.generated for o in outcomes] == ["France", "Japan", "Germany", "Germany"]
+    assert outcomes[1].references == ("England", "Japan") and outcomes[1].w_ref == 1.0  # the best alias by weight: England
+    assert outcomes[1].w_gen == 0.0 and outcomes[1].w_max == 2.0 and outcomes[2].bias_gen == 3.0
+    assert not any(o.generalized_before for o in outcomes)
+    assert outcomes[0].source_delta == 10.0
+    # W predicts Paris -> France (delta 5 beats the prior of 1), London -> Germany (W 2 there), Tokyo -> Japan.
+    assert [o.predicted for o in outcomes] == ["France", "Germany", "Japan", "Italy"]
+
+    # A wrong weight: London taught, model says Germany, where W points.
+    target_after[1] = 0
+    target_after[1, 4] = 5
+    wrong = score_outcomes(relation, 0, ["B"], [1], source_before[1:2], source_after[1:2], target_before[1:2], target_after[1:2])
+    assert wrong[0].category == "wrong weight" and wrong[0].predicted == wrong[0].generated == "Germany"
+    # W favoured the reference and so did the bias: nothing in (W, b) explains the failure.
+    assert diagnose(False, True, w_ref=1.0, w_gen=0.0, bias_ref=2.0, bias_gen=0.0) == "unexplained"
+
+    result = GeneralizationResult(
+        label="planted", model_name="tiny", source="tiny_city", target="tiny_country", source_template="", target_template="",
+        n_target_domain=5, labelwise_r_mean=0.0, config=GeneralizationConfig(n_facts=4, seeds=(0,)), outcomes=tuple(outcomes),
+        losses=((1.0,),), seconds_fit=0.0, seconds_train=0.0, seconds=0.0,
+    )
+    summary = result.summary()
+    assert summary["generalization_rate"] == 0.5 and summary["rate_before"] == 0.0 and summary["source_learned_rate"] == 0.75
+    assert summary["generalization_rate_learned"] == pytest.approx(2 / 3)
+    assert summary["random_baseline"] == pytest.approx((1 + 2 + 1 + 1) / 4 / 5)
+    assert summary["prediction_accuracy"] == 0.25  # only Paris -> France was predicted right
+    assert summary["categories"] == {"generalized": 2, "wrong weight": 0, "low prior": 1, "unexplained": 0, "not learned": 1}
+    assert 0 <= summary["prediction_success_auc"] <= 1
+    assert "| A | Paris | France | France |" in result.diagnosis_markdown()
+
+
+# ---- the whole study on a tiny model ----
+
+def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_path):
+    before = state_copy(lm.model)
+    config = GeneralizationConfig(n_facts=3, seeds=(0, 1), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
+    result = run_generalization(lm, registry, "tiny_city", "tiny_country", config)
+    assert all(torch_equal(before[name], p) for name, p in lm.model.named_parameters())
+    summary = result.summary()
+    assert len(result.outcomes) == 6 and summary["n_facts"] == 3 and summary["seeds"] == [0, 1]
+    assert summary["source_learned_rate"] >= 2 / 3  # lr 1e-2 for 8 epochs memorises three facts on a tiny model
+    assert summary["random_baseline"] == pytest.approx(np.mean([len(o.references) / 5 for o in result.outcomes]))
+    assert len({o.entity for o in result.outcomes}) == 6  # fresh names per seed
+    result.save(tmp_path / "out")
+    saved = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert saved["generalization_rate"] == summary["generalization_rate"]
+    assert (tmp_path / "out" / "fig5.png").stat().st_size > 0 and (tmp_path / "out" / "table6.md").exists()
+
+
+def test_subword_study_splits_by_category(lm, registry):
+    config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
+    result = subword_study(lm, registry, "tiny_city", "tiny_country", config)
+    rows = {r["category"]: r for r in result.rows}
+    assert rows["whole_word"]["n_target_words"] == 5 and rows["whole_word"]["n_facts"] == 2
+    assert rows["subword"]["n_facts"] == 0 and np.isnan(rows["subword"]["generalization_rate"])
+    assert "whole_word" in result.markdown()
+
+
+# ---- gradient correlation ----
+
+def test_gradient_correlation_of_planted_changes():
+    rng = np.random.default_rng(0)
+    coef = rng.normal(size=(6, 4))
+    source_change = rng.normal(size=(50, 6))
+    labelwise, control = gradient_correlation_from_changes(coef, source_change, source_change @ coef + 1e-6 * rng.normal(size=(50, 4)))
+    assert np.allclose(labelwise, 1.0, atol=1e-6) and abs(control) < 0.6
+    unrelated, _ = gradient_correlation_from_changes(coef, source_change, rng.normal(size=(50, 4)))
+    assert np.nanmean(unrelated) < 0.5
+
+
+def test_gradient_correlation_study_on_a_tiny_model(lm, registry):
+    config = GradientConfig(n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE,
+                            train=TrainConfig(learning_rate=1e-3, batch_size=4, progress=False), progress=False)
+    result = measure_gradient_correlation(lm, registry, "tiny_city", "tiny_country", config)
+    summary = result.summary()
+    assert -1 <= summary["gradient_r"] <= 1 and result.labelwise_gradient_r.shape == (5,)
+    assert summary["mean_abs_source_change"] > 0 and summary["mean_abs_target_change"] > 0
+
+
+# ---- AUC ----
+
+def test_mann_whitney_auc():
+    assert mann_whitney_auc([1, 2, 3, 4], [0, 0, 1, 1]) == 1.0
+    assert mann_whitney_auc([4, 3, 2, 1], [0, 0, 1, 1]) == 0.0
+    assert mann_whitney_auc([1, 1, 1, 1], [0, 1, 0, 1]) == 0.5
+    assert mann_whitney_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.75
+    assert np.isnan(mann_whitney_auc([1, 2], [1, 1]))
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+# ---- the command line ----
+
+@pytest.fixture
+def workspace(tmp_path, lm):
+    lm.model.save_pretrained(tmp_path / "model")
+    lm.tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "tiny.yaml").write_text(REGISTRY_YAML, encoding="utf-8")
+    return tmp_path
+
+
+def cli(ws, command, *extra):
+    return [command, "tiny_city", "tiny_country", "--model", str(ws / "model"), "--registry", str(ws / "tiny.yaml"), "-n", "40",
+            "--alpha", "1", "--quiet", *extra]
+
+
+def test_generalize_and_predict_edit_json(workspace, capsys):
+    from lincorr.cli import main
+
+    training = ("--n-facts", "2", "--n-seeds", "2", "--lr", "1e-2", "--epochs", "2")
+    assert main(cli(workspace, "generalize", *training, "--json", "--out", str(workspace / "out"))) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert {"generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_facts", "seeds",
+            "prediction_accuracy", "prediction_success_auc"} <= payload.keys()
+    assert payload["n_facts"] == 2 and payload["seeds"] == [0, 1] and (workspace / "out" / "facts.json").exists()
+    assert main(cli(workspace, "predict-edit", "--value", "Rome", "--subject", "Zorbak", "--json")) == 0
+    prediction = json.loads(capsys.readouterr().out)
+    assert prediction["subject"] == "Zorbak" and prediction["references"] == ["Italy"] and prediction["predicted_target"] in COUNTRIES
+    assert main(cli(workspace, "predict-edit", "--value", "Atlantis")) == 2
+    assert "not a usable word" in capsys.readouterr().err
