@@ -122,7 +122,8 @@ def main() -> None:
 
     # 2. Fitting, on real tables: City -> Country.
     target = collect_logits(lm, country.template, country.domain, inputs[: args.n], batch_size=args.batch_size, progress=False)
-    source_values, target_values = table.values, target.values
+    # float64 for both sides: given float32, scikit-learn fits in float32 and is the less exact one.
+    source_values, target_values = table.values.astype(np.float64), target.values.astype(np.float64)
     from sklearn.linear_model import LinearRegression
 
     def sklearn_loop():

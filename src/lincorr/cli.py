@@ -563,8 +563,6 @@ def run_scale(args) -> None:
         print(f"\nwrote {args.out}/")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
 
 
 # ---- the vocabulary ablation (§6, Table 7) ----
@@ -830,3 +828,7 @@ def run_predict_edit(args) -> None:
           f"runner-up {prediction.runner_up}, margin {prediction.margin:.2f} logits)")
     print(f"that is {verdict[prediction.predicts_reference]}; reference: {', '.join(prediction.references) or '-'}; "
           f"P(reference) {prediction.success_probability:.2f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
