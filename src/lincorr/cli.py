@@ -130,9 +130,12 @@ def load_lm(args):
 
 
 def load_registry_from(args):
-    from lincorr.knowledge import load_registry
+    """The registry of this command (bundled data + --registry files), read once per invocation."""
+    if getattr(args, "loaded_registry", None) is None:
+        from lincorr.knowledge import load_registry
 
-    return load_registry(args.registry)
+        args.loaded_registry = load_registry(args.registry)
+    return args.loaded_registry
 
 
 def choose_inputs(args, tokenizer) -> list[str]:
@@ -141,7 +144,7 @@ def choose_inputs(args, tokenizer) -> list[str]:
     return read_inputs_file(args.inputs) if args.inputs else sample_vocab_inputs(tokenizer, args.n_inputs, args.seed)
 
 
-def resolve_prompt(args, side: str, registry_holder: list, tokenizer):
+def resolve_prompt(args, side: str, tokenizer):
     """A custom prompt when its template/domain options are given, else a registry prompt."""
     from lincorr.domains import read_word_file
     from lincorr.prompts import custom_prompt, registry_prompt
@@ -153,9 +156,7 @@ def resolve_prompt(args, side: str, registry_holder: list, tokenizer):
         raise LincorrError(f"--{side}-template and --{side}-domain go together; give both or neither")
     if template is not None:
         return custom_prompt(template, read_word_file(domain_file), tokenizer, name=name)
-    if not registry_holder:
-        registry_holder.append(load_registry_from(args))
-    return registry_prompt(registry_holder[0], name, tokenizer)
+    return registry_prompt(load_registry_from(args), name, tokenizer)
 
 
 def fit_config(args):
@@ -183,15 +184,12 @@ def measure(args):
             raise LincorrError(f"--{side}-domain file {domain_file} does not exist; pass a text file with one word per line")
     if args.inputs is not None and not Path(args.inputs).is_file():
         raise LincorrError(f"--inputs file {args.inputs} does not exist; pass a text file with one input per line")
-    registry_holder: list = []
     for side in ("source", "target"):
         if getattr(args, f"{side}_template", None) is None:
-            if not registry_holder:
-                registry_holder.append(load_registry_from(args))
-            registry_holder[0].prompt(getattr(args, side))  # fail on a bad name before loading the model
+            load_registry_from(args).prompt(getattr(args, side))  # fail on a bad name before loading the model
     lm = load_lm(args)
-    source = resolve_prompt(args, "source", registry_holder, lm.tokenizer)
-    target = resolve_prompt(args, "target", registry_holder, lm.tokenizer)
+    source = resolve_prompt(args, "source", lm.tokenizer)
+    target = resolve_prompt(args, "target", lm.tokenizer)
     inputs = choose_inputs(args, lm.tokenizer)
     return measure_pair(
         lm, source, target, inputs, config, logprobs=args.logprobs, batch_size=args.batch_size,
