@@ -9,7 +9,7 @@ import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tiny import WORDS, one_thread, tiny_gpt2, tiny_llama, tiny_tokenizer  # noqa: E402
+from tiny import WORDS, one_thread, tiny_gemma3, tiny_gpt2, tiny_llama, tiny_tokenizer  # noqa: E402
 
 from lincorr.models import wrap_model  # noqa: E402
 
@@ -35,19 +35,6 @@ def single_thread():
 def tokenizer():
     """Word-level tokenizer over the prompt words, cities, countries and 120 input names."""
     return tiny_tokenizer(list(WORDS) + list(NAMES))
-
-
-def tiny_gemma3(vocab_size: int, seed: int = 0):
-    """A 2-block Gemma 3 text model with final-logit soft-capping switched on."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    torch.manual_seed(seed)
-    config = Gemma3TextConfig(
-        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=1, head_dim=8, max_position_embeddings=64, sliding_window=4, final_logit_softcapping=3.0,
-        layer_types=["sliding_attention", "full_attention"],
-    )
-    return Gemma3ForCausalLM(config).float()
 
 
 MODEL_BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "gemma3": tiny_gemma3}

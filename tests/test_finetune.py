@@ -20,7 +20,7 @@ from lincorr.finetune import (
     single_step,
     train_on_facts,
 )
-from tiny import state_copy, tiny_gpt2, tiny_llama, tiny_tokenizer
+from tiny import state_copy, tiny_gemma3, tiny_gpt2, tiny_llama, tiny_tokenizer
 
 FACTS = (
     Fact("Alice lives in the city of", "Paris"),
@@ -42,10 +42,13 @@ def tokenizer():
     return tiny_tokenizer()
 
 
-@pytest.fixture(params=["llama", "gpt2"])
+BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "gemma3": tiny_gemma3}
+
+
+@pytest.fixture(params=sorted(BUILDERS))
 def model(request, tokenizer):
-    build = tiny_llama if request.param == "llama" else tiny_gpt2
-    return build(len(tokenizer))
+    """Llama, GPT-2 (absolute positions, dropout) and Gemma 3 (soft-capped head)."""
+    return BUILDERS[request.param](len(tokenizer))
 
 
 def answer_nll_unpadded(model, tokenizer, facts) -> float:
@@ -90,6 +93,8 @@ def test_answer_prefix_joins_prompt_and_answer(tokenizer):
 
 def test_padded_batch_loss_equals_unpadded_answer_nll(model, tokenizer):
     """Left padding, position ids and answer-only labels together reproduce the per-sequence loss."""
+    with torch.no_grad():  # logits of a few units, so that Gemma's soft-capping (cap 3) changes the loss
+        model.get_output_embeddings().weight.mul_(100)
     expected = answer_nll_unpadded(model, tokenizer, FACTS)
     model.train()  # GPT-2's dropout must stay off while training on facts
     config = dataclasses.replace(QUICK, batch_size=len(FACTS))

@@ -8,7 +8,7 @@ from scipy import stats
 from sklearn.linear_model import LinearRegression, Ridge
 
 from lincorr.errors import LincorrError
-from lincorr.linear import LinearMap
+from lincorr.linear import LinearMap, fit_ridge, ridge_held_out_errors
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, top_influenced, top_influencing, top_k
 
 
@@ -54,6 +54,15 @@ def test_cross_validation_prefers_little_penalty_on_clean_data_and_more_on_noise
     noisy_target = 0.05 * source[:, :1] + rng.normal(size=target.shape)
     noisy = LinearMap("ridge", alpha="cv").fit(source, noisy_target).alpha_
     assert clean < noisy
+
+
+@pytest.mark.parametrize("n_source", [30, 150])  # fewer, then more features than training rows
+def test_held_out_ridge_errors_equal_fitting_and_predicting_each_alpha(n_source):
+    source, target, *_ = planted(n=120, n_source=n_source, n_target=9, noise=1.0)
+    train, held = slice(0, 90), slice(90, None)
+    alphas = (1e-3, 1.0, 100.0, 1e4)
+    plain = [np.mean((source[held] @ coef + intercept - target[held]) ** 2) for coef, intercept in fit_ridge(source[train], target[train], alphas)]
+    np.testing.assert_allclose(ridge_held_out_errors(source[train], target[train], source[held], target[held], alphas), plain, rtol=1e-9)
 
 
 def test_ols_refuses_fewer_rows_than_features():

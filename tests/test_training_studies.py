@@ -14,14 +14,21 @@ from lincorr.experiments.generalization import (
     diagnose,
     GeneralizationConfig,
     GeneralizationResult,
+    StudyRelation,
+    calibrate_predictions,
     edit_delta,
+    generalization_table,
+    held_out_deltas,
+    planned_facts,
     predict_edit,
     predict_from_logits,
     prepare_relation,
     run_generalization,
     score_outcomes,
 )
-from lincorr.experiments.gradients import GradientConfig, gradient_correlation_from_changes, measure_gradient_correlation
+import lincorr.experiments.generalization as generalization_module
+import lincorr.experiments.gradients as gradients_module
+from lincorr.experiments.gradients import GradientConfig, gradient_correlation_from_changes, gradient_table, measure_gradient_correlation
 from lincorr.experiments.subwords import subword_study
 from lincorr.finetune import TrainConfig
 from lincorr.knowledge import load_registry
@@ -161,6 +168,44 @@ def test_score_outcomes_on_a_planted_case(relation):
     assert "| A | Paris | France | France |" in result.diagnosis_markdown()
 
 
+def test_calibration_uses_only_other_seeds_and_changes_the_prediction(relation):
+    relation = planted(relation)
+    # Seed 0 teaches Paris twice (rises 2 and 4), seed 1 teaches London (rise 20; Rome, rise 100, did not take).
+    base = score_outcomes(relation, 0, ["A", "B"], [0, 0], np.zeros((2, 5)), np.eye(5)[[0, 0]] * [[2], [4]],
+                          np.zeros((2, 5)), np.zeros((2, 5)))
+    other = score_outcomes(relation, 1, ["C", "D"], [1, 3], np.zeros((2, 5)), np.eye(5)[[1, 0]] * [[20], [100]],
+                           np.zeros((2, 5)), np.zeros((2, 5)))
+    outcomes = base + other
+    assert [o.learned for o in outcomes] == [True, True, True, False]
+    # A seed-0 fact is calibrated by seed 1's learned facts only, and the other way round; unlearned rises never count.
+    assert held_out_deltas(outcomes).tolist() == [20.0, 20.0, 3.0, 3.0]
+    # With one seed, each fact is calibrated by the other facts.
+    assert held_out_deltas(base).tolist() == [4.0, 2.0]
+
+    # C (taught London) leans to Japan by 5 logits; W[London] = (0, 1, 0, 0, 2), so a rise of 3 puts Germany (6) past it.
+    target_before = np.zeros((4, 5))
+    target_before[2, 2] = 5.0
+    calibrated = calibrate_predictions(relation, outcomes, target_before)
+    assert [o.calibrated_delta for o in calibrated] == [20.0, 20.0, 3.0, 3.0]
+    assert [o.predicted_calibrated for o in calibrated] == ["France", "France", "Germany", "Italy"]
+    assert calibrated[0].predicted_success_calibrated == pytest.approx(np.exp(20) / (np.exp(20) + 4))
+    measured = ("generated", "learned", "source_delta", "predicted", "category")
+    assert [[getattr(o, f) for f in measured] for o in calibrated] == [[getattr(o, f) for f in measured] for o in outcomes]
+
+
+def test_balanced_plan_gives_a_rare_category_its_share(relation, lm):
+    # Pretend England (London's first reference) is a subword: one subject in that category, four in the other.
+    categories = ("whole_word", "subword", "whole_word", "whole_word", "whole_word")
+    target = dataclasses.replace(relation.target, domain=dataclasses.replace(relation.target.domain, categories=categories))
+    relation = dataclasses.replace(relation, target=target)
+    london = relation.source.domain.words.index("London")
+    _, plain = planned_facts(relation, 8, 0, lm.tokenizer)
+    names, balanced = planned_facts(relation, 8, 0, lm.tokenizer, balance_categories=True)
+    assert len(names) == len(balanced) == 8 and balanced.count(london) == 4
+    assert sorted(set(balanced) - {london}) == sorted(set(range(5)) - {london})  # the other half: the four whole-word subjects
+    assert plain.count(london) < 4
+
+
 # ---- the whole study on a tiny model ----
 
 def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_path):
@@ -177,6 +222,23 @@ def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_
     saved = json.loads((tmp_path / "out" / "result.json").read_text())
     assert saved["generalization_rate"] == summary["generalization_rate"]
     assert (tmp_path / "out" / "fig5.png").stat().st_size > 0 and (tmp_path / "out" / "table6.md").exists()
+
+
+def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch):
+    config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
+    relations = [StudyRelation("tiny", "tiny_city", "tiny_country"), StudyRelation("no reference", "tiny_country", "tiny_city")]
+    printed = []
+    first = generalization_table(lm, registry, relations, config, on_row=printed.append)
+    assert printed == first and first[0]["n_facts"] == 2 and "no reference pairs" in first[1]["skipped"]
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a stored row was computed again")
+
+    monkeypatch.setattr(generalization_module, "run_generalization", no_training)
+    assert json.dumps(generalization_table(lm, registry, relations, config)) == json.dumps(first)  # NaN-safe comparison
+    # Other settings are another row: it is computed, not read back.
+    with pytest.raises(AssertionError, match="computed again"):
+        generalization_table(lm, registry, relations[:1], dataclasses.replace(config, n_facts=3))
 
 
 def test_subword_study_splits_by_category(lm, registry):
@@ -200,13 +262,25 @@ def test_gradient_correlation_of_planted_changes():
     assert np.nanmean(unrelated) < 0.5
 
 
-def test_gradient_correlation_study_on_a_tiny_model(lm, registry):
+def test_gradient_correlation_study_on_a_tiny_model_and_its_resumable_table(lm, registry, monkeypatch):
     config = GradientConfig(n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE,
                             train=TrainConfig(learning_rate=1e-3, batch_size=4, progress=False), progress=False)
     result = measure_gradient_correlation(lm, registry, "tiny_city", "tiny_country", config)
     summary = result.summary()
     assert -1 <= summary["gradient_r"] <= 1 and result.labelwise_gradient_r.shape == (5,)
     assert summary["mean_abs_source_change"] > 0 and summary["mean_abs_target_change"] > 0
+
+    relations = [StudyRelation("tiny", "tiny_city", "tiny_country"), StudyRelation("no reference", "tiny_country", "tiny_city")]
+    table = gradient_table(lm, registry, relations, config)
+    assert table.rows[0].gradient_r == result.gradient_r and "no reference pairs" in table.skipped[0][1]
+
+    def no_step(*args, **kwargs):
+        raise AssertionError("a stored row was computed again")
+
+    monkeypatch.setattr(gradients_module, "measure_gradient_correlation", no_step)
+    again = gradient_table(lm, registry, relations, config)
+    assert again.markdown() == table.markdown()
+    np.testing.assert_array_equal(again.rows[0].labelwise_gradient_r, result.labelwise_gradient_r)
 
 
 # ---- AUC ----

@@ -50,6 +50,19 @@ def tiny_gpt2(vocab_size: int, seed: int = 0) -> GPT2LMHeadModel:
     return GPT2LMHeadModel(config).float()
 
 
+def tiny_gemma3(vocab_size: int, seed: int = 0):
+    """A 2-block Gemma 3 text model with final-logit soft-capping switched on."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(seed)
+    config = Gemma3TextConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=64, sliding_window=4, final_logit_softcapping=3.0,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    return Gemma3ForCausalLM(config).float()
+
+
 def state_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """A detached copy of every parameter, for bit-exact before/after comparisons."""
     return {name: p.detach().clone() for name, p in model.named_parameters()}

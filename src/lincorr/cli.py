@@ -676,6 +676,8 @@ def add_training_commands(commands) -> None:
     predict.add_argument("--value", required=True, metavar="WORD", help="the proposed source answer, e.g. Indianapolis")
     predict.add_argument("--subject", default=None, metavar="NAME", help="the entity to edit (default: a fresh made-up name)")
     predict.add_argument("--margin", type=float, default=None, help="logit lead the edited source answer is assumed to get")
+    predict.add_argument("--delta", type=float, default=None, metavar="LOGITS",
+                         help="assumed rise of the source answer's logit instead of --margin (a study's mean_source_delta)")
     predict.set_defaults(handler=run_predict_edit)
 
 
@@ -706,30 +708,22 @@ def check_pair(registry, args) -> None:
 
 
 def run_generalize(args) -> None:
-    from lincorr.experiments.generalization import TABLE5, run_generalization
+    from lincorr.experiments.generalization import TABLE5, generalization_table, run_generalization
 
     registry = load_registry_from(args)
     config = generalization_config(args)
-    relations = [(r.label, r.source, r.target) for r, _, _ in TABLE5] if args.table5 else [(None, args.source, args.target)]
-    for _, source, target in relations:
-        registry.prompt(source), registry.prompt(target)
-    lm = load_lm(args)
     if not args.table5:
-        result = run_generalization(lm, registry, args.source, args.target, config)
+        check_pair(registry, args)
+        result = run_generalization(load_lm(args), registry, args.source, args.target, config)
         if args.out:
             result.save(args.out)
         print(json.dumps(result.summary(), ensure_ascii=False) if args.json else result.format_table())
         return
-    paper = {r.label: (rate, chance) for r, rate, chance in TABLE5}
-    rows = []
-    for label, source, target in relations:
-        try:
-            summary = run_generalization(lm, registry, source, target, config, label=label).summary()
-        except LincorrError as error:
-            summary = {"relation": label, "skipped": str(error)}
-        rows.append(summary | {"paper_generalization_rate": paper[label][0], "paper_random_baseline": paper[label][1]})
-        if not args.json:
-            print(table5_line(rows[-1]), flush=True)
+    relations = [relation for relation, _, _ in TABLE5]
+    for relation in relations:
+        registry.prompt(relation.source), registry.prompt(relation.target)
+    rows = generalization_table(load_lm(args), registry, relations, config,
+                                on_row=None if args.json else lambda row: print(table5_line(row), flush=True))
     if args.out:
         from lincorr.outputs import staged_directory, write_json
 
@@ -792,7 +786,11 @@ def run_gradcorr(args) -> None:
         n_inputs=args.n_inputs, n_step_facts=args.n_step_facts, n_eval=args.n_eval, fit=fit_config(args),
         train=training_config(args, BLOCKS_ONLY), seed=args.seed, progress=not args.quiet and sys.stderr.isatty(),
     )
-    table = gradient_table(load_lm(args), registry, relations, config)
+    def report(row: dict) -> None:
+        done = f"skipped: {row['skipped']}" if "skipped" in row else f"gradient r {row['gradient_r']:.2f} (control {row['control_r']:.2f})"
+        print(f"{row['relation']}: {done}", file=sys.stderr, flush=True)
+
+    table = gradient_table(load_lm(args), registry, relations, config, on_row=report if args.table4 and not args.quiet else None)
     if args.out:
         table.save(args.out)
     print(json.dumps(table.summary(), ensure_ascii=False) if args.json else table.markdown())
@@ -802,13 +800,16 @@ def run_predict_edit(args) -> None:
     from lincorr.experiments.ablation import pseudo_names
     from lincorr.experiments.generalization import DEFAULT_MARGIN, predict_edit, prepare_relation
 
+    if args.delta is not None and args.margin is not None:
+        raise LincorrError("pass --delta (the rise of the source logit) or --margin (its lead over the others), not both")
     registry = load_registry_from(args)
     check_pair(registry, args)
     lm = load_lm(args)
     relation = prepare_relation(lm, registry, args.source, args.target, n_inputs=args.n_inputs, fit=fit_config(args),
                                 progress=not args.quiet and sys.stderr.isatty())
     subject = args.subject or pseudo_names(1, lm.tokenizer, args.seed + 10_000)[0]
-    prediction = predict_edit(lm, relation, args.value, subject, margin=DEFAULT_MARGIN if args.margin is None else args.margin)
+    prediction = predict_edit(lm, relation, args.value, subject, margin=DEFAULT_MARGIN if args.margin is None else args.margin,
+                              delta=args.delta)
     summary = {"model": lm.name, "source": args.source, "target": args.target, "subject": subject, **prediction.summary(),
                "labelwise_r_mean": float(relation.fit.labelwise_r.mean())}
     if args.out:

@@ -67,9 +67,7 @@ class LinearMap:
         errors = np.zeros(len(self.alphas))
         for held_out in folds:
             train = np.setdiff1d(np.arange(n), held_out)
-            for k, (coef, intercept) in enumerate(fit_ridge(source[train], target[train], self.alphas)):
-                residual = source[held_out] @ coef + intercept - target[held_out]
-                errors[k] += np.mean(residual**2)
+            errors += ridge_held_out_errors(source[train], target[train], source[held_out], target[held_out], self.alphas)
         return self.alphas[int(np.argmin(errors))]
 
 
@@ -97,6 +95,30 @@ def fit_ols(source: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndar
     except np.linalg.LinAlgError:
         coef = np.linalg.lstsq(centred, target - target_mean, rcond=None)[0]
     return coef, target_mean - source_mean @ coef
+
+
+def ridge_held_out_errors(source: np.ndarray, target: np.ndarray, held_source: np.ndarray, held_target: np.ndarray,
+                          alphas) -> np.ndarray:
+    """Mean squared error on the held-out rows of the ridge fit on (`source`, `target`), for each alpha `[n_alphas]`.
+
+    With X = U diag(s) V^T (centred train source), A = X_held V, B = U^T Y and R the centred held-out
+    target, the held-out residual is A diag(f) B - R with f = s / (s^2 + alpha), so its squared norm is
+    f^T ((A^T A) * (B B^T)) f - 2 f . rowsum((A^T R) * B) + |R|^2: one [rank, rank] form per alpha
+    instead of a W [n_source, n_target] and a prediction per alpha.
+    """
+    source_mean, target_mean = source.mean(0), target.mean(0)
+    u, s, vt = np.linalg.svd(source - source_mean, full_matrices=False)
+    projected_held = (held_source - source_mean) @ vt.T  # A [n_held, rank]
+    projected = u.T @ (target - target_mean)  # B [rank, n_target]
+    residual = held_target - target_mean  # R [n_held, n_target]
+    gram = (projected_held.T @ projected_held) * (projected @ projected.T)
+    cross = ((projected_held.T @ residual) * projected).sum(1)
+    norm = float((residual**2).sum())
+    errors = []
+    for alpha in alphas:
+        shrink = s / (s**2 + alpha)
+        errors.append(shrink @ gram @ shrink - 2 * shrink @ cross + norm)
+    return np.array(errors) / residual.size
 
 
 def fit_ridge(source: np.ndarray, target: np.ndarray, alphas) -> list[tuple[np.ndarray, np.ndarray]]:

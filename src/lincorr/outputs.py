@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -48,3 +50,22 @@ def write_text_atomic(path, text: str) -> None:
     with os.fdopen(handle, "w", encoding="utf-8") as out:
         out.write(text)
     os.replace(temporary, path)
+
+
+def cached_result(kind: str, key: dict, compute: Callable[[], dict]) -> dict:
+    """The stored JSON result for `key`, or `compute()` stored under it: finished rows of a long table survive an interruption.
+
+    `key` must name everything the result depends on (model fingerprint, data, settings); studies are
+    seeded and deterministic, so a stored row is what a rerun would compute.
+    """
+    from lincorr.models import cache_root, read_json, write_json_atomic
+
+    text = json.dumps(key, sort_keys=True, default=str)
+    key = json.loads(text)  # tuples become lists, as they come back from the file
+    path = cache_root() / "results" / kind / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
+    stored = read_json(path)
+    if stored is not None and stored.get("key") == key:
+        return stored["result"]
+    result = compute()
+    write_json_atomic(path, {"key": key, "result": result})
+    return result

@@ -23,12 +23,14 @@ from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.metrics import mann_whitney_auc, reference_columns
 from lincorr.models import LM, wrap_model
-from lincorr.outputs import staged_directory, write_json, write_text_atomic
+from lincorr.outputs import cached_result, staged_directory, write_json, write_text_atomic
 from lincorr.prompts import Prompt, registry_prompt
 
 # Gap (in logits) by which the edited source answer is assumed to lead the runner-up after the
-# edit. Fixed a priori, not fitted to outcomes; the study reports the gap training really produced.
+# edit. Fixed a priori, not fitted to outcomes; the study also calibrates the rise on held-out facts.
 DEFAULT_MARGIN = 5.0
+# Part of every stored study row's key: bump it when a change to the code changes a study's numbers.
+STUDY_VERSION = 2
 # Blocks only: the 168M-parameter embedding of gemma-3-270m would triple the optimiser's cost.
 BLOCKS_ONLY = (r"layers\.",)
 # 60x the paper's 5e-6: on gemma-3-270m, 5e-5 for 3 epochs learned 1-3 of 16 facts and 3e-4 for 6 epochs 15 of 16;
@@ -72,6 +74,7 @@ class GeneralizationConfig:
     train: TrainConfig = DEFAULT_TRAIN
     margin: float = DEFAULT_MARGIN
     keep_subwords: bool = False
+    balance_categories: bool = False  # draw the taught answers evenly over the token categories of their references
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -123,9 +126,14 @@ def softmax(scores: np.ndarray) -> np.ndarray:
 def predict_from_logits(
     coef: np.ndarray, source_before: np.ndarray, target_before: np.ndarray, source_index: int, source_words: Sequence[str],
     target_words: Sequence[str], reference_columns_of_s: Sequence[int] = (), margin: float = DEFAULT_MARGIN,
+    delta: float | None = None,
 ) -> EditPrediction:
-    """Predict the edit from W `[n_source, n_target]` and one entity's current logits `[n_source]`, `[n_target]`."""
-    delta = edit_delta(np.asarray(source_before, np.float64), source_index, margin)
+    """Predict the edit from W `[n_source, n_target]` and one entity's current logits `[n_source]`, `[n_target]`.
+
+    The source logit rises by `delta` when given (e.g. calibrated from training), else by `edit_delta(..., margin)`.
+    """
+    if delta is None:
+        delta = edit_delta(np.asarray(source_before, np.float64), source_index, margin)
     predicted = predicted_target_logits(coef, target_before, source_index, delta)
     order = np.argsort(-predicted, kind="stable")
     probabilities = softmax(predicted)
@@ -177,8 +185,13 @@ def entity_logits(lm: LM, prompt: Prompt, entities: Sequence[str]) -> np.ndarray
     return collect_logits(lm, prompt.template, prompt.domain, entities, cache=False, progress=False).values
 
 
-def predict_edit(lm: LM, relation: Relation, value: str, subject: str, *, margin: float = DEFAULT_MARGIN) -> EditPrediction:
-    """Predict, without training, what teaching "source_template(subject) value" does to the target answer."""
+def predict_edit(lm: LM, relation: Relation, value: str, subject: str, *, margin: float = DEFAULT_MARGIN,
+                 delta: float | None = None) -> EditPrediction:
+    """Predict, without training, what teaching "source_template(subject) value" does to the target answer.
+
+    `delta` is the assumed rise of the taught source logit (a study's `mean_source_delta` for the same
+    training settings); without it the rise is whatever makes `value` lead the other answers by `margin`.
+    """
     index = relation.source.domain.find(value)
     if index is None:
         raise LincorrError(f"{value!r} is not a usable word of the {relation.source.name} domain for this tokenizer; "
@@ -186,7 +199,7 @@ def predict_edit(lm: LM, relation: Relation, value: str, subject: str, *, margin
     source_before = entity_logits(lm, relation.source, [subject])[0]
     target_before = entity_logits(lm, relation.target, [subject])[0]
     return predict_from_logits(relation.fit.coef, source_before, target_before, index, relation.source.domain.words,
-                               relation.target.domain.words, relation.reference.get(index, ()), margin)
+                               relation.target.domain.words, relation.reference.get(index, ()), margin, delta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,6 +226,10 @@ class FactOutcome:
     bias_ref: float  # b[ref], the prior of the reference answer
     bias_gen: float
     category: str  # one of CATEGORIES
+    # The same prediction with the rise calibrated on other facts' training (filled by `calibrate_predictions`).
+    calibrated_delta: float = float("nan")
+    predicted_calibrated: str = ""
+    predicted_success_calibrated: float = float("nan")
 
 
 CATEGORIES = ("generalized", "wrong weight", "low prior", "unexplained", "not learned")
@@ -257,11 +274,51 @@ def score_outcomes(
     return outcomes
 
 
-def planned_facts(relation: Relation, n_facts: int, seed: int, tokenizer) -> tuple[list[str], list[int]]:
-    """Fresh entity names and the source rows they are taught (distinct while the reference has enough subjects)."""
+def held_out_deltas(outcomes: Sequence[FactOutcome]) -> np.ndarray:
+    """Per fact, the mean observed source-logit rise of the learned facts of the other seeds (of the other facts with one seed)."""
+    rises = np.array([o.source_delta for o in outcomes])
+    learned = np.array([o.learned for o in outcomes])
+    seeds = np.array([o.seed for o in outcomes])
+    # Other seeds are separate training runs, so a fact's own run never calibrates its prediction.
+    groups = seeds if np.unique(seeds).size > 1 else np.arange(len(outcomes))
+    deltas = []
+    for group in groups:
+        pool = (groups != group) & learned
+        deltas.append(float(rises[pool].mean()) if pool.any() else float("nan"))
+    return np.array(deltas)
+
+
+def calibrate_predictions(relation: Relation, outcomes: Sequence[FactOutcome], target_before: np.ndarray) -> list[FactOutcome]:
+    """Redo each fact's prediction with the rise training produced on held-out facts; `target_before` is `[n_facts, n_target]`."""
+    coef, target_words = relation.fit.coef, relation.target.domain.words
+    source_index = {word: i for i, word in enumerate(relation.source.domain.words)}
+    calibrated = []
+    for outcome, logits, delta in zip(outcomes, target_before, held_out_deltas(outcomes)):
+        if np.isnan(delta):
+            calibrated.append(outcome)
+            continue
+        s = source_index[outcome.source_answer]
+        prediction = predict_from_logits(coef, np.zeros(0), logits, s, relation.source.domain.words, target_words,
+                                         relation.reference[s], delta=delta)
+        calibrated.append(dataclasses.replace(outcome, calibrated_delta=delta, predicted_calibrated=prediction.predicted_target,
+                                              predicted_success_calibrated=prediction.success_probability))
+    return calibrated
+
+
+def planned_facts(relation: Relation, n_facts: int, seed: int, tokenizer, *, balance_categories: bool = False) -> tuple[list[str], list[int]]:
+    """Fresh entity names and the source rows they are taught (distinct while the reference has enough subjects).
+
+    With `balance_categories`, the facts are split evenly over the token categories of the subjects'
+    reference answers, so that a rare category (subwords) still gets facts.
+    """
     rng = np.random.default_rng(seed)
-    subjects = np.array(sorted(relation.reference))
-    rows = rng.choice(subjects, size=n_facts, replace=n_facts > subjects.size)
+    subjects = sorted(relation.reference)
+    groups = [np.array(subjects)]
+    if balance_categories:
+        category = {s: relation.target.domain.categories[relation.reference[s][0]] for s in subjects}
+        groups = [np.array([s for s in subjects if category[s] == c]) for c in sorted(set(category.values()))]
+    shares = np.diff(np.linspace(0, n_facts, len(groups) + 1).round().astype(int))
+    rows = np.concatenate([rng.choice(group, size=share, replace=share > group.size) for group, share in zip(groups, shares)])
     # Offset keeps a seed's names apart from other studies that draw pseudo names with small seeds.
     return pseudo_names(n_facts, tokenizer, seed + 10_000), [int(r) for r in rows]
 
@@ -300,13 +357,19 @@ class GeneralizationResult:
         return rate(len(o.references) / self.n_target_domain for o in self.outcomes)
 
     def prediction_scores(self) -> dict:
-        """How well W's a-priori prediction matched training: top-1 accuracy and AUC for success."""
+        """How well W's predictions matched training (top-1 accuracy, AUC for success): a priori, and with the calibrated rise."""
         outcomes = self.outcomes
+        calibrated = [o for o in outcomes if o.predicted_calibrated]
         return {
             "prediction_accuracy": rate(o.predicted == o.generated for o in outcomes),
             "prediction_accuracy_learned": rate(o.predicted == o.generated for o in outcomes if o.learned),
             "prediction_success_auc": mann_whitney_auc([o.predicted_success for o in outcomes], [o.generalized for o in outcomes]),
             "predicted_generalization_rate": rate(o.predicted in o.references for o in outcomes),
+            "calibrated_delta_mean": rate(o.calibrated_delta for o in calibrated),
+            "calibrated_prediction_accuracy": rate(o.predicted_calibrated == o.generated for o in calibrated),
+            "calibrated_prediction_success_auc": mann_whitney_auc([o.predicted_success_calibrated for o in calibrated],
+                                                                  [o.generalized for o in calibrated]),
+            "calibrated_predicted_generalization_rate": rate(o.predicted_calibrated in o.references for o in calibrated),
         }
 
     def summary(self) -> dict:
@@ -383,7 +446,8 @@ class GeneralizationResult:
         s = self.summary()
         lines = [f"{self.label} on {self.model_name}: {s['n_facts']} facts x {len(s['seeds'])} seeds"]
         for key in ("generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "prediction_accuracy",
-                    "prediction_success_auc", "labelwise_r_mean", "seconds"):
+                    "prediction_success_auc", "calibrated_prediction_accuracy", "calibrated_prediction_success_auc", "labelwise_r_mean",
+                    "seconds"):
             lines.append(f"{key:<24} {s[key]:.4f}" + (f" ± {s[key + '_std']:.4f}" if key + "_std" in s else ""))
         lines.append(f"{'categories':<24} {s['categories']}")
         return "\n".join(lines)
@@ -405,9 +469,9 @@ def run_generalization(lm: LM, registry, source: str, target: str, config: Gener
     relation = relation or prepare_relation(lm, registry, source, target, n_inputs=config.n_inputs, fit=config.fit,
                                             keep_subwords=config.keep_subwords, label=label, progress=config.progress)
     seconds_fit = time.perf_counter() - started
-    outcomes, losses, seconds_train = [], [], 0.0
+    outcomes, target_before, losses, seconds_train = [], [], [], 0.0
     for seed in config.seeds:
-        entities, rows = planned_facts(relation, config.n_facts, seed, lm.tokenizer)
+        entities, rows = planned_facts(relation, config.n_facts, seed, lm.tokenizer, balance_categories=config.balance_categories)
         answer_prefix = registry.prompt(source).answer_prefix
         facts = [Fact(fill(relation.source.template, e), relation.source.domain.words[r], answer_prefix) for e, r in zip(entities, rows)]
         before = [entity_logits(lm, p, entities) for p in (relation.source, relation.target)]
@@ -418,9 +482,56 @@ def run_generalization(lm: LM, registry, source: str, target: str, config: Gener
         after = [entity_logits(tuned, p, entities) for p in (relation.source, relation.target)]
         del tuned, trained  # one trained copy at a time: a 270M model in float32 is 1 GB, plus AdamW state
         outcomes += score_outcomes(relation, seed, entities, rows, before[0], after[0], before[1], after[1], config.margin)
+        target_before.append(before[1])
+    outcomes = calibrate_predictions(relation, outcomes, np.concatenate(target_before))
     return GeneralizationResult(
         label=relation.label, model_name=lm.name, source=source, target=target, source_template=relation.source.template,
         target_template=relation.target.template, n_target_domain=len(relation.target.domain),
         labelwise_r_mean=float(np.nanmean(relation.fit.labelwise_r)), config=config, outcomes=tuple(outcomes), losses=tuple(losses),
         seconds_fit=seconds_fit, seconds_train=seconds_train, seconds=time.perf_counter() - started,
     )
+
+
+def study_key(study: str, lm: LM, registry, relation: StudyRelation, config) -> dict:
+    """Everything a study row depends on: code version, model weights, both prompts, their domains, the reference, settings."""
+    specs = [registry.prompt(relation.source), registry.prompt(relation.target)]
+    reference = registry.reference_for(*specs)
+    settings = dataclasses.asdict(config)
+    settings.pop("progress", None)
+    settings.get("train", {}).pop("progress", None)
+    return {
+        "study": study, "version": STUDY_VERSION, "model": lm.fingerprint, "label": relation.label,
+        "prompts": [dataclasses.asdict(spec) for spec in specs], "domains": [registry.domain_words(spec.domain) for spec in specs],
+        "reference": dataclasses.asdict(reference) if reference else None, "config": settings,
+    }
+
+
+def stored_row(study: str, lm: LM, registry, relation: StudyRelation, config, compute) -> dict:
+    """`compute()` (a JSON row) for one relation of a table, kept in the cache; a LincorrError becomes a row with "skipped"."""
+    def guarded() -> dict:
+        try:
+            return compute()
+        except LincorrError as error:
+            return {"relation": relation.label, "skipped": str(error)}
+
+    return cached_result(study, study_key(study, lm, registry, relation, config), guarded)
+
+
+def generalization_table(lm: LM, registry, relations: Sequence[StudyRelation] | None = None,
+                         config: GeneralizationConfig = GeneralizationConfig(), *, on_row=None) -> list[dict]:
+    """Table 5: one summary row per relation (default: the paper's eleven) beside the paper's numbers.
+
+    Finished rows are stored in the cache, so an interrupted table resumes where it stopped; a
+    relation this tokenizer cannot express becomes a row with its reason under "skipped".
+    """
+    paper = {relation.label: (rate, chance) for relation, rate, chance in TABLE5}
+    rows = []
+    for relation in relations or [r for r, _, _ in TABLE5]:
+        row = stored_row("generalize", lm, registry, relation, config,
+                         lambda: run_generalization(lm, registry, relation.source, relation.target, config, label=relation.label).summary())
+        if relation.label in paper:
+            row |= {"paper_generalization_rate": paper[relation.label][0], "paper_random_baseline": paper[relation.label][1]}
+        rows.append(row)
+        if on_row is not None:
+            on_row(row)
+    return rows

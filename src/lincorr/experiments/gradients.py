@@ -15,7 +15,7 @@ import numpy as np
 from lincorr.collect import fill
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig
-from lincorr.experiments.generalization import StudyRelation, entity_logits, prepare_relation
+from lincorr.experiments.generalization import StudyRelation, entity_logits, prepare_relation, stored_row
 from lincorr.finetune import Fact, TrainConfig, single_step
 from lincorr.metrics import labelwise_pearson
 from lincorr.models import LM, wrap_model
@@ -75,6 +75,20 @@ class GradientCorrelation:
             "learning_rate": self.config.train.learning_rate, "trainable": list(self.config.train.trainable),
             "estimator": self.config.fit.estimator, "seed": self.config.seed, "seconds": self.seconds,
         }
+
+    def to_row(self) -> dict:
+        """The summary plus the per-target r: everything `from_row` needs."""
+        return self.summary() | {"labelwise_gradient_r": self.labelwise_gradient_r.tolist()}
+
+    @classmethod
+    def from_row(cls, row: dict, config: GradientConfig) -> GradientCorrelation:
+        """Rebuild a stored result (the settings are the caller's: they are part of the row's key)."""
+        return cls(
+            label=row["relation"], model_name=row["model"], source=row["source"], target=row["target"], logit_r=row["logit_r"],
+            gradient_r=row["gradient_r"], control_r=row["control_r"], labelwise_gradient_r=np.array(row["labelwise_gradient_r"], float),
+            mean_abs_source_change=row["mean_abs_source_change"], mean_abs_target_change=row["mean_abs_target_change"], config=config,
+            seconds=row["seconds"],
+        )
 
 
 def gradient_correlation_from_changes(coef: np.ndarray, source_change: np.ndarray, target_change: np.ndarray, *, n_control: int = 5,
@@ -148,12 +162,19 @@ class GradientTable:
             (out / "table4.md").write_text(self.markdown() + "\n", encoding="utf-8")
 
 
-def gradient_table(lm: LM, registry, relations=None, config: GradientConfig = GradientConfig()) -> GradientTable:
-    """Table 4 over `relations` (default: the paper's eight); a relation this tokenizer cannot express is skipped with its reason."""
+def gradient_table(lm: LM, registry, relations=None, config: GradientConfig = GradientConfig(), *, on_row=None) -> GradientTable:
+    """Table 4 over `relations` (default: the paper's eight); a relation this tokenizer cannot express is skipped with its reason.
+
+    Finished rows are stored in the cache, so an interrupted table resumes where it stopped.
+    """
     rows, skipped = [], []
     for relation in relations or [r for r, _, _ in TABLE4]:
-        try:
-            rows.append(measure_gradient_correlation(lm, registry, relation.source, relation.target, config, label=relation.label))
-        except LincorrError as error:
-            skipped.append((relation.label, str(error)))
+        row = stored_row("gradcorr", lm, registry, relation, config,
+                         lambda: measure_gradient_correlation(lm, registry, relation.source, relation.target, config, label=relation.label).to_row())
+        if "skipped" in row:
+            skipped.append((relation.label, row["skipped"]))
+        else:
+            rows.append(GradientCorrelation.from_row(row, config))
+        if on_row is not None:
+            on_row(row)
     return GradientTable(tuple(rows), tuple(skipped))

@@ -50,9 +50,9 @@ class SubwordResult:
 
 
 def subword_study(lm: LM, registry, source: str = "city", target: str = "country",
-                  config: GeneralizationConfig = GeneralizationConfig(keep_subwords=True)) -> SubwordResult:
-    """Fit W and run the generalization study with subword answers kept, then split every score by category."""
-    config = dataclasses.replace(config, keep_subwords=True)
+                  config: GeneralizationConfig = GeneralizationConfig(keep_subwords=True, balance_categories=True)) -> SubwordResult:
+    """Fit W and run the generalization study with subword answers kept and facts spread evenly over categories, then split every score by category."""
+    config = dataclasses.replace(config, keep_subwords=True, balance_categories=True)
     relation = prepare_relation(lm, registry, source, target, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=True, progress=config.progress)
     result = run_generalization(lm, registry, source, target, config, relation=relation)
     categories = np.array(relation.target.domain.categories)
