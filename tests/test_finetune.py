@@ -178,6 +178,18 @@ def test_same_seed_same_weights_other_seed_other_weights(model, tokenizer):
     assert not all(torch.equal(params[0][n], params[2][n]) for n in params[0])
 
 
+def test_stop_when_ends_training_after_the_epoch_it_says_so(model, tokenizer):
+    seen = []
+
+    def third_epoch(trained) -> bool:
+        seen.append(torch.is_grad_enabled() or trained.training)
+        return len(seen) == 3
+
+    result = train_on_facts(model, tokenizer, FACTS, dataclasses.replace(QUICK, epochs=10), stop_when=third_epoch)
+    assert len(result.losses) == 3 and result.steps == 3 * 2  # six facts in batches of three
+    assert seen == [False, False, False]  # asked without gradients, in eval mode
+
+
 def test_mistakes_raise_one_clear_error(model, tokenizer):
     with pytest.raises(LincorrError, match="no parameter matches"):
         select_trainable(model, TrainConfig(trainable=("no_such_module",)))

@@ -648,6 +648,8 @@ def add_training_commands(commands) -> None:
         parser.add_argument("--n-seeds", type=int, default=3, help="seeds --seed, --seed+1, ... (default 3)")
         parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="logit lead the edited source answer is assumed to get")
         training_options(parser, DEFAULT_TRAIN)
+        parser.add_argument("--all-epochs", action="store_true",
+                            help="train all --epochs (default: stop after the first epoch at which every taught fact is learned)")
 
     generalize = study_parser("generalize", "teach fresh entities source facts; does the target answer follow (Table 5)?")
     generalization_options(generalize)
@@ -698,7 +700,8 @@ def generalization_config(args):
         raise LincorrError(f"--n-seeds must be at least 1, got {args.n_seeds}")
     return GeneralizationConfig(
         n_facts=args.n_facts, seeds=tuple(range(args.seed, args.seed + args.n_seeds)), n_inputs=args.n_inputs, fit=fit_config(args),
-        train=training_config(args, BLOCKS_ONLY), margin=args.margin, progress=not args.quiet and sys.stderr.isatty(),
+        train=training_config(args, BLOCKS_ONLY), margin=args.margin, until_learned=not args.all_epochs,
+        progress=not args.quiet and sys.stderr.isatty(),
     )
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from tqdm.auto import tqdm
@@ -157,8 +157,12 @@ def train_on_facts(
     config: TrainConfig = TrainConfig(),
     *,
     inplace: bool = False,
+    stop_when: Callable[[torch.nn.Module], bool] | None = None,
 ) -> TrainResult:
-    """Fine-tune on `facts` for `config.epochs` epochs of shuffled batches; the caller's model is untouched unless `inplace`."""
+    """Fine-tune on `facts` for `config.epochs` epochs of shuffled batches; the caller's model is untouched unless `inplace`.
+
+    `stop_when(model)` is asked after every epoch (model in eval mode); True ends training early.
+    """
     encoded = _encode_all(tokenizer, facts)
     generator = torch.Generator().manual_seed(config.seed)
     n_batches = math.ceil(len(encoded) / config.batch_size)
@@ -170,7 +174,7 @@ def train_on_facts(
             batches = [[encoded[i] for i in order[start : start + size]] for start in range(0, len(order), size)]
             yield [[batch] for batch in batches]  # each step is a single micro-batch
 
-    return _run(model, tokenizer, epochs(), config, inplace=inplace, total_steps=config.epochs * n_batches)
+    return _run(model, tokenizer, epochs(), config, inplace=inplace, total_steps=config.epochs * n_batches, stop_when=stop_when)
 
 
 def single_step(
@@ -193,7 +197,7 @@ def _encode_all(tokenizer, facts: Sequence[Fact]) -> list[EncodedFact]:
     return [encode_fact(tokenizer, fact) for fact in facts]
 
 
-def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_steps: int) -> TrainResult:
+def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_steps: int, stop_when=None) -> TrainResult:
     """Train over `epochs`: each is a list of steps, each step a list of micro-batches whose gradients add up."""
     started = time.perf_counter()
     torch.manual_seed(config.seed)
@@ -235,6 +239,10 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
                     bar.update(1)
                     bar.set_postfix(loss=f"{step_loss:.4f}")
                 losses.append(loss_sum / token_sum)
+                if stop_when is not None:
+                    with torch.no_grad():
+                        if stop_when(target):
+                            break
     finally:
         optimizer.zero_grad(set_to_none=True)
         for name, parameter in parameters.items():
