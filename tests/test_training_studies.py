@@ -20,6 +20,7 @@ from lincorr.experiments.generalization import (
     generalization_table,
     held_out_deltas,
     planned_facts,
+    table5_markdown,
     predict_edit,
     predict_from_logits,
     prepare_relation,
@@ -233,6 +234,8 @@ def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch
     printed = []
     first = generalization_table(lm, registry, relations, config, on_row=printed.append)
     assert printed == first and first[0]["n_facts"] == 2 and "no reference pairs" in first[1]["skipped"]
+    markdown = table5_markdown(first).splitlines()
+    assert len(markdown) == 4 and markdown[2].startswith(f"| tiny | {first[0]['generalization_rate']:.1%} ±") and "skipped" in markdown[3]
 
     def no_training(*args, **kwargs):
         raise AssertionError("a stored row was computed again")
@@ -324,10 +327,15 @@ def test_generalize_and_predict_edit_json(workspace, capsys):
     assert main(cli(workspace, "generalize", *training, "--json", "--out", str(workspace / "out"))) == 0
     payload = json.loads(capsys.readouterr().out)
     assert {"generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_facts", "seeds",
-            "prediction_accuracy", "prediction_success_auc"} <= payload.keys()
+            "prediction_accuracy", "prediction_success_auc", "calibrated_prediction_accuracy", "epochs_run_per_seed"} <= payload.keys()
     assert payload["n_facts"] == 2 and payload["seeds"] == [0, 1] and (workspace / "out" / "facts.json").exists()
     assert main(cli(workspace, "predict-edit", "--value", "Rome", "--subject", "Zorbak", "--json")) == 0
     prediction = json.loads(capsys.readouterr().out)
     assert prediction["subject"] == "Zorbak" and prediction["references"] == ["Italy"] and prediction["predicted_target"] in COUNTRIES
+    assert main(cli(workspace, "predict-edit", "--value", "Rome", "--subject", "Zorbak", "--delta", "40", "--json")) == 0
+    pushed = json.loads(capsys.readouterr().out)
+    assert pushed["delta"] == 40.0 != prediction["delta"] and pushed["current_target"] == prediction["current_target"]
     assert main(cli(workspace, "predict-edit", "--value", "Atlantis")) == 2
     assert "not a usable word" in capsys.readouterr().err
+    assert main(cli(workspace, "predict-edit", "--value", "Rome", "--delta", "9", "--margin", "2")) == 2
+    assert "not both" in capsys.readouterr().err

@@ -711,7 +711,7 @@ def check_pair(registry, args) -> None:
 
 
 def run_generalize(args) -> None:
-    from lincorr.experiments.generalization import TABLE5, generalization_table, run_generalization
+    from lincorr.experiments.generalization import TABLE5, generalization_table, run_generalization, table5_markdown
 
     registry = load_registry_from(args)
     config = generalization_config(args)
@@ -732,6 +732,7 @@ def run_generalize(args) -> None:
 
         with staged_directory(args.out) as out:
             write_json(out / "table5.json", rows)
+            (out / "table5.md").write_text(table5_markdown(rows) + "\n", encoding="utf-8")
     if args.json:
         print(json.dumps(rows, ensure_ascii=False))
 

@@ -549,3 +549,20 @@ def generalization_table(lm: LM, registry, relations: Sequence[StudyRelation] | 
         if on_row is not None:
             on_row(row)
     return rows
+
+
+def table5_markdown(rows: Sequence[dict]) -> str:
+    """Table 5 rows (from `generalization_table`) as Markdown, the paper's numbers beside ours."""
+    lines = ["| relation | generalization | before | random | source learned | epochs | edit predictor acc. / AUC (calibrated) | paper | paper random |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        paper = (f"{row['paper_generalization_rate']:.2%} | {row['paper_random_baseline']:.2%}" if "paper_generalization_rate" in row
+                 else "| ")
+        if "skipped" in row:
+            lines.append(f"| {row['relation']} | skipped: {row['skipped']} | | | | | | {paper} |")
+            continue
+        lines.append(
+            f"| {row['relation']} | {row['generalization_rate']:.1%} ± {row['generalization_rate_std']:.1%} | {row['rate_before']:.1%} | "
+            f"{row['random_baseline']:.1%} | {row['source_learned_rate']:.1%} | {'/'.join(map(str, row['epochs_run_per_seed']))} | "
+            f"{row['calibrated_prediction_accuracy']:.0%} / {row['calibrated_prediction_success_auc']:.2f} | {paper} |")
+    return "\n".join(lines)
