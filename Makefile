@@ -30,6 +30,7 @@ test-fast: setup
 
 bench: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_core.py
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_training.py
 
 clean:
 	rm -rf $(VENV) lincorr-out
