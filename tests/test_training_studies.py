@@ -253,6 +253,8 @@ def test_subword_study_splits_by_category(lm, registry):
     rows = {r["category"]: r for r in result.rows}
     assert rows["whole_word"]["n_target_words"] == 5 and rows["whole_word"]["n_facts"] == 2
     assert rows["subword"]["n_facts"] == 0 and np.isnan(rows["subword"]["generalization_rate"])
+    whole = [o for o in result.generalization.outcomes if o.reference_category == "whole_word"]
+    assert rows["whole_word"]["rate_before"] == np.mean([o.generalized_before for o in whole])
     assert "whole_word" in result.markdown()
 
 

@@ -538,7 +538,7 @@ def generalization_table(lm: LM, registry, relations: Sequence[StudyRelation] | 
     Finished rows are stored in the cache, so an interrupted table resumes where it stopped; a
     relation this tokenizer cannot express becomes a row with its reason under "skipped".
     """
-    paper = {relation.label: (rate, chance) for relation, rate, chance in TABLE5}
+    paper = {relation.label: (paper_rate, chance) for relation, paper_rate, chance in TABLE5}
     rows = []
     for relation in relations or [r for r, _, _ in TABLE5]:
         row = stored_row("generalize", lm, registry, relation, config,

@@ -41,7 +41,7 @@ class SubwordResult:
             paper = PAPER_TABLE18.get(r["category"]) if is_papers else None
             theirs = f"{paper[0]:.2f} / {paper[1]:.2f} / {paper[2]:.1%}" if paper else ""
             lines.append(f"| {r['category']} | {r['n_target_words']} | {r['labelwise_r']:.2f} | {r['hit_at_5']:.2f} ({r['n_subjects']}) | "
-                         f"{r['generalization_rate']:.1%} ({r['n_facts']}) | {theirs} |")
+                         f"{r['generalization_rate']:.1%} ({r['n_facts']}; before {r['rate_before']:.1%}) | {theirs} |")
         return "\n".join(lines)
 
     def save(self, directory) -> None:
@@ -66,6 +66,7 @@ def subword_study(lm: LM, registry, source: str = "city", target: str = "country
             "category": category, "n_target_words": int((categories == category).sum()),
             "labelwise_r": float(np.nanmean(relation.fit.labelwise_r[categories == category])) if (categories == category).any() else float("nan"),
             "hit_at_5": hit_at_k(relation.fit.coef, subjects, ks=(5,))[5], "n_subjects": len(subjects),
-            "generalization_rate": rate(o.generalized for o in facts), "n_facts": len(facts),
+            "generalization_rate": rate(o.generalized for o in facts), "rate_before": rate(o.generalized_before for o in facts),
+            "n_facts": len(facts),
         })
     return SubwordResult(tuple(rows), result)
