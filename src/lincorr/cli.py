@@ -637,7 +637,7 @@ def add_training_commands(commands) -> None:
         lr, epochs = train.learning_rate, train.epochs
         parser.add_argument("--lr", type=float, default=lr, help=f"AdamW learning rate (default {lr:g})")
         if with_epochs:
-            parser.add_argument("--epochs", type=int, default=epochs, help=f"epochs over the facts (default {epochs})")
+            parser.add_argument("--epochs", type=int, default=epochs, help=f"most epochs over the facts (default {epochs}; see --all-epochs)")
         parser.add_argument("--train-batch-size", type=int, default=train.batch_size, help=f"facts per step (default {train.batch_size})")
         parser.add_argument("--full", action="store_true", help="train every parameter, embeddings included (default: transformer blocks)")
 
