@@ -20,7 +20,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from lincorr.collect import collect_logits  # noqa: E402
-from lincorr.experiments.ablation import pseudo_names  # noqa: E402
+from lincorr.names import pseudo_names  # noqa: E402
+from lincorr.templates import fill  # noqa: E402
 from lincorr.finetune import Fact, TrainConfig, collate, encode_fact, train_on_facts  # noqa: E402
 from lincorr.inputs import sample_vocab_inputs  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402
@@ -84,7 +85,7 @@ def main() -> None:
     registry = load_registry()
     city = registry_prompt(registry, "city", lm.tokenizer)
     names = pseudo_names(args.batch_size * 4, lm.tokenizer, 0)
-    facts = [Fact(city.template.replace("{}", name), city.domain.words[i]) for i, name in enumerate(names)]
+    facts = [Fact(fill(city.template, name), city.domain.words[i]) for i, name in enumerate(names)]
     # Warm-up: first calls allocate and pick kernels.
     lincorr_steps(lm.model, lm.tokenizer, facts, 1, args.batch_size, args.lr)
     plain = plain_steps(lm.model, lm.tokenizer, facts, args.steps, args.batch_size, args.lr)

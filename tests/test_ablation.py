@@ -15,11 +15,11 @@ from lincorr.experiments.ablation import (
     AblationTable,
     Vocabulary,
     pooled_embeddings,
-    pseudo_names,
     resolve_pairs,
     run_ablation,
     vocabulary_from_model,
 )
+from lincorr.names import pseudo_names
 from tiny import tiny_gpt2, tiny_llama, tiny_subword_tokenizer
 
 CITIES = ("Paris", "Tokyo", "Berlin", "Rome", "Madrid", "Cairo", "Lima", "Oslo", "Dublin", "Vienna", "Athens", "Prague")

@@ -11,6 +11,7 @@ import lincorr.collect as collect
 from lincorr.collect import TableCache, collect_logits, tokenize_prompts
 from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
+from lincorr.templates import fill
 
 TEMPLATE = "{} lives in the city of"
 
@@ -98,4 +99,4 @@ def test_template_needs_exactly_one_slot(llama_lm, domain, template):
 
 
 def test_inputs_with_braces_are_filled_literally():
-    assert collect.fill("{} lives in", "a{}b") == "a{}b lives in"
+    assert fill("{} lives in", "a{}b") == "a{}b lives in"

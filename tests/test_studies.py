@@ -19,7 +19,9 @@ from lincorr.domains import Domain
 from lincorr.errors import LincorrError
 from lincorr.experiments.cases import case_table, save_case_tables
 from lincorr.experiments.correlation import FitConfig, fit_tables
-from lincorr.experiments.matrix import Grid, build_prompts, collect_tables, measure_matrix
+from lincorr.collect import collect_tables
+from lincorr.experiments.matrix import Grid, measure_matrix
+from lincorr.prompts import registry_prompts
 from lincorr.experiments.precision import Relation, precision_of, precision_table, read_reference_file
 from lincorr.experiments.resilience import finetune_on_text, measure_resilience, text_facts
 from lincorr.experiments.scale import measure_scale
@@ -78,7 +80,7 @@ def test_matrix_diagonal_pair_order_and_skipped_prompt(llama_lm, registry):
     # A prompt onto itself is predicted exactly by ols.
     np.testing.assert_allclose(np.diag(result.labelwise_r), 1.0, atol=1e-4)
     # Each cell is the pair (row -> column): the same numbers as fitting that pair on its own.
-    prompts, _ = build_prompts(registry, FAMILY, llama_lm.tokenizer)
+    prompts, _ = registry_prompts(registry, FAMILY, llama_lm.tokenizer)
     tables = collect_tables(llama_lm, prompts, INPUTS, progress=False)
     for i, source in enumerate(FAMILY):
         for j, target in enumerate(FAMILY):
@@ -93,7 +95,7 @@ def test_matrix_diagonal_pair_order_and_skipped_prompt(llama_lm, registry):
 def test_shared_ridge_factorisation_equals_per_pair_fits(llama_lm, registry):
     config = FitConfig(estimator="ridge", alpha=3.0)
     result = family_matrix(llama_lm, registry, config)
-    prompts, _ = build_prompts(registry, FAMILY, llama_lm.tokenizer)
+    prompts, _ = registry_prompts(registry, FAMILY, llama_lm.tokenizer)
     tables = collect_tables(llama_lm, prompts, INPUTS, progress=False)
     pair = fit_tables(tables["tiny_capital"], tables["tiny_country"], config)
     assert result.value("tiny_capital", "tiny_country") == pytest.approx(pair.summary()["labelwise_r_mean"], abs=1e-5)
@@ -116,7 +118,7 @@ def test_rectangle_and_cross_language_grids(registry):
 def test_each_prompt_collected_once_and_cached_rerun_computes_nothing(llama_lm, registry, monkeypatch):
     calls = []
     real = collect_module.collect_logits
-    monkeypatch.setattr("lincorr.experiments.matrix.collect_logits", lambda lm, template, *a, **k: calls.append(template) or real(lm, template, *a, **k))
+    monkeypatch.setattr("lincorr.collect.collect_logits", lambda lm, template, *a, **k: calls.append(template) or real(lm, template, *a, **k))
     first = family_matrix(llama_lm, registry)
     assert len(calls) == len(set(calls)) == 3  # 9 cells, 3 collections
 

@@ -801,7 +801,7 @@ def run_gradcorr(args) -> None:
 
 
 def run_predict_edit(args) -> None:
-    from lincorr.experiments.ablation import pseudo_names
+    from lincorr.names import pseudo_names
     from lincorr.experiments.generalization import DEFAULT_MARGIN, predict_edit, prepare_relation
 
     if args.delta is not None and args.margin is not None:

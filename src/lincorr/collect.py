@@ -9,7 +9,7 @@ import os
 import tempfile
 import time
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +19,8 @@ from tqdm.auto import tqdm
 from lincorr.domains import Domain
 from lincorr.errors import LincorrError
 from lincorr.models import LM, cache_root, read_json, write_json_atomic
+from lincorr.prompts import Prompt
+from lincorr.templates import fill, validate_template
 
 CHECKPOINT_SECONDS = 30.0
 # Part of every cache key: bump it when a change to collection changes the numbers.
@@ -35,18 +37,6 @@ class LogitTable:
     domain: Domain
     kind: str  # "logits" (the paper's default) or "logprobs" (log-softmax over the full vocabulary)
     model: str  # the model's fingerprint
-
-
-def validate_template(template: str) -> str:
-    """A template must hold exactly one "{}" where the input X goes."""
-    if template.count("{}") != 1:
-        raise LincorrError(f"template {template!r} must contain exactly one '{{}}' where the input goes, e.g. '{{}} lives in the city of'")
-    return template
-
-
-def fill(template: str, x: str) -> str:
-    """The prompt for input `x` (plain replacement: X may itself contain braces)."""
-    return template.replace("{}", x)
 
 
 def tokenize_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
@@ -227,3 +217,14 @@ def collect_logits(
     if store is not None:
         store.store(key, values)
     return LogitTable(values, inputs, template, domain, kind, lm.fingerprint)
+
+
+def collect_tables(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str], **collect_options) -> dict[str, LogitTable]:
+    """Each prompt's logit table `[n_inputs, n_domain]` over the same inputs (cached tables are reused).
+
+    `collect_options` go to `collect_logits` (logprobs, batch_size, cache, progress).
+    """
+    return {
+        name: collect_logits(lm, prompt.template, prompt.domain, inputs, description=f"{name} ({i}/{len(prompts)})", **collect_options)
+        for i, (name, prompt) in enumerate(prompts.items(), 1)
+    }

@@ -13,7 +13,8 @@ import torch
 from tqdm.auto import tqdm
 
 from lincorr.errors import LincorrError
-from lincorr.models import apply_logit_transform
+from lincorr.collect import left_pad
+from lincorr.models import apply_logit_transform, position_ids_from_mask
 
 IGNORE_INDEX = -100
 # Transformer blocks are named "model.layers.3.", "transformer.h.3.", "model.language_model.layers.3." ...
@@ -107,18 +108,12 @@ def encode_fact(tokenizer, fact: Fact) -> EncodedFact:
 
 def collate(encoded: Sequence[EncodedFact], pad_token_id: int) -> Batch:
     """Left-pad so every sequence ends at the last position; positions count real tokens only."""
-    sequences = [e.prompt_ids + e.answer_ids for e in encoded]
-    width = max(len(s) for s in sequences)
-    input_ids = torch.full((len(encoded), width), pad_token_id, dtype=torch.long)
-    attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
-    labels = torch.full((len(encoded), width), IGNORE_INDEX, dtype=torch.long)
-    for row, (fact, sequence) in enumerate(zip(encoded, sequences)):
-        input_ids[row, width - len(sequence) :] = torch.tensor(sequence)
-        attention_mask[row, width - len(sequence) :] = 1
-        labels[row, width - len(fact.answer_ids) :] = torch.tensor(fact.answer_ids)
+    input_ids, attention_mask = left_pad([e.prompt_ids + e.answer_ids for e in encoded], pad_token_id)
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    for row, fact in enumerate(encoded):
+        labels[row, labels.shape[1] - len(fact.answer_ids) :] = torch.tensor(fact.answer_ids)
     # Absolute-position models (GPT-2) would otherwise see left padding as the first positions.
-    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    return Batch(input_ids, attention_mask, position_ids, labels)
+    return Batch(input_ids, attention_mask, position_ids_from_mask(attention_mask), labels)
 
 
 def layer_index(parameter_name: str) -> int | None:

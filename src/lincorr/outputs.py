@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import hashlib
 import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,20 @@ def write_json(path, payload) -> None:
 def write_array(path, values: np.ndarray) -> None:
     """A float32 `.npy` (loads with allow_pickle=False)."""
     np.save(path, np.ascontiguousarray(values, dtype=np.float32), allow_pickle=False)
+
+
+def none_if_nan(value) -> float | None:
+    """A float for JSON/CSV, None for NaN."""
+    value = float(value)
+    return None if np.isnan(value) else value
+
+
+def write_csv(path, header: Sequence[str], rows: Sequence[Sequence]) -> None:
+    """A UTF-8 CSV with a header row; None becomes an empty field."""
+    with open(path, "w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows([["" if v is None else v for v in row] for row in rows])
 
 
 def write_text_atomic(path, text: str) -> None:

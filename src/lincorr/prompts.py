@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from lincorr.collect import validate_template
 from lincorr.domains import Domain, build_domain
+from lincorr.errors import LincorrError
+from lincorr.templates import validate_template
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,3 +36,16 @@ def registry_prompt(registry, name: str, tokenizer, *, keep_subwords: bool = Fal
         registry.domain_words(spec.domain), tokenizer, name=spec.domain, answer_prefix=spec.answer_prefix, keep_subwords=keep_subwords
     )
     return Prompt(spec.name, spec.template, domain)
+
+
+def registry_prompts(registry, names: Sequence[str], tokenizer) -> tuple[dict[str, Prompt], tuple[tuple[str, str], ...]]:
+    """Registry prompts for `tokenizer`, and (name, reason) for those whose domain has no usable word."""
+    prompts: dict[str, Prompt] = {}
+    skipped: list[tuple[str, str]] = []
+    for name in names:
+        registry.prompt(name)  # an unknown name is the user's mistake: let it raise
+        try:
+            prompts[name] = registry_prompt(registry, name, tokenizer)
+        except LincorrError as error:
+            skipped.append((name, str(error)))
+    return prompts, tuple(skipped)

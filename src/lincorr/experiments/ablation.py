@@ -18,9 +18,12 @@ import torch
 from tqdm.auto import tqdm
 from transformers.activations import ACT2FN
 
+from lincorr.collect import left_pad, tokenize_prompts
 from lincorr.domains import build_domain, tokenize_word
 from lincorr.errors import LincorrError
 from lincorr.knowledge import load_registry
+from lincorr.names import pseudo_names
+from lincorr.templates import fill, validate_template
 
 MAPPINGS = ("real", "shuffled", "letters")
 SOFTMAX_OVER = ("domains", "full")
@@ -34,9 +37,6 @@ TABLE7_ROWS = (
     ("math/x+1", "math/x+2", "real"),
 )
 PAPER_TABLE7 = dict(zip(TABLE7_ROWS, (97.66, 22.66, 36.72, 78.12, 58.59, 9.38)))
-_ONSETS = ("b", "br", "c", "d", "dr", "f", "g", "gr", "h", "j", "k", "l", "m", "n", "p", "r", "s", "st", "t", "tr", "v", "w", "z")
-_VOWELS = ("a", "e", "i", "o", "u", "a", "e", "i", "ai")
-_CODAS = ("", "", "", "", "n", "r", "l", "s", "m")
 
 Pair = tuple[str, "str | Sequence[str]"]
 
@@ -154,24 +154,6 @@ def vocabulary_from_model(model: torch.nn.Module, name: str = "in-memory") -> Vo
     return Vocabulary(inputs, outputs, int(hidden), str(activation), gated, name)
 
 
-def pseudo_names(n: int, tokenizer, seed: int) -> list[str]:
-    """`n` distinct made-up first names whose token bags differ, so mean pooling tells them apart."""
-    rng = np.random.default_rng(seed)
-    names: list[str] = []
-    bags: set[tuple[int, ...]] = set()
-    for _ in range(100 * n):
-        syllables = "".join(
-            rng.choice(_ONSETS) + rng.choice(_VOWELS) + rng.choice(_CODAS) for _ in range(rng.integers(2, 4))
-        )
-        bag = tuple(sorted(tokenizer(syllables.capitalize(), add_special_tokens=False)["input_ids"]))
-        if bag not in bags:
-            bags.add(bag)
-            names.append(syllables.capitalize())
-            if len(names) == n:
-                return names
-    raise LincorrError(f"could not make {n} distinct names with this tokenizer; ask for fewer")
-
-
 def resolve_pairs(
     pairs: Sequence[Pair],
     tokenizer,
@@ -239,13 +221,8 @@ def _derange(pairs: list[tuple[int, tuple[int, ...]]], rng: np.random.Generator)
 
 def pooled_embeddings(prompts: Sequence[str], tokenizer, input_embeddings: torch.Tensor) -> torch.Tensor:
     """Mean of the input embeddings of each prompt's tokens (special tokens as the tokenizer adds them): `[n, d]`."""
-    rows = [tokenizer(p)["input_ids"] for p in prompts]
-    width = max(len(r) for r in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.float32)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = torch.tensor(row)
-        mask[i, : len(row)] = 1.0
+    ids, mask = left_pad(tokenize_prompts(tokenizer, prompts), pad_id=0)
+    mask = mask.float()
     summed = (input_embeddings[ids] * mask[..., None]).sum(1)
     return summed / mask.sum(1, keepdim=True)
 
@@ -269,8 +246,7 @@ def run_ablation(
     """Both stages and the test for one relation, mapping and seed; `pairs` are (s, t) or (s, (t, alias, ...))."""
     started = time.perf_counter()
     for template in (source_template, target_template):
-        if template.count("{}") != 1:
-            raise LincorrError(f"template {template!r} needs exactly one '{{}}' where the name goes")
+        validate_template(template)
     rng = np.random.default_rng(seed)
     generator = torch.Generator().manual_seed(seed)
     resolved = resolve_pairs(
@@ -284,7 +260,7 @@ def run_ablation(
     stage2_pairs = [resolved.pairs[i] for i in rng.permutation(np.resize(rng.permutation(len(resolved.pairs)), config.n_stage2))]
 
     def pooled(template: str, people: Sequence[str]) -> torch.Tensor:
-        return pooled_embeddings([template.replace("{}", x) for x in people], tokenizer, vocabulary.input_embeddings)
+        return pooled_embeddings([fill(template, x) for x in people], tokenizer, vocabulary.input_embeddings)
 
     if config.softmax_over == "domains":
         candidates = torch.tensor(sorted(set(resolved.source_domain) | set(resolved.target_domain)))

@@ -7,8 +7,7 @@ from collections.abc import Sequence
 
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import PairResult, measure_pair
-from lincorr.experiments.matrix import write_csv
-from lincorr.outputs import staged_directory, write_json
+from lincorr.outputs import staged_directory, write_csv, write_json
 from lincorr.prompts import registry_prompt
 
 DIRECTIONS = ("influenced", "influencing")

@@ -15,16 +15,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lincorr.collect import collect_logits, fill
+from lincorr.collect import collect_logits
 from lincorr.errors import LincorrError
-from lincorr.experiments.ablation import pseudo_names
 from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.metrics import mann_whitney_auc, reference_columns
 from lincorr.models import LM, wrap_model
+from lincorr.names import pseudo_names
 from lincorr.outputs import cached_result, staged_directory, write_json, write_text_atomic
 from lincorr.prompts import Prompt, registry_prompt
+from lincorr.templates import fill
 
 # Gap (in logits) by which the edited source answer is assumed to lead the runner-up after the
 # edit. Fixed a priori, not fitted to outcomes; the study also calibrates the rise on held-out facts.

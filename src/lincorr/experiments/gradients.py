@@ -12,7 +12,6 @@ import time
 
 import numpy as np
 
-from lincorr.collect import fill
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig
 from lincorr.experiments.generalization import StudyRelation, entity_logits, prepare_relation, stored_row
@@ -20,6 +19,7 @@ from lincorr.finetune import Fact, TrainConfig, single_step
 from lincorr.metrics import labelwise_pearson
 from lincorr.models import LM, wrap_model
 from lincorr.outputs import staged_directory, write_json
+from lincorr.templates import fill
 
 # The paper's Table 4 (llama-3.2-3b): logit correlation and gradient correlation.
 TABLE4 = (

@@ -7,7 +7,6 @@ factorisation of the source against the column-concatenation of its targets give
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import logging
 import time
@@ -15,13 +14,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lincorr.collect import LogitTable, collect_logits
+from lincorr.collect import LogitTable, collect_tables
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig, split_indices
 from lincorr.metrics import instancewise_pearson, labelwise_pearson, summarize
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_json
-from lincorr.prompts import Prompt, registry_prompt
+from lincorr.outputs import none_if_nan, staged_directory, write_csv, write_json
+from lincorr.prompts import Prompt, registry_prompts
 
 log = logging.getLogger("lincorr")
 
@@ -90,30 +89,6 @@ class Grid:
             column_labels=tuple(self.column_labels[j] for j in columns),
             cells=tuple(tuple(cells[i][j] for j in columns) for i in rows),
         )
-
-
-def build_prompts(registry, names: Sequence[str], tokenizer) -> tuple[dict[str, Prompt], tuple[tuple[str, str], ...]]:
-    """Registry prompts for `tokenizer`, and (name, reason) for those whose domain has no usable word."""
-    prompts: dict[str, Prompt] = {}
-    skipped: list[tuple[str, str]] = []
-    for name in names:
-        registry.prompt(name)  # an unknown name is the user's mistake: let it raise
-        try:
-            prompts[name] = registry_prompt(registry, name, tokenizer)
-        except LincorrError as error:
-            skipped.append((name, str(error)))
-    return prompts, tuple(skipped)
-
-
-def collect_tables(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str], **collect_options) -> dict[str, LogitTable]:
-    """Each prompt's logit table `[n_inputs, n_domain]` over the same inputs (cached tables are reused).
-
-    `collect_options` go to `collect_logits` (logprobs, batch_size, cache, progress).
-    """
-    return {
-        name: collect_logits(lm, prompt.template, prompt.domain, inputs, description=f"{name} ({i}/{len(prompts)})", **collect_options)
-        for i, (name, prompt) in enumerate(prompts.items(), 1)
-    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,23 +247,9 @@ class MatrixResult:
         return "\n".join(lines)
 
 
-def none_if_nan(value) -> float | None:
-    """A float for JSON/CSV, None for NaN."""
-    value = float(value)
-    return None if np.isnan(value) else value
-
-
-def write_csv(path, header: Sequence[str], rows: Sequence[Sequence]) -> None:
-    """A UTF-8 CSV with a header row; None becomes an empty field."""
-    with open(path, "w", encoding="utf-8", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(header)
-        writer.writerows([["" if v is None else v for v in row] for row in rows])
-
-
 def prepare_grid(registry, grid: Grid, tokenizer, n_inputs: int, config: FitConfig) -> tuple[Grid, dict[str, Prompt], tuple]:
     """Prompts for the grid, the grid without prompts that have no domain, and the skipped prompts; checks ols sizes."""
-    prompts, skipped = build_prompts(registry, grid.prompt_names(), tokenizer)
+    prompts, skipped = registry_prompts(registry, grid.prompt_names(), tokenizer)
     grid = grid.without({name for name, _ in skipped})
     if not grid.cells:
         raise LincorrError("no prompt of this matrix has a usable domain for this tokenizer: " + "; ".join(r for _, r in skipped))

@@ -8,13 +8,13 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from lincorr.collect import LogitTable
+from lincorr.collect import LogitTable, collect_tables
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
-from lincorr.experiments.matrix import build_prompts, collect_tables, write_csv
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference, reference_columns
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_json
+from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.prompts import registry_prompts
 
 KS = (1, 3, 5)
 ReferencePairs = tuple[tuple[str, tuple[str, ...]], ...]  # (subject, acceptable objects)
@@ -318,7 +318,7 @@ def precision_table(
     """
     started = time.perf_counter()
     names = tuple(dict.fromkeys(name for relation in relations for name in (relation.source, relation.target)))
-    prompts, missing = build_prompts(registry, names, lm.tokenizer)
+    prompts, missing = registry_prompts(registry, names, lm.tokenizer)
     skipped = [(r.label, reason) for r in relations for name, reason in missing if name in (r.source, r.target)]
     tables = collect_tables(lm, prompts, inputs, **collect_options)
     rows: list[PrecisionResult] = []

@@ -15,18 +15,11 @@ import numpy as np
 
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig
-from lincorr.experiments.matrix import (
-    Grid,
-    MatrixResult,
-    collect_tables,
-    matrix_from_tables,
-    none_if_nan,
-    prepare_grid,
-    write_csv,
-)
+from lincorr.collect import collect_tables
+from lincorr.experiments.matrix import Grid, MatrixResult, matrix_from_tables, prepare_grid
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.models import LM, wrap_model
-from lincorr.outputs import staged_directory, write_json
+from lincorr.outputs import none_if_nan, staged_directory, write_csv, write_json
 
 MAX_WORDS_PER_EXAMPLE = 48  # long paragraphs are cut into pieces: a 262k-vocabulary model keeps logits for every position
 

@@ -6,11 +6,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from lincorr.experiments.correlation import FitConfig
-from lincorr.experiments.matrix import write_csv
 from lincorr.experiments.precision import KS, PrecisionTable, Relation, precision_table
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.models import LM, load_model
-from lincorr.outputs import staged_directory, write_json
+from lincorr.outputs import staged_directory, write_csv, write_json
 
 # Fig. 4 contrasts a relation whose precision grows with size and one that stays hard.
 DEFAULT_RELATIONS = (Relation("City->Country", "city", "country"), Relation("CEO->Company", "ceo", "company"))

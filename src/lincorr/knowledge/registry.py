@@ -7,6 +7,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 
 from lincorr.errors import LincorrError
+from lincorr.templates import fill
 
 FAMILIES = ("attribute", "cross-language", "simile", "math")
 
@@ -24,7 +25,7 @@ class PromptSpec:
 
     def fill(self, x: str) -> str:
         """The prompt for input `x`."""
-        return self.template.replace("{}", x)
+        return fill(self.template, x)
 
 
 @dataclasses.dataclass(frozen=True)
