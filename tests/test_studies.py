@@ -22,7 +22,8 @@ from lincorr.experiments.correlation import FitConfig, fit_tables
 from lincorr.collect import collect_tables
 from lincorr.experiments.matrix import Grid, measure_matrix
 from lincorr.prompts import registry_prompts
-from lincorr.experiments.precision import Relation, precision_of, precision_table, read_reference_file
+from lincorr.experiments.precision import precision_of, precision_table
+from lincorr.relations import RelationSpec, read_reference_file
 from lincorr.experiments.resilience import finetune_on_text, measure_resilience, text_facts
 from lincorr.experiments.scale import measure_scale
 from lincorr.finetune import TrainConfig
@@ -282,8 +283,8 @@ def test_read_reference_file_tsv_and_json(tmp_path):
 
 
 def test_precision_table_uses_registry_reference_and_reports_skips(llama_lm, registry):
-    relations = [Relation("cities", "tiny_city", "tiny_country"), Relation("ghost", "tiny_ghost", "tiny_country"),
-                 Relation("unrelated", "tiny_country", "tiny_capital")]
+    relations = [RelationSpec("tiny_city", "tiny_country", "cities"), RelationSpec("tiny_ghost", "tiny_country", "ghost"),
+                 RelationSpec("tiny_country", "tiny_capital", "unrelated")]
     configs = [FitConfig(), FitConfig(estimator="ridge", alpha="cv")]
     table = precision_table(llama_lm, registry, relations, INPUTS, configs, progress=False)
     assert [(r.label, r.estimator) for r in table.rows] == [("cities", "ols"), ("cities", "ridge")]
@@ -352,7 +353,7 @@ def test_finetune_on_text_trains_a_copy(llama_lm, tmp_path):
 def test_scale_orders_models_by_size_and_saves_a_plot(registry, tokenizer, tmp_path):
     models = {"small": tiny_llama(len(tokenizer)), "big": tiny_gpt2(len(tokenizer))}
     result = measure_scale(
-        ["big", "small"], registry, [Relation("cities", "tiny_city", "tiny_country")], 60,
+        ["big", "small"], registry, [RelationSpec("tiny_city", "tiny_country", "cities")], 60,
         [FitConfig(estimator="ridge", alpha=1.0)], load=lambda spec: wrap_model(models[spec], tokenizer, name=spec), progress=False,
     )
     sizes = [p.n_parameters for p in result.points]

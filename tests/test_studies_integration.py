@@ -15,7 +15,8 @@ from lincorr.collect import TableCache
 from lincorr.cli import main
 from lincorr.experiments.correlation import FitConfig
 from lincorr.experiments.matrix import Grid, measure_matrix, prepare_grid
-from lincorr.experiments.precision import Relation, precision_table
+from lincorr.experiments.precision import precision_table
+from lincorr.relations import RelationSpec
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.knowledge import load_registry
 
@@ -55,7 +56,7 @@ def test_gemma_matrix_subset(gemma_matrix, monkeypatch):
 
 def test_gemma_precision_city_country_beats_chance(gemma_matrix):
     lm, inputs, _ = gemma_matrix
-    table = precision_table(lm, load_registry(), [Relation("City->Country", "city", "country")], inputs, [RIDGE],
+    table = precision_table(lm, load_registry(), [RelationSpec("city", "country", "City->Country")], inputs, [RIDGE],
                             cache=TableCache(), progress=False)
     (row,) = table.rows
     assert row.n_pairs_influenced >= 200 and row.n_pairs_influencing >= 100

@@ -10,7 +10,9 @@ import torch
 from test_integration import get_model, isolated_cache, models, session_cache  # noqa: F401 - fixtures
 
 from lincorr.experiments.correlation import FitConfig
-from lincorr.experiments.generalization import DEFAULT_TRAIN, GeneralizationConfig, predict_edit, prepare_relation, run_generalization
+from lincorr.experiments.correlation import fit_relation
+from lincorr.experiments.generalization import DEFAULT_TRAIN, GeneralizationConfig, predict_edit, run_generalization
+from lincorr.relations import RelationSpec
 from lincorr.experiments.gradients import GradientConfig, measure_gradient_correlation
 from lincorr.knowledge import load_registry
 
@@ -23,7 +25,7 @@ N_INPUTS = 300  # the tables test_studies_integration collects for city and coun
 @pytest.fixture(scope="module")
 def relation(models, session_cache):  # noqa: F811
     lm = get_model(models, "gemma-3-270m")
-    return lm, prepare_relation(lm, load_registry(), "city", "country", n_inputs=N_INPUTS, fit=RIDGE, progress=False)
+    return lm, fit_relation(lm, load_registry(), RelationSpec("city", "country"), n_inputs=N_INPUTS, fit=RIDGE, progress=False)
 
 
 def test_edit_prediction_and_a_four_fact_generalization_run(relation):
@@ -33,7 +35,7 @@ def test_edit_prediction_and_a_four_fact_generalization_run(relation):
     first_block = next(p for n, p in lm.model.named_parameters() if "layers.0." in n).detach().clone()
     config = GeneralizationConfig(n_facts=4, seeds=(0,), n_inputs=N_INPUTS, fit=RIDGE, train=dataclasses.replace(DEFAULT_TRAIN, epochs=6),
                                   progress=False)
-    result = run_generalization(lm, load_registry(), "city", "country", config, relation=bound)
+    result = run_generalization(lm, load_registry(), bound, config)
     summary = result.summary()
     assert torch.equal(first_block, next(p for n, p in lm.model.named_parameters() if "layers.0." in n))
     assert summary["source_learned_rate"] >= 0.75 and summary["mean_source_delta"] > 0
@@ -44,6 +46,6 @@ def test_edit_prediction_and_a_four_fact_generalization_run(relation):
 def test_one_step_gradient_correlation_beats_a_shuffled_w(relation):
     lm, _ = relation
     config = GradientConfig(n_inputs=N_INPUTS, n_step_facts=8, n_eval=40, fit=RIDGE, progress=False)
-    result = measure_gradient_correlation(lm, load_registry(), "city", "country", config)
+    result = measure_gradient_correlation(lm, load_registry(), RelationSpec("city", "country"), config)
     assert result.mean_abs_target_change > 0 and np.isfinite(result.gradient_r)
     assert result.gradient_r > result.control_r

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 from tiny import WORDS, one_thread, state_copy, tiny_llama, tiny_subword_tokenizer
 
-from lincorr.experiments.correlation import FitConfig
+from lincorr.experiments.correlation import FitConfig, fit_relation
 from lincorr.experiments.generalization import (
     diagnose,
     GeneralizationConfig,
     GeneralizationResult,
-    StudyRelation,
     calibrate_predictions,
     edit_delta,
     generalization_table,
@@ -23,7 +22,6 @@ from lincorr.experiments.generalization import (
     table5_markdown,
     predict_edit,
     predict_from_logits,
-    prepare_relation,
     run_generalization,
     score_outcomes,
 )
@@ -35,6 +33,7 @@ from lincorr.finetune import TrainConfig
 from lincorr.knowledge import load_registry
 from lincorr.metrics import mann_whitney_auc
 from lincorr.models import wrap_model
+from lincorr.relations import RelationSpec
 
 CITIES = ("Paris", "London", "Tokyo", "Rome", "Berlin")
 COUNTRIES = ("France", "England", "Japan", "Italy", "Germany")
@@ -77,7 +76,7 @@ def lm():
 
 @pytest.fixture
 def relation(lm, registry):
-    return prepare_relation(lm, registry, "tiny_city", "tiny_country", n_inputs=40, fit=RIDGE, progress=False)
+    return fit_relation(lm, registry, RelationSpec("tiny_city", "tiny_country"), n_inputs=40, fit=RIDGE, progress=False)
 
 
 # ---- predicting an edit ----
@@ -212,7 +211,7 @@ def test_balanced_plan_gives_a_rare_category_its_share(relation, lm):
 def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_path):
     before = state_copy(lm.model)
     config = GeneralizationConfig(n_facts=3, seeds=(0, 1), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
-    result = run_generalization(lm, registry, "tiny_city", "tiny_country", config)
+    result = run_generalization(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
     assert all(torch_equal(before[name], p) for name, p in lm.model.named_parameters())
     summary = result.summary()
     assert len(result.outcomes) == 6 and summary["n_facts"] == 3 and summary["seeds"] == [0, 1]
@@ -230,7 +229,7 @@ def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_
 
 def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch):
     config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
-    relations = [StudyRelation("tiny", "tiny_city", "tiny_country"), StudyRelation("no reference", "tiny_country", "tiny_city")]
+    relations = [RelationSpec("tiny_city", "tiny_country", "tiny"), RelationSpec("tiny_country", "tiny_city", "no reference")]
     printed = []
     first = generalization_table(lm, registry, relations, config, on_row=printed.append)
     assert printed == first and first[0]["n_facts"] == 2 and "no reference pairs" in first[1]["skipped"]
@@ -249,7 +248,7 @@ def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch
 
 def test_subword_study_splits_by_category(lm, registry):
     config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
-    result = subword_study(lm, registry, "tiny_city", "tiny_country", config)
+    result = subword_study(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
     rows = {r["category"]: r for r in result.rows}
     assert rows["whole_word"]["n_target_words"] == 5 and rows["whole_word"]["n_facts"] == 2
     assert rows["subword"]["n_facts"] == 0 and np.isnan(rows["subword"]["generalization_rate"])
@@ -273,12 +272,12 @@ def test_gradient_correlation_of_planted_changes():
 def test_gradient_correlation_study_on_a_tiny_model_and_its_resumable_table(lm, registry, monkeypatch):
     config = GradientConfig(n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE,
                             train=TrainConfig(learning_rate=1e-3, batch_size=4, progress=False), progress=False)
-    result = measure_gradient_correlation(lm, registry, "tiny_city", "tiny_country", config)
+    result = measure_gradient_correlation(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
     summary = result.summary()
     assert -1 <= summary["gradient_r"] <= 1 and result.labelwise_gradient_r.shape == (5,)
     assert summary["mean_abs_source_change"] > 0 and summary["mean_abs_target_change"] > 0
 
-    relations = [StudyRelation("tiny", "tiny_city", "tiny_country"), StudyRelation("no reference", "tiny_country", "tiny_city")]
+    relations = [RelationSpec("tiny_city", "tiny_country", "tiny"), RelationSpec("tiny_country", "tiny_city", "no reference")]
     table = gradient_table(lm, registry, relations, config)
     assert table.rows[0].gradient_r == result.gradient_r and "no reference pairs" in table.skipped[0][1]
 

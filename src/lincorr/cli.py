@@ -430,7 +430,9 @@ def precision_configs(args) -> list:
 
 
 def run_precision(args) -> None:
-    from lincorr.experiments.precision import Relation, precision_table, read_reference_file, registry_relations, table2_relations
+    from lincorr.experiments.precision import precision_table
+    from lincorr.paper import paper_table
+    from lincorr.relations import RelationSpec, read_reference_file, registry_relations
 
     study_inputs_check(args)
     single = not (args.table2 or args.all_references)
@@ -441,11 +443,11 @@ def run_precision(args) -> None:
     pairs = read_reference_file(args.references) if args.references else None
     registry = load_registry_from(args)
     if single:
-        relations = [Relation(f"{args.source}->{args.target}", args.source, args.target)]
+        relations = [RelationSpec(args.source, args.target)]
         for name in (args.source, args.target):
             registry.prompt(name)
     else:
-        relations = table2_relations() if args.table2 else registry_relations(registry)
+        relations = paper_table("table2").relations() if args.table2 else registry_relations(registry)
     configs = precision_configs(args)
     lm = load_lm(args)
     table = precision_table(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_pairs=pairs, **collect_kwargs(args))
@@ -469,19 +471,20 @@ def run_precision(args) -> None:
 
 
 def run_cases(args) -> None:
-    from lincorr.experiments.cases import PAPER_CASES, CaseSpec, measure_cases, save_case_tables
+    from lincorr.experiments.cases import CaseSpec, measure_cases, paper_cases, save_case_tables
+    from lincorr.relations import RelationSpec
 
     study_inputs_check(args)
     if args.paper_table:
         if args.source or args.word:
             raise LincorrError("--paper-table chooses the prompts and words itself; drop SOURCE/TARGET and --word")
-        specs = PAPER_CASES[args.paper_table]
+        specs = paper_cases(args.paper_table)
     elif args.source and args.target:
-        specs = [CaseSpec(args.source, args.target, "influencing" if args.influencing else "influenced", tuple(args.word) or None, args.top_k)]
+        specs = [CaseSpec(RelationSpec(args.source, args.target), "influencing" if args.influencing else "influenced", tuple(args.word) or None, args.top_k)]
     else:
         raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr cases city country --word Paris), or pass --paper-table 3")
     registry = load_registry_from(args)
-    for name in {n for spec in specs for n in (spec.source, spec.target)}:
+    for name in {n for spec in specs for n in (spec.relation.source, spec.relation.target)}:
         registry.prompt(name)  # a mistyped name fails before the model loads
     lm = load_lm(args)
     tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), fit_config(args), **collect_kwargs(args))
@@ -529,8 +532,8 @@ def run_resilience(args) -> None:
 
 
 def run_scale(args) -> None:
-    from lincorr.experiments.precision import Relation
     from lincorr.experiments.scale import measure_scale
+    from lincorr.relations import RelationSpec
     from lincorr.models import load_model
 
     if args.inputs:
@@ -541,7 +544,7 @@ def run_scale(args) -> None:
         source, _, target = item.partition(":")
         if not target:
             raise LincorrError(f"--relations takes SOURCE:TARGET pairs, got {item!r}")
-        relations.append(Relation(f"{source}->{target}", source, target))
+        relations.append(RelationSpec(source, target))
     registry = load_registry_from(args)
     for name in {n for relation in relations for n in (relation.source, relation.target)}:
         registry.prompt(name)
@@ -606,7 +609,9 @@ def run_ablate(args) -> None:
             write_text_atomic(Path(args.out).with_suffix(".json"), json.dumps(table.rows(), indent=2, ensure_ascii=False) + "\n")
         print(json.dumps(table.rows(), ensure_ascii=False) if args.json else table.markdown())
         return
-    result = ablate(vocabulary, lm.tokenizer, args.source, args.target, mapping=args.mapping, seed=args.seed, config=config, registry=registry)
+    from lincorr.relations import RelationSpec
+
+    result = ablate(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), mapping=args.mapping, seed=args.seed, config=config, registry=registry)
     summary = result.summary()
     if args.json:
         print(json.dumps(summary, ensure_ascii=False))
@@ -711,18 +716,20 @@ def check_pair(registry, args) -> None:
 
 
 def run_generalize(args) -> None:
-    from lincorr.experiments.generalization import TABLE5, generalization_table, run_generalization, table5_markdown
+    from lincorr.experiments.generalization import generalization_table, run_generalization, table5_markdown
+    from lincorr.paper import paper_table
+    from lincorr.relations import RelationSpec
 
     registry = load_registry_from(args)
     config = generalization_config(args)
     if not args.table5:
         check_pair(registry, args)
-        result = run_generalization(load_lm(args), registry, args.source, args.target, config)
+        result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config)
         if args.out:
             result.save(args.out)
         print(json.dumps(result.summary(), ensure_ascii=False) if args.json else result.format_table())
         return
-    relations = [relation for relation, _, _ in TABLE5]
+    relations = paper_table("table5").relations()
     for relation in relations:
         registry.prompt(relation.source), registry.prompt(relation.target)
     rows = generalization_table(load_lm(args), registry, relations, config,
@@ -748,10 +755,11 @@ def table5_line(row: dict) -> str:
 
 def run_diagnose(args) -> None:
     from lincorr.experiments.generalization import run_generalization
+    from lincorr.relations import RelationSpec
 
     registry = load_registry_from(args)
     check_pair(registry, args)
-    result = run_generalization(load_lm(args), registry, args.source, args.target, generalization_config(args))
+    result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), generalization_config(args))
     if args.out:
         result.save(args.out)
     if args.json:
@@ -767,23 +775,27 @@ def run_diagnose(args) -> None:
 
 def run_subwords(args) -> None:
     from lincorr.experiments.subwords import subword_study
+    from lincorr.relations import RelationSpec
 
     registry = load_registry_from(args)
     check_pair(registry, args)
-    result = subword_study(load_lm(args), registry, args.source, args.target, generalization_config(args))
+    result = subword_study(load_lm(args), registry, RelationSpec(args.source, args.target), generalization_config(args))
     if args.out:
         result.save(Path(args.out))
     print(json.dumps(result.summary(), ensure_ascii=False) if args.json else result.markdown())
 
 
 def run_gradcorr(args) -> None:
-    from lincorr.experiments.gradients import TABLE4, GradientConfig, gradient_table
-    from lincorr.experiments.generalization import BLOCKS_ONLY, StudyRelation
+    from lincorr.experiments.generalization import BLOCKS_ONLY
+    from lincorr.experiments.gradients import GradientConfig, gradient_table
+    from lincorr.paper import paper_table
+    from lincorr.relations import RelationSpec
 
     registry = load_registry_from(args)
-    paper_labels = {(r.source, r.target): r.label for r, _, _ in TABLE4}  # so a single Table-4 pair prints the paper's numbers too
-    relations = ([r for r, _, _ in TABLE4] if args.table4 else
-                 [StudyRelation(paper_labels.get((args.source, args.target), f"{args.source}->{args.target}"), args.source, args.target)])
+    table4 = paper_table("table4").relations()
+    paper_labels = {(r.source, r.target): r.label for r in table4}  # so a single Table-4 pair prints the paper's numbers too
+    relations = (table4 if args.table4 else
+                 [RelationSpec(args.source, args.target, paper_labels.get((args.source, args.target), ""))])
     for relation in relations:
         registry.prompt(relation.source), registry.prompt(relation.target)
     config = GradientConfig(
@@ -802,14 +814,16 @@ def run_gradcorr(args) -> None:
 
 def run_predict_edit(args) -> None:
     from lincorr.names import pseudo_names
-    from lincorr.experiments.generalization import DEFAULT_MARGIN, predict_edit, prepare_relation
+    from lincorr.experiments.correlation import fit_relation
+    from lincorr.experiments.generalization import DEFAULT_MARGIN, predict_edit
+    from lincorr.relations import RelationSpec
 
     if args.delta is not None and args.margin is not None:
         raise LincorrError("pass --delta (the rise of the source logit) or --margin (its lead over the others), not both")
     registry = load_registry_from(args)
     check_pair(registry, args)
     lm = load_lm(args)
-    relation = prepare_relation(lm, registry, args.source, args.target, n_inputs=args.n_inputs, fit=fit_config(args),
+    relation = fit_relation(lm, registry, RelationSpec(args.source, args.target), n_inputs=args.n_inputs, fit=fit_config(args),
                                 progress=not args.quiet and sys.stderr.isatty())
     subject = args.subject or pseudo_names(1, lm.tokenizer, args.seed + 10_000)[0]
     prediction = predict_edit(lm, relation, args.value, subject, margin=DEFAULT_MARGIN if args.margin is None else args.margin,

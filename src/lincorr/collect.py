@@ -20,11 +20,10 @@ from lincorr.domains import Domain
 from lincorr.errors import LincorrError
 from lincorr.models import LM, cache_root, read_json, write_json_atomic
 from lincorr.prompts import Prompt
+from lincorr.provenance import code_digest
 from lincorr.templates import fill, validate_template
 
 CHECKPOINT_SECONDS = 30.0
-# Part of every cache key: bump it when a change to collection changes the numbers.
-COLLECTION_VERSION = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +84,7 @@ def verify_head(lm: LM, prompt: str, token_ids: torch.Tensor) -> None:
 def table_key(lm: LM, template: str, domain: Domain, inputs: Sequence[str], kind: str) -> dict:
     """Everything that determines a table's numbers."""
     return {
-        "version": COLLECTION_VERSION,
+        "code": code_digest(__name__),
         "model": lm.fingerprint,
         "dtype": str(lm.head_weight.dtype),
         "template": template,
@@ -228,3 +227,8 @@ def collect_tables(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str],
         name: collect_logits(lm, prompt.template, prompt.domain, inputs, description=f"{name} ({i}/{len(prompts)})", **collect_options)
         for i, (name, prompt) in enumerate(prompts.items(), 1)
     }
+
+
+def entity_logits(lm: LM, prompt: Prompt, entities: Sequence[str]) -> np.ndarray:
+    """Scores of `prompt` over its domain for each entity `[n_entities, n_domain]`, never cached (a trained copy is throwaway)."""
+    return collect_logits(lm, prompt.template, prompt.domain, entities, cache=False, progress=False).values

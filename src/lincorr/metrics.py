@@ -144,3 +144,9 @@ def mann_whitney_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
         return float("nan")
     ranks = rankdata(scores)  # average ranks: a tie between a positive and a negative counts one half
     return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def rate(values) -> float:
+    """Share of true values (NaN when empty)."""
+    values = list(values)
+    return float(np.mean(values)) if values else float("nan")

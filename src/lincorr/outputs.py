@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import csv
 import hashlib
 import json
@@ -67,15 +68,17 @@ def write_text_atomic(path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def cached_result(kind: str, key: dict, compute: Callable[[], dict]) -> dict:
+def cached_result(kind: str, key: dict, compute: Callable[[], dict], *, depends_on: str) -> dict:
     """The stored JSON result for `key`, or `compute()` stored under it: finished rows of a long table survive an interruption.
 
-    `key` must name everything the result depends on (model fingerprint, data, settings); studies are
-    seeded and deterministic, so a stored row is what a rerun would compute.
+    `key` must name everything the result depends on in data (model fingerprint, prompts, settings); the
+    code it depends on is added from `depends_on` (the module computing it, with all it imports from
+    lincorr). Studies are seeded and deterministic, so a stored row is what a rerun would compute.
     """
     from lincorr.models import cache_root, read_json, write_json_atomic
+    from lincorr.provenance import code_digest
 
-    text = json.dumps(key, sort_keys=True, default=str)
+    text = json.dumps({**key, "code": code_digest(depends_on)}, sort_keys=True, default=str)
     key = json.loads(text)  # tuples become lists, as they come back from the file
     path = cache_root() / "results" / kind / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
     stored = read_json(path)
@@ -84,3 +87,28 @@ def cached_result(kind: str, key: dict, compute: Callable[[], dict]) -> dict:
     result = compute()
     write_json_atomic(path, {"key": key, "result": result})
     return result
+
+
+def stored_row(kind: str, key: dict, label: str, compute: Callable[[], dict], *, depends_on: str) -> dict:
+    """`cached_result` for one relation of a table; a LincorrError becomes a row {"relation": label, "skipped": reason}."""
+    from lincorr.errors import LincorrError
+
+    def guarded() -> dict:
+        try:
+            return compute()
+        except LincorrError as error:
+            return {"relation": label, "skipped": str(error)}
+
+    return cached_result(kind, key, guarded, depends_on=depends_on)
+
+
+def settings_key(config) -> dict:
+    """A config dataclass as a cache-key dict, without the fields that change only how progress is shown."""
+    settings = dataclasses.asdict(config)
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k != "progress"}
+        return value
+
+    return strip(settings)

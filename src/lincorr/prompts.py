@@ -17,6 +17,7 @@ class Prompt:
     name: str
     template: str
     domain: Domain
+    answer_prefix: str = " "  # what joins the prompt and its answer ("Paris" follows "... city of" after a space)
 
 
 def custom_prompt(
@@ -26,7 +27,7 @@ def custom_prompt(
     validate_template(template)
     label = name or template
     domain = build_domain(words, tokenizer, name=label, answer_prefix=answer_prefix, keep_subwords=keep_subwords)
-    return Prompt(label, template, domain)
+    return Prompt(label, template, domain, answer_prefix)
 
 
 def registry_prompt(registry, name: str, tokenizer, *, keep_subwords: bool = False) -> Prompt:
@@ -35,7 +36,7 @@ def registry_prompt(registry, name: str, tokenizer, *, keep_subwords: bool = Fal
     domain = build_domain(
         registry.domain_words(spec.domain), tokenizer, name=spec.domain, answer_prefix=spec.answer_prefix, keep_subwords=keep_subwords
     )
-    return Prompt(spec.name, spec.template, domain)
+    return Prompt(spec.name, spec.template, domain, spec.answer_prefix)
 
 
 def registry_prompts(registry, names: Sequence[str], tokenizer) -> tuple[dict[str, Prompt], tuple[tuple[str, str], ...]]:

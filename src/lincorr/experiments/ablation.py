@@ -23,20 +23,12 @@ from lincorr.domains import build_domain, tokenize_word
 from lincorr.errors import LincorrError
 from lincorr.knowledge import load_registry
 from lincorr.names import pseudo_names
+from lincorr.paper import paper_table
+from lincorr.relations import RelationSpec, registry_reference
 from lincorr.templates import fill, validate_template
 
 MAPPINGS = ("real", "shuffled", "letters")
 SOFTMAX_OVER = ("domains", "full")
-# Table 7 of the paper (llama-3 embeddings): generalization in percent, keyed by registry prompt names.
-TABLE7_ROWS = (
-    ("city", "country", "real"),
-    ("city", "country", "shuffled"),
-    ("city", "country", "letters"),
-    ("country", "continent", "real"),
-    ("ceo", "company", "real"),
-    ("math/x+1", "math/x+2", "real"),
-)
-PAPER_TABLE7 = dict(zip(TABLE7_ROWS, (97.66, 22.66, 36.72, 78.12, 58.59, 9.38)))
 
 Pair = tuple[str, "str | Sequence[str]"]
 
@@ -109,8 +101,12 @@ class AblationResult:
 
 
 @dataclasses.dataclass(frozen=True)
-class ResolvedPairs:
-    """Reference pairs as token ids: each source token with its accepted target tokens (first = the one taught)."""
+class TokenPairs:
+    """A relation's reference pairs as the ablation sees them: token ids under a mapping (real, shuffled, letters).
+
+    Each source token comes with its accepted target tokens (first = the one taught). Not a relation type of
+    its own: under "letters" and "shuffled" these pairs are deliberately not the relation's reference.
+    """
 
     pairs: tuple[tuple[int, tuple[int, ...]], ...]
     source_domain: tuple[int, ...]
@@ -164,7 +160,7 @@ def resolve_pairs(
     target_prefix: str = " ",
     source_domain_words: Sequence[str] = (),
     target_domain_words: Sequence[str] = (),
-) -> ResolvedPairs:
+) -> TokenPairs:
     """Token ids of the pairs and domains under `mapping` ("real", "shuffled" = derangement, "letters" = first letters)."""
     if mapping not in MAPPINGS:
         raise LincorrError(f"mapping must be one of {', '.join(MAPPINGS)}, got '{mapping}'")
@@ -190,7 +186,7 @@ def resolve_pairs(
         raise LincorrError(f"only {len(resolved)} reference pairs have whole-word tokens; the ablation needs at least 2")
     if mapping == "shuffled":
         resolved = _derange(resolved, rng)
-    return ResolvedPairs(tuple(resolved), source_domain.token_ids, target_domain.token_ids, tuple(dropped))
+    return TokenPairs(tuple(resolved), source_domain.token_ids, target_domain.token_ids, tuple(dropped))
 
 
 def _alias_id(word: str, domain_ids: Mapping[str, int], tokenizer, prefix: str) -> int | None:
@@ -326,23 +322,25 @@ def run_ablation(
 def ablate(
     vocabulary: Vocabulary,
     tokenizer,
-    source: str = "city",
-    target: str = "country",
+    relation: RelationSpec = RelationSpec("city", "country"),
     *,
     mapping: str = "real",
     seed: int = 0,
     config: AblationConfig = AblationConfig(),
     registry=None,
 ) -> AblationResult:
-    """run_ablation for two registry prompts (e.g. "city", "country"), their domains and their reference pairs."""
+    """run_ablation for a registry relation: its prompts' templates, their domains and the reference pairs."""
     registry = registry or load_registry()
-    source_spec, target_spec = registry.prompt(source), registry.prompt(target)
+    source_spec, target_spec = registry.prompt(relation.source), registry.prompt(relation.target)
+    pairs, _ = registry_reference(registry, relation)
+    if not pairs:
+        raise LincorrError(f"the registry has no reference pairs from '{relation.source}' to '{relation.target}'; add a references entry")
     return run_ablation(
         vocabulary,
         tokenizer,
         source_template=source_spec.template,
         target_template=target_spec.template,
-        pairs=_registry_reference(registry, source, target).pairs,
+        pairs=pairs,
         mapping=mapping,
         seed=seed,
         config=config,
@@ -350,16 +348,8 @@ def ablate(
         target_prefix=target_spec.answer_prefix,
         source_domain_words=registry.domain_words(source_spec.domain),
         target_domain_words=registry.domain_words(target_spec.domain),
-        relation=f"{source}->{target}",
+        relation=relation.label,
     )
-
-
-def _registry_reference(registry, source: str, target: str):
-    """The registry's reference pairs for two prompts; a clear error when there are none."""
-    found = registry.reference_for(registry.prompt(source), registry.prompt(target))
-    if found is None:
-        raise LincorrError(f"the registry has no reference pairs from '{source}' to '{target}'; add a references entry")
-    return found
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,8 +363,11 @@ class AblationTable:
         groups: dict[tuple[str, str], list[AblationResult]] = {}
         for result in self.results:
             groups.setdefault((result.relation, result.mapping), []).append(result)
+        paper = paper_table("table7")
         rows = []
         for (relation, mapping), results in groups.items():
+            published = next((row for row in paper.rows if row.relation.source + "->" + row.relation.target == relation
+                              and row["mapping"] == mapping), None)
             rates = 100 * np.array([r.generalization_rate for r in results])
             rows.append({
                 "relation": relation,
@@ -384,7 +377,8 @@ class AblationTable:
                 "rate_before": 100 * float(np.mean([r.rate_before for r in results])),
                 "source_learned": 100 * float(np.mean([r.source_learned_rate for r in results])),
                 "random_baseline": 100 * results[0].random_baseline,
-                "paper": PAPER_TABLE7.get((*relation.split("->", 1), mapping)),
+                "paper": published["generalization"] if published else None,
+                "paper_model": paper.model,
                 "seeds": [r.seed for r in results],
                 "seconds": float(np.mean([r.seconds for r in results])),
             })
@@ -393,7 +387,7 @@ class AblationTable:
     def markdown(self) -> str:
         """A Markdown table: ours (mean ± sd over seeds) next to the paper's Table 7."""
         lines = [
-            "| relation | mapping | generalization % | before stage 2 % | source learned % | random % | paper % | s / run |",
+            f"| relation | mapping | generalization % | before stage 2 % | source learned % | random % | {paper_table('table7').column_title} % | s / run |",
             "|---|---|---|---|---|---|---|---|",
         ]
         for row in self.rows():
@@ -412,14 +406,16 @@ def run_table7(
     *,
     seeds: Sequence[int] = (0, 1, 2),
     config: AblationConfig = AblationConfig(),
-    rows: Sequence[tuple[str, str, str]] = TABLE7_ROWS,
+    rows: Sequence[tuple[RelationSpec, str]] | None = None,
     registry=None,
 ) -> AblationTable:
-    """Every (source, target, mapping) row of Table 7 for every seed."""
+    """Every (relation, mapping) row (default: the paper's Table 7) for every seed."""
     registry = registry or load_registry()
+    if rows is None:
+        rows = [(RelationSpec(row.relation.source, row.relation.target), row["mapping"]) for row in paper_table("table7").rows]
     results = [
-        ablate(vocabulary, tokenizer, source, target, mapping=mapping, seed=seed, config=config, registry=registry)
-        for source, target, mapping in rows
+        ablate(vocabulary, tokenizer, relation, mapping=mapping, seed=seed, config=config, registry=registry)
+        for relation, mapping in rows
         for seed in seeds
     ]
     return AblationTable(tuple(results))

@@ -8,53 +8,29 @@ from collections.abc import Sequence
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import PairResult, measure_pair
 from lincorr.outputs import staged_directory, write_csv, write_json
-from lincorr.prompts import registry_prompt
+from lincorr.paper import paper_table
+from lincorr.relations import RelationSpec, bind_relation
 
 DIRECTIONS = ("influenced", "influencing")
 
 
 @dataclasses.dataclass(frozen=True)
 class CaseSpec:
-    """One case table to build: a prompt pair, a direction, the row words (None: every word) and k."""
+    """One case table to build: a relation, a direction, the row words (None: every word) and k."""
 
-    source: str
-    target: str
+    relation: RelationSpec
     direction: str
     words: tuple[str, ...] | None
     k: int
 
 
-# The rows the paper shows. Table 3 reads rows of W (if city = ..., then country = ...);
-# Tables 15-17 read columns (the sources that most push a target up).
-PAPER_CASES = {
-    "3": (
-        CaseSpec("city", "country", "influenced", ("Shanghai", "NYC", "Oslo", "Seattle", "Indianapolis"), 5),
-        CaseSpec("math/x+1", "math/x+2", "influenced", ("1", "2", "3", "4", "5"), 5),
-    ),
-    "15": (
-        CaseSpec("city", "country", "influencing", (
-            "Sweden", "Cuba", "Switzerland", "Ghana", "Poland", "Turkey", "Sudan", "Romania", "Samoa", "Iceland", "Nigeria",
-            "Iraq", "Laos", "USSR", "Kosovo", "China", "Guatemala", "Tunisia", "Denmark", "Nicaragua", "Bosnia",
-            "Netherlands", "Malaysia", "Venezuela", "Ireland", "Liberia", "Afghanistan", "America", "Austria", "Scotland",
-            "Libya", "Uruguay", "Bangladesh", "Bahrain", "Pakistan", "Fiji", "Cambodia", "Singapore", "Macedonia",
-            "Mongolia", "Peru", "Myanmar", "Trinidad", "Colombia", "Iran", "India", "Spain", "Honduras", "USA",
-        ), 10),
-    ),
-    "16": (
-        CaseSpec("mother", "father", "influencing", (
-            "Omar", "Victor", "Andre", "Julio", "Enrique", "Amir", "Xavier", "Javier", "Vlad", "Roberto", "Lars", "Min",
-            "James", "Giovanni", "Ivan", "Diego", "Fernando", "Ethan", "Chen", "Gabriel", "Boris", "Jean", "Dmitry",
-            "Ahmed", "Wei", "Ibrahim", "Liam", "Mustafa", "Jorge", "Leonardo", "Luca", "Carlos", "Pedro", "Michel", "Kai",
-            "Benjamin", "Noah", "Ali", "Levi", "Antonio", "Rafael", "Marco", "Stefan", "Chung", "Abdul", "Muhammad",
-            "Hugo", "Axel", "Lucas", "Mason", "Hassan", "Pablo", "Raphael", "Elijah", "Louis", "Ricardo", "Samuel",
-            "William", "Salman", "Oliver", "Angelo", "Hans", "Jamal", "Santiago",
-        ), 10),
-    ),
-    "17": tuple(
-        CaseSpec(f"object_{attribute}", f"simile_{attribute}", "influencing", None, 10)
-        for attribute in ("genre", "heat", "size", "color", "price")
-    ),
-}
+def paper_cases(table: str) -> tuple[CaseSpec, ...]:
+    """The case tables the paper shows as its Table `table` ("3", "15", "16" or "17")."""
+    rows = paper_table("cases").rows_labelled(table)
+    if not rows:
+        raise LincorrError(f"the paper has no case table {table}; pick 3, 15, 16 or 17")
+    return tuple(CaseSpec(RelationSpec(row.relation.source, row.relation.target), row["direction"],
+                          tuple(row.values["words"]) if "words" in row.values else None, row["k"]) for row in rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -150,8 +126,7 @@ def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str]
     """Fit each spec's prompt pair (tables are cached and shared) and build its case table, marking reference answers."""
     tables = []
     for spec in specs:
-        source, target = registry_prompt(registry, spec.source, lm.tokenizer), registry_prompt(registry, spec.target, lm.tokenizer)
-        reference = registry.reference_for(registry.prompt(spec.source), registry.prompt(spec.target))
-        pair = measure_pair(lm, source, target, inputs, config, **collect_options)
-        tables.append(case_table(pair, spec.direction, words=spec.words, k=spec.k, reference_pairs=reference.pairs if reference else None))
+        relation = bind_relation(registry, spec.relation, lm.tokenizer, require_pairs=False)
+        pair = measure_pair(lm, relation.source, relation.target, inputs, config, **collect_options)
+        tables.append(case_table(pair, spec.direction, words=spec.words, k=spec.k, reference_pairs=relation.pairs or None))
     return tables

@@ -14,7 +14,9 @@ from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, reference_columns, summarize, top_k
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_array, write_json
+from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
+from lincorr.relations import BoundRelation, RelationSpec, bind_relation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,3 +222,13 @@ def measure_pair(
     ]
     result = fit_tables(*tables, config, source_name=source.name, target_name=target.name, model_name=lm.name)
     return dataclasses.replace(result, seconds=time.perf_counter() - started)
+
+
+def fit_relation(lm: LM, registry, relation: RelationSpec, *, n_inputs: int = 1000,
+                 fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100), keep_subwords: bool = False,
+                 progress: bool = True) -> BoundRelation:
+    """Bind a relation to `lm`'s tokenizer and fit its W on `n_inputs` vocabulary inputs (cached tables)."""
+    bound = bind_relation(registry, relation, lm.tokenizer, keep_subwords=keep_subwords)
+    fit.check_sizes(n_inputs, len(bound.source.domain))
+    inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed=fit.seed)
+    return dataclasses.replace(bound, fit=measure_pair(lm, bound.source, bound.target, inputs, fit, progress=progress))

@@ -15,54 +15,28 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from lincorr.collect import collect_logits
+from lincorr.collect import entity_logits
 from lincorr.errors import LincorrError
-from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
+from lincorr.experiments.correlation import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
-from lincorr.inputs import sample_vocab_inputs
-from lincorr.metrics import mann_whitney_auc, reference_columns
+from lincorr.metrics import mann_whitney_auc, rate
 from lincorr.models import LM, wrap_model
 from lincorr.names import pseudo_names
-from lincorr.outputs import cached_result, staged_directory, write_json, write_text_atomic
-from lincorr.prompts import Prompt, registry_prompt
+from lincorr.outputs import staged_directory, stored_row, write_json, write_text_atomic
+from lincorr.paper import paper_table
+from lincorr.prompts import Prompt
+from lincorr.relations import BoundRelation, RelationSpec, study_key
 from lincorr.templates import fill
 
 # Gap (in logits) by which the edited source answer is assumed to lead the runner-up after the
 # edit. Fixed a priori, not fitted to outcomes; the study also calibrates the rise on held-out facts.
 DEFAULT_MARGIN = 5.0
-# Part of every stored study row's key: bump it when a change to the code changes a study's numbers.
-STUDY_VERSION = 3
 # Blocks only: the 168M-parameter embedding of gemma-3-270m would triple the optimiser's cost.
 BLOCKS_ONLY = (r"layers\.",)
 # 60x the paper's 5e-6: on gemma-3-270m, 5e-5 for 3 epochs learned 1-3 of 16 facts and 3e-4 for 6 epochs 15 of 16.
 # Training stops once every taught fact is learned (`GeneralizationConfig.until_learned`); `epochs` is the cap: at
 # 8 epochs, country facts were learned only 73% of the time.
 DEFAULT_TRAIN = TrainConfig(learning_rate=3e-4, epochs=24, batch_size=4, trainable=BLOCKS_ONLY, progress=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class StudyRelation:
-    """A relation pair as the paper labels it, with its registry prompts (the reference comes from the registry)."""
-
-    label: str
-    source: str
-    target: str
-
-
-# The paper's Table 5 (llama-3.2-3b): generalization rate and its random baseline.
-TABLE5 = (
-    (StudyRelation("City->Country", "city", "country"), 0.5370, 0.0078),
-    (StudyRelation("Country->Continent", "country", "continent"), 0.5093, 0.2000),
-    (StudyRelation("en->es (city)", "city", "es/city"), 0.3910, 0.0041),
-    (StudyRelation("X+1->X+2", "math/x+1", "math/x+2"), 0.0000, 0.0909),
-    (StudyRelation("X+1->X*2", "math/x+1", "math/x*2"), 0.0818, 0.0909),
-    (StudyRelation("Fruit->Color", "fruit_color", "simile_color"), 0.1160, 0.0667),
-    (StudyRelation("Food->Taste", "food_taste", "simile_taste"), 0.1944, 0.1000),
-    (StudyRelation("CEO->Company", "ceo", "company"), 0.0434, 0.0100),
-    (StudyRelation("Language->Continent", "language", "continent"), 0.2365, 0.2000),
-    (StudyRelation("en->zh (city)", "city", "zh/city"), 0.0249, 0.0041),
-    (StudyRelation("en->ja (city)", "city", "ja/city"), 0.0460, 0.0041),
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,41 +128,7 @@ def predict_from_logits(
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class Relation:
-    """A relation bound to one model: both prompts, W fitted on the untouched model, and the reference columns."""
-
-    label: str
-    source: Prompt
-    target: Prompt
-    fit: PairResult
-    reference: dict[int, tuple[int, ...]]  # source row -> right target columns
-
-
-def prepare_relation(lm: LM, registry, source: str, target: str, *, n_inputs: int = 1000, fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100),
-                     keep_subwords: bool = False, label: str | None = None, progress: bool = True) -> Relation:
-    """Bind the prompts, fit W on `n_inputs` vocabulary inputs (cached tables) and map the registry reference to columns."""
-    source_prompt = registry_prompt(registry, source, lm.tokenizer, keep_subwords=keep_subwords)
-    target_prompt = registry_prompt(registry, target, lm.tokenizer, keep_subwords=keep_subwords)
-    found = registry.reference_for(registry.prompt(source), registry.prompt(target))
-    if found is None:
-        raise LincorrError(f"the registry has no reference pairs for {source} -> {target}; see `lincorr references`")
-    reference = reference_columns(found.pairs, source_prompt.domain.words, target_prompt.domain)
-    if not reference:
-        raise LincorrError(f"no reference pair of {found.name} survives this tokenizer; try another model or relation")
-    fit.check_sizes(n_inputs, len(source_prompt.domain))
-    inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed=fit.seed)
-    tables = [collect_logits(lm, p.template, p.domain, inputs, progress=progress, description=p.name) for p in (source_prompt, target_prompt)]
-    fitted = fit_tables(*tables, fit, source_name=source, target_name=target, model_name=lm.name)
-    return Relation(label or f"{source}->{target}", source_prompt, target_prompt, fitted, reference)
-
-
-def entity_logits(lm: LM, prompt: Prompt, entities: Sequence[str]) -> np.ndarray:
-    """Scores of `prompt` over its domain for each entity `[n_entities, n_domain]` (never cached: a trained copy is throwaway)."""
-    return collect_logits(lm, prompt.template, prompt.domain, entities, cache=False, progress=False).values
-
-
-def predict_edit(lm: LM, relation: Relation, value: str, subject: str, *, margin: float = DEFAULT_MARGIN,
+def predict_edit(lm: LM, relation: BoundRelation, value: str, subject: str, *, margin: float = DEFAULT_MARGIN,
                  delta: float | None = None) -> EditPrediction:
     """Predict, without training, what teaching "source_template(subject) value" does to the target answer.
 
@@ -202,7 +142,7 @@ def predict_edit(lm: LM, relation: Relation, value: str, subject: str, *, margin
     source_before = entity_logits(lm, relation.source, [subject])[0]
     target_before = entity_logits(lm, relation.target, [subject])[0]
     return predict_from_logits(relation.fit.coef, source_before, target_before, index, relation.source.domain.words,
-                               relation.target.domain.words, relation.reference.get(index, ()), margin, delta)
+                               relation.target.domain.words, relation.columns.get(index, ()), margin, delta)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -250,7 +190,7 @@ def diagnose(generalized: bool, learned: bool, w_ref: float, w_gen: float, bias_
 
 
 def score_outcomes(
-    relation: Relation, seed: int, entities: Sequence[str], answer_rows: Sequence[int], source_before: np.ndarray, source_after: np.ndarray,
+    relation: BoundRelation, seed: int, entities: Sequence[str], answer_rows: Sequence[int], source_before: np.ndarray, source_after: np.ndarray,
     target_before: np.ndarray, target_after: np.ndarray, margin: float = DEFAULT_MARGIN,
 ) -> list[FactOutcome]:
     """Bookkeeping for one seed: tables are `[n_entities, n_source]` / `[n_entities, n_target]` before and after training."""
@@ -258,7 +198,7 @@ def score_outcomes(
     target_words = relation.target.domain.words
     outcomes = []
     for i, (entity, s) in enumerate(zip(entities, answer_rows)):
-        right = relation.reference[s]
+        right = relation.columns[s]
         generated = int(np.argmax(target_after[i]))
         ref = max(right, key=lambda c: coef[s, c])
         prediction = predict_from_logits(coef, source_before[i], target_before[i], s, relation.source.domain.words, target_words, right, margin)
@@ -291,7 +231,7 @@ def held_out_deltas(outcomes: Sequence[FactOutcome]) -> np.ndarray:
     return np.array(deltas)
 
 
-def calibrate_predictions(relation: Relation, outcomes: Sequence[FactOutcome], target_before: np.ndarray) -> list[FactOutcome]:
+def calibrate_predictions(relation: BoundRelation, outcomes: Sequence[FactOutcome], target_before: np.ndarray) -> list[FactOutcome]:
     """Redo each fact's prediction with the rise training produced on held-out facts; `target_before` is `[n_facts, n_target]`."""
     coef, target_words = relation.fit.coef, relation.target.domain.words
     source_index = {word: i for i, word in enumerate(relation.source.domain.words)}
@@ -302,7 +242,7 @@ def calibrate_predictions(relation: Relation, outcomes: Sequence[FactOutcome], t
             continue
         s = source_index[outcome.source_answer]
         prediction = predict_from_logits(coef, np.zeros(0), logits, s, relation.source.domain.words, target_words,
-                                         relation.reference[s], delta=delta)
+                                         relation.columns[s], delta=delta)
         calibrated.append(dataclasses.replace(outcome, calibrated_delta=delta, predicted_calibrated=prediction.predicted_target,
                                               predicted_success_calibrated=prediction.success_probability))
     return calibrated
@@ -318,28 +258,22 @@ def all_learned(lm: LM, source: Prompt, entities: Sequence[str], answer_rows: Se
     return check
 
 
-def planned_facts(relation: Relation, n_facts: int, seed: int, tokenizer, *, balance_categories: bool = False) -> tuple[list[str], list[int]]:
+def planned_facts(relation: BoundRelation, n_facts: int, seed: int, tokenizer, *, balance_categories: bool = False) -> tuple[list[str], list[int]]:
     """Fresh entity names and the source rows they are taught (distinct while the reference has enough subjects).
 
     With `balance_categories`, the facts are split evenly over the token categories of the subjects'
     reference answers, so that a rare category (subwords) still gets facts.
     """
     rng = np.random.default_rng(seed)
-    subjects = sorted(relation.reference)
+    subjects = sorted(relation.columns)
     groups = [np.array(subjects)]
     if balance_categories:
-        category = {s: relation.target.domain.categories[relation.reference[s][0]] for s in subjects}
+        category = {s: relation.target.domain.categories[relation.columns[s][0]] for s in subjects}
         groups = [np.array([s for s in subjects if category[s] == c]) for c in sorted(set(category.values()))]
     shares = np.diff(np.linspace(0, n_facts, len(groups) + 1).round().astype(int))
     rows = np.concatenate([rng.choice(group, size=share, replace=share > group.size) for group, share in zip(groups, shares)])
     # Offset keeps a seed's names apart from other studies that draw pseudo names with small seeds.
     return pseudo_names(n_facts, tokenizer, seed + 10_000), [int(r) for r in rows]
-
-
-def rate(values) -> float:
-    """Share of true values (NaN when empty)."""
-    values = list(values)
-    return float(np.mean(values)) if values else float("nan")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -476,18 +410,22 @@ class GeneralizationResult:
             self.plot_weight_curve(out / "fig5.png")
 
 
-def run_generalization(lm: LM, registry, source: str, target: str, config: GeneralizationConfig = GeneralizationConfig(), *,
-                       label: str | None = None, relation: Relation | None = None) -> GeneralizationResult:
-    """Teach fresh entities source facts (one training run per seed) and read their target answers before and after."""
+def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
+                       config: GeneralizationConfig = GeneralizationConfig()) -> GeneralizationResult:
+    """Teach fresh entities source facts (one training run per seed) and read their target answers before and after.
+
+    A `RelationSpec` is bound and its W fitted here; a `BoundRelation` with a fit is used as it is.
+    """
     started = time.perf_counter()
-    relation = relation or prepare_relation(lm, registry, source, target, n_inputs=config.n_inputs, fit=config.fit,
-                                            keep_subwords=config.keep_subwords, label=label, progress=config.progress)
+    if isinstance(relation, RelationSpec):
+        relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=config.keep_subwords,
+                                progress=config.progress)
     seconds_fit = time.perf_counter() - started
     outcomes, target_before, losses, seconds_train = [], [], [], 0.0
     for seed in config.seeds:
         entities, rows = planned_facts(relation, config.n_facts, seed, lm.tokenizer, balance_categories=config.balance_categories)
-        answer_prefix = registry.prompt(source).answer_prefix
-        facts = [Fact(fill(relation.source.template, e), relation.source.domain.words[r], answer_prefix) for e, r in zip(entities, rows)]
+        facts = [Fact(fill(relation.source.template, e), relation.source.domain.words[r], relation.source.answer_prefix)
+                 for e, r in zip(entities, rows)]
         before = [entity_logits(lm, p, entities) for p in (relation.source, relation.target)]
         stop_when = all_learned(lm, relation.source, entities, rows) if config.until_learned else None
         trained = train_on_facts(lm.model, lm.tokenizer, facts, dataclasses.replace(config.train, seed=seed), stop_when=stop_when)
@@ -500,52 +438,29 @@ def run_generalization(lm: LM, registry, source: str, target: str, config: Gener
         target_before.append(before[1])
     outcomes = calibrate_predictions(relation, outcomes, np.concatenate(target_before))
     return GeneralizationResult(
-        label=relation.label, model_name=lm.name, source=source, target=target, source_template=relation.source.template,
+        label=relation.label, model_name=lm.name, source=relation.source.name, target=relation.target.name,
+        source_template=relation.source.template,
         target_template=relation.target.template, n_target_domain=len(relation.target.domain),
         labelwise_r_mean=float(np.nanmean(relation.fit.labelwise_r)), config=config, outcomes=tuple(outcomes), losses=tuple(losses),
         seconds_fit=seconds_fit, seconds_train=seconds_train, seconds=time.perf_counter() - started,
     )
 
 
-def study_key(study: str, lm: LM, registry, relation: StudyRelation, config) -> dict:
-    """Everything a study row depends on: code version, model weights, both prompts, their domains, the reference, settings."""
-    specs = [registry.prompt(relation.source), registry.prompt(relation.target)]
-    reference = registry.reference_for(*specs)
-    settings = dataclasses.asdict(config)
-    settings.pop("progress", None)
-    settings.get("train", {}).pop("progress", None)
-    return {
-        "study": study, "version": STUDY_VERSION, "model": lm.fingerprint, "label": relation.label,
-        "prompts": [dataclasses.asdict(spec) for spec in specs], "domains": [registry.domain_words(spec.domain) for spec in specs],
-        "reference": dataclasses.asdict(reference) if reference else None, "config": settings,
-    }
-
-
-def stored_row(study: str, lm: LM, registry, relation: StudyRelation, config, compute) -> dict:
-    """`compute()` (a JSON row) for one relation of a table, kept in the cache; a LincorrError becomes a row with "skipped"."""
-    def guarded() -> dict:
-        try:
-            return compute()
-        except LincorrError as error:
-            return {"relation": relation.label, "skipped": str(error)}
-
-    return cached_result(study, study_key(study, lm, registry, relation, config), guarded)
-
-
-def generalization_table(lm: LM, registry, relations: Sequence[StudyRelation] | None = None,
+def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | None = None,
                          config: GeneralizationConfig = GeneralizationConfig(), *, on_row=None) -> list[dict]:
     """Table 5: one summary row per relation (default: the paper's eleven) beside the paper's numbers.
 
     Finished rows are stored in the cache, so an interrupted table resumes where it stopped; a
     relation this tokenizer cannot express becomes a row with its reason under "skipped".
     """
-    paper = {relation.label: (paper_rate, chance) for relation, paper_rate, chance in TABLE5}
+    paper = paper_table("table5")
     rows = []
-    for relation in relations or [r for r, _, _ in TABLE5]:
-        row = stored_row("generalize", lm, registry, relation, config,
-                         lambda: run_generalization(lm, registry, relation.source, relation.target, config, label=relation.label).summary())
-        if relation.label in paper:
-            row |= {"paper_generalization_rate": paper[relation.label][0], "paper_random_baseline": paper[relation.label][1]}
+    for relation in relations or paper.relations():
+        row = stored_row("generalize", study_key("generalize", lm.fingerprint, registry, relation, config), relation.label,
+                         lambda: run_generalization(lm, registry, relation, config).summary(), depends_on=__name__)
+        if (published := paper.row(relation.label)) is not None:
+            row |= {"paper_generalization_rate": published["generalization_rate"], "paper_random_baseline": published["random_baseline"],
+                    "paper_model": paper.model}
         rows.append(row)
         if on_row is not None:
             on_row(row)
@@ -554,7 +469,8 @@ def generalization_table(lm: LM, registry, relations: Sequence[StudyRelation] | 
 
 def table5_markdown(rows: Sequence[dict]) -> str:
     """Table 5 rows (from `generalization_table`) as Markdown, the paper's numbers beside ours."""
-    lines = ["| relation | generalization | before | random | source learned | epochs | edit predictor acc. / AUC (calibrated) | paper | paper random |",
+    model = paper_table("table5").model
+    lines = [f"| relation | generalization | before | random | source learned | epochs | edit predictor acc. / AUC (calibrated) | paper ({model}) | paper random |",
              "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         paper = (f"{row['paper_generalization_rate']:.2%} | {row['paper_random_baseline']:.2%}" if "paper_generalization_rate" in row

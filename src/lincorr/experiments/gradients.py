@@ -13,26 +13,15 @@ import time
 import numpy as np
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.correlation import FitConfig
-from lincorr.experiments.generalization import StudyRelation, entity_logits, prepare_relation, stored_row
+from lincorr.collect import entity_logits
+from lincorr.experiments.correlation import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, single_step
 from lincorr.metrics import labelwise_pearson
 from lincorr.models import LM, wrap_model
-from lincorr.outputs import staged_directory, write_json
+from lincorr.outputs import staged_directory, stored_row, write_json
+from lincorr.paper import paper_table
+from lincorr.relations import RelationSpec, study_key
 from lincorr.templates import fill
-
-# The paper's Table 4 (llama-3.2-3b): logit correlation and gradient correlation.
-TABLE4 = (
-    (StudyRelation("City->Country", "city", "country"), 0.89, 0.79),
-    (StudyRelation("CEO->Company", "ceo", "company"), 0.55, 0.47),
-    (StudyRelation("en->es (city)", "city", "es/city"), 0.70, 0.79),
-    (StudyRelation("en->zh (city)", "city", "zh/city"), 0.58, 0.46),
-    (StudyRelation("Fruit->Color", "fruit_color", "simile_color"), 0.48, 0.46),
-    (StudyRelation("Food->Taste", "food_taste", "simile_taste"), 0.47, 0.47),
-    (StudyRelation("X+1->X+2", "math/x+1", "math/x+2"), 0.93, 0.87),
-    (StudyRelation("X+1->X*2", "math/x+1", "math/x*2"), 0.73, 0.66),
-)
-
 
 @dataclasses.dataclass(frozen=True)
 class GradientConfig:
@@ -100,11 +89,10 @@ def gradient_correlation_from_changes(coef: np.ndarray, source_change: np.ndarra
     return labelwise, float(np.mean(control))
 
 
-def measure_gradient_correlation(lm: LM, registry, source: str, target: str, config: GradientConfig = GradientConfig(), *,
-                                 label: str | None = None) -> GradientCorrelation:
+def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, config: GradientConfig = GradientConfig()) -> GradientCorrelation:
     """Fit W, take one optimiser step on source facts with random source answers, and correlate dS @ W with dT."""
     started = time.perf_counter()
-    relation = prepare_relation(lm, registry, source, target, n_inputs=config.n_inputs, fit=config.fit, label=label, progress=config.progress)
+    relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, progress=config.progress)
     inputs = relation.fit.source.inputs
     train_rows, test_rows = relation.fit.train_index, relation.fit.test_index
     if config.n_step_facts > train_rows.size or config.n_eval > test_rows.size:
@@ -113,8 +101,8 @@ def measure_gradient_correlation(lm: LM, registry, source: str, target: str, con
     step_inputs = [inputs[i] for i in rng.choice(train_rows, config.n_step_facts, replace=False)]
     eval_inputs = [inputs[i] for i in rng.choice(test_rows, config.n_eval, replace=False)]
     answers = rng.choice(len(relation.source.domain), config.n_step_facts)
-    prefix = registry.prompt(source).answer_prefix
-    facts = [Fact(fill(relation.source.template, x), relation.source.domain.words[a], prefix) for x, a in zip(step_inputs, answers)]
+    facts = [Fact(fill(relation.source.template, x), relation.source.domain.words[a], relation.source.answer_prefix)
+             for x, a in zip(step_inputs, answers)]
 
     before = [entity_logits(lm, p, eval_inputs) for p in (relation.source, relation.target)]
     stepped = single_step(lm.model, lm.tokenizer, facts, dataclasses.replace(config.train, seed=config.seed))
@@ -124,7 +112,7 @@ def measure_gradient_correlation(lm: LM, registry, source: str, target: str, con
     labelwise, control = gradient_correlation_from_changes(relation.fit.coef, source_change, target_change, n_control=config.n_control,
                                                            seed=config.seed)
     return GradientCorrelation(
-        label=relation.label, model_name=lm.name, source=source, target=target, logit_r=float(np.nanmean(relation.fit.labelwise_r)),
+        label=relation.label, model_name=lm.name, source=relation.source.name, target=relation.target.name, logit_r=float(np.nanmean(relation.fit.labelwise_r)),
         gradient_r=float(np.nanmean(labelwise)), control_r=control, labelwise_gradient_r=labelwise,
         mean_abs_source_change=float(np.abs(source_change).mean()), mean_abs_target_change=float(np.abs(target_change).mean()),
         config=config, seconds=time.perf_counter() - started,
@@ -139,20 +127,27 @@ class GradientTable:
     skipped: tuple[tuple[str, str], ...]  # (relation, why)
 
     def summary(self) -> dict:
-        paper = {relation.label: (logit, grad) for relation, logit, grad in TABLE4}
+        paper = paper_table("table4")
+
+        def with_paper(row: GradientCorrelation) -> dict:
+            published = paper.row(row.label)
+            return row.summary() | ({"paper_logit_r": published["logit_r"], "paper_gradient_r": published["gradient_r"],
+                                     "paper_model": paper.model} if published else {})
+
         return {
-            "rows": [r.summary() | ({"paper_logit_r": paper[r.label][0], "paper_gradient_r": paper[r.label][1]} if r.label in paper else {})
-                     for r in self.rows],
+            "rows": [with_paper(r) for r in self.rows],
             "skipped": [{"relation": label, "reason": why} for label, why in self.skipped],
         }
 
     def markdown(self) -> str:
         """Our logit and gradient correlation (and the shuffled-W control) next to the paper's."""
-        paper = {relation.label: (logit, grad) for relation, logit, grad in TABLE4}
-        lines = ["| relation | logit r | gradient r | control (shuffled W) | paper logit r | paper gradient r |", "|---|---|---|---|---|---|"]
+        paper = paper_table("table4")
+        lines = [f"| relation | logit r | gradient r | control (shuffled W) | {paper.column_title} logit r | {paper.column_title} gradient r |",
+                 "|---|---|---|---|---|---|"]
         for r in self.rows:
-            theirs = paper.get(r.label, (float("nan"), float("nan")))
-            lines.append(f"| {r.label} | {r.logit_r:.2f} | {r.gradient_r:.2f} | {r.control_r:.2f} | {theirs[0]:.2f} | {theirs[1]:.2f} |")
+            published = paper.row(r.label)
+            theirs = f"{published['logit_r']:.2f} | {published['gradient_r']:.2f}" if published else " | "
+            lines.append(f"| {r.label} | {r.logit_r:.2f} | {r.gradient_r:.2f} | {r.control_r:.2f} | {theirs} |")
         lines += [f"| {label} | skipped: {why} | | | | |" for label, why in self.skipped]
         return "\n".join(lines)
 
@@ -168,9 +163,9 @@ def gradient_table(lm: LM, registry, relations=None, config: GradientConfig = Gr
     Finished rows are stored in the cache, so an interrupted table resumes where it stopped.
     """
     rows, skipped = [], []
-    for relation in relations or [r for r, _, _ in TABLE4]:
-        row = stored_row("gradcorr", lm, registry, relation, config,
-                         lambda: measure_gradient_correlation(lm, registry, relation.source, relation.target, config, label=relation.label).to_row())
+    for relation in relations or paper_table("table4").relations():
+        row = stored_row("gradcorr", study_key("gradcorr", lm.fingerprint, registry, relation, config), relation.label,
+                         lambda: measure_gradient_correlation(lm, registry, relation, config).to_row(), depends_on=__name__)
         if "skipped" in row:
             skipped.append((relation.label, row["skipped"]))
         else:

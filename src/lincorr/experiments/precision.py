@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from lincorr.collect import LogitTable, collect_tables
 from lincorr.errors import LincorrError
@@ -14,124 +12,11 @@ from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference, reference_columns
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.paper import paper_table
 from lincorr.prompts import registry_prompts
+from lincorr.relations import ReferencePairs, RelationSpec, registry_reference
 
 KS = (1, 3, 5)
-ReferencePairs = tuple[tuple[str, tuple[str, ...]], ...]  # (subject, acceptable objects)
-
-
-@dataclasses.dataclass(frozen=True)
-class Relation:
-    """A relation to judge W on: a label, the source and target prompts, and the registry reference to use."""
-
-    label: str
-    source: str
-    target: str
-    reference: str | None = None  # a registry reference name; None: the registry's reference for the prompt pair
-
-
-# The paper's Table 2 (llama-3-8b, ols): (influenced Hit@1/3/5, influencing Hit@1/3/5).
-# The paper does not say which knowledge its en->es and en->zh rows use; we take city.
-TABLE2 = (
-    (Relation("City->Country", "city", "country"), ((0.42, 0.45, 0.48), (0.67, 0.74, 0.78))),
-    (Relation("CEO->Company", "ceo", "company"), ((0.09, 0.09, 0.14), (0.05, 0.05, 0.08))),
-    (Relation("en->es (city)", "city", "es/city"), ((0.91, 0.91, 0.92), (0.67, 0.74, 0.78))),
-    (Relation("en->zh (city)", "city", "zh/city"), ((0.10, 0.13, 0.16), (0.09, 0.11, 0.15))),
-    (Relation("Fruit->Color", "fruit_color", "simile_color"), ((0.25, 0.38, 0.47), (0.38, 0.50, 0.54))),
-    (Relation("Food->Taste", "food_taste", "simile_taste"), ((0.28, 0.50, 0.62), (0.14, 0.36, 0.43))),
-    (Relation("X+1->X+2", "math/x+1", "math/x+2"), ((0.00, 0.50, 0.60), (0.10, 0.30, 0.50))),
-    (Relation("X+1->X*2", "math/x+1", "math/x*2"), ((0.10, 0.40, 0.50), (0.10, 0.30, 0.70))),
-)
-PAPER_TABLE2 = {relation.label: numbers for relation, numbers in TABLE2}
-
-
-def table2_relations() -> tuple[Relation, ...]:
-    """The eight relation pairs of the paper's Table 2."""
-    return tuple(relation for relation, _ in TABLE2)
-
-
-def registry_relations(registry) -> tuple[Relation, ...]:
-    """One prompt pair for every reference relation of the registry (relations no prompt pair fits are left out).
-
-    A reference names domains, and several prompts may share a domain (city: `city`,
-    `birthplace`; color: `color`, `simile_color`), so the pair is chosen by, in order: prompts
-    named in the reference ("math/x+1->math/x+2"), the same family, the same knowledge word
-    (object_color / simile_color, city / es/city), and prompts named after their domain.
-    """
-    names = {spec.name: spec for spec in registry.prompts}
-    relations = []
-    for reference in registry.references:
-        named = reference.name.split("->")
-        if len(named) == 2 and all(name in names for name in named):
-            relations.append(Relation(reference.name, named[0], named[1], reference.name))
-            continue
-        candidates = [
-            (source, target)
-            for source in registry.prompts if source.domain == reference.source_domain
-            for target in registry.prompts if target.domain == reference.target_domain and target.name != source.name
-        ]
-        if candidates:
-            source, target = max(candidates, key=lambda pair: pair_affinity(*pair))
-            relations.append(Relation(reference.name, source.name, target.name, reference.name))
-    return tuple(relations)
-
-
-def pair_affinity(source, target) -> tuple[bool, bool, bool, bool]:
-    """How naturally two prompt specs form a relation's prompt pair (compared as a tuple, larger is better)."""
-
-    def knowledge(name: str) -> str:
-        return name.split("/")[-1].split("_")[-1]
-
-    return (
-        source.family == target.family,
-        knowledge(source.name) == knowledge(target.name),
-        source.name == source.domain,
-        target.name == target.domain,
-    )
-
-
-def read_reference_file(path) -> ReferencePairs:
-    """Reference pairs from a TSV (`subject<TAB>object` per line) or JSON file.
-
-    JSON is either a mapping {subject: object or [objects]} or a list of [subject, object]
-    pairs. A subject given several times keeps all of its objects: any of them counts as right.
-    """
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise LincorrError(f"cannot read reference file {path} ({error}); pass a UTF-8 TSV or JSON file") from None
-    pairs: list[tuple[str, str]] = []
-    if path.suffix.lower() == ".json" or text.lstrip()[:1] in ("{", "["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise LincorrError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); write {{\"subject\": [\"object\", ...]}}") from None
-        items = data.items() if isinstance(data, dict) else data
-        for item in items:
-            if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)):
-                raise LincorrError(f"{path}: entry {item!r} is not a subject with its object(s); write {{\"subject\": [\"object\", ...]}} or [[\"subject\", \"object\"], ...]")
-            subject, objects = item
-            for obj in [objects] if isinstance(objects, str) else objects:
-                if not isinstance(obj, str):
-                    raise LincorrError(f"{path}: object {obj!r} of '{subject}' is not text")
-                pairs.append((subject.strip(), obj.strip()))
-    else:
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
-                raise LincorrError(f"{path}:{number}: expected 'subject<TAB>object', got {line!r}; separate the two words with one tab")
-            pairs.append((fields[0].strip(), fields[1].strip()))
-    if not pairs:
-        raise LincorrError(f"reference file {path} has no pairs; write one subject<TAB>object per line")
-    merged: dict[str, list[str]] = {}
-    for subject, obj in pairs:
-        merged.setdefault(subject, [])
-        if obj not in merged[subject]:
-            merged[subject].append(obj)
-    return tuple((subject, tuple(objects)) for subject, objects in merged.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,26 +115,29 @@ class PrecisionTable:
 
     def summary(self) -> dict:
         """JSON: the rows (each a `PrecisionResult.summary()`, with the paper's numbers where Table 2 has them)."""
+        paper = paper_table("table2")
         rows = []
         for row in self.rows:
             entry = row.summary()
-            if row.label in PAPER_TABLE2:
-                influenced, influencing = PAPER_TABLE2[row.label]
-                entry["paper_llama3_8b"] = {"hit_influenced": dict(zip(map(str, KS), influenced)),
-                                            "hit_influencing": dict(zip(map(str, KS), influencing))}
+            if (published := paper.row(row.label)) is not None:
+                entry["paper"] = {"model": paper.model, "setting": paper.setting,
+                                  "hit_influenced": dict(zip(map(str, KS), published["hit_influenced"])),
+                                  "hit_influencing": dict(zip(map(str, KS), published["hit_influencing"]))}
             rows.append(entry)
         return {"model": self.model_name, "n_inputs": self.n_inputs, "rows": rows,
                 "skipped": [{"relation": label, "reason": reason} for label, reason in self.skipped], "seconds": self.seconds}
 
     def markdown(self) -> str:
         """A Markdown table: r, Hit@1/3/5 influenced and influencing, chance at 1, and the paper's numbers where known."""
+        table2 = paper_table("table2")
         lines = [
-            "| relation | estimator | r | influenced @1 / @3 / @5 | influencing @1 / @3 / @5 | chance @1 (infl. / infl.ing) | n pairs | paper llama-3-8b (ols) |",
+            f"| relation | estimator | r | influenced @1 / @3 / @5 | influencing @1 / @3 / @5 | chance @1 (infl. / infl.ing) | n pairs | {table2.column_title}, {table2.setting} |",
             "|---|---|---:|---|---|---|---:|---|",
         ]
         for row in self.rows:
-            paper = PAPER_TABLE2.get(row.label)
-            paper_text = " / ".join(f"{v:.2f}" for v in paper[0]) + " ; " + " / ".join(f"{v:.2f}" for v in paper[1]) if paper else ""
+            paper = table2.row(row.label)
+            paper_text = (" / ".join(f"{v:.2f}" for v in paper["hit_influenced"]) + " ; "
+                          + " / ".join(f"{v:.2f}" for v in paper["hit_influencing"])) if paper else ""
             lines.append(
                 f"| {row.label} | {row.estimator} | {row.labelwise_r_mean:.2f} | {rates_text(row.hit_influenced)} | "
                 f"{rates_text(row.hit_influencing)} | {row.chance_influenced[1]:.2f} / {row.chance_influencing[1]:.2f} | "
@@ -302,7 +190,7 @@ def rates_text(rates: Mapping[int, float]) -> str:
 def precision_table(
     lm: LM,
     registry,
-    relations: Sequence[Relation],
+    relations: Sequence[RelationSpec],
     inputs: Sequence[str],
     configs: Sequence[FitConfig],
     *,
@@ -323,7 +211,7 @@ def precision_table(
     tables = collect_tables(lm, prompts, inputs, **collect_options)
     rows: list[PrecisionResult] = []
     for relation in (r for r in relations if r.source in prompts and r.target in prompts):
-        pairs, reference = relation_pairs(registry, relation, reference_pairs)
+        pairs, reference = (reference_pairs, "user file") if reference_pairs is not None else registry_reference(registry, relation)
         if not pairs:
             skipped.append((relation.label, f"the registry has no reference between {relation.source} and {relation.target}"))
             continue
@@ -336,12 +224,3 @@ def precision_table(
             except LincorrError as error:
                 skipped.append((f"{relation.label} ({config.estimator})", str(error)))
     return PrecisionTable(lm.name, len(inputs), tuple(rows), tuple(skipped), time.perf_counter() - started)
-
-
-def relation_pairs(registry, relation: Relation, override: ReferencePairs | None) -> tuple[ReferencePairs, str]:
-    """The pairs to judge a relation by, and the reference's name."""
-    if override is not None:
-        return override, "user file"
-    found = (registry.reference(relation.reference) if relation.reference
-             else registry.reference_for(registry.prompt(relation.source), registry.prompt(relation.target)))
-    return (found.pairs, found.name) if found else ((), "")

@@ -6,13 +6,14 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from lincorr.experiments.correlation import FitConfig
-from lincorr.experiments.precision import KS, PrecisionTable, Relation, precision_table
+from lincorr.experiments.precision import KS, PrecisionTable, precision_table
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.models import LM, load_model
 from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.relations import RelationSpec
 
 # Fig. 4 contrasts a relation whose precision grows with size and one that stays hard.
-DEFAULT_RELATIONS = (Relation("City->Country", "city", "country"), Relation("CEO->Company", "ceo", "company"))
+DEFAULT_RELATIONS = (RelationSpec("city", "country", "City->Country"), RelationSpec("ceo", "company", "CEO->Company"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +92,7 @@ class ScaleResult:
 def measure_scale(
     model_specs: Sequence[str],
     registry,
-    relations: Sequence[Relation],
+    relations: Sequence[RelationSpec],
     n_inputs: int,
     configs: Sequence[FitConfig],
     *,

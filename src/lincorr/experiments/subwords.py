@@ -11,13 +11,13 @@ import dataclasses
 import numpy as np
 
 from lincorr.domains import CATEGORIES
-from lincorr.experiments.generalization import GeneralizationConfig, GeneralizationResult, prepare_relation, rate, run_generalization
-from lincorr.metrics import hit_at_k
+from lincorr.experiments.correlation import fit_relation
+from lincorr.experiments.generalization import GeneralizationConfig, GeneralizationResult, run_generalization
+from lincorr.metrics import hit_at_k, rate
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_json
-
-# The paper's Table 18 (llama-3.2-3b, City->Country): correlation, Hit@Top-5, generalization.
-PAPER_TABLE18 = {"whole_word": (0.85, 0.49, 0.5567), "word_in_phrase": (0.86, 0.10, 0.0200), "subword": (0.87, 0.00, 0.0000)}
+from lincorr.paper import paper_table
+from lincorr.relations import RelationSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,13 +33,15 @@ class SubwordResult:
 
     def markdown(self) -> str:
         """Table 18 with the paper's numbers beside ours."""
-        lines = ["| category | target words | label-wise r | Hit@Top-5 (subjects) | generalization (facts) | paper r / Hit@5 / gen. |",
+        table18 = paper_table("table18")
+        lines = [f"| category | target words | label-wise r | Hit@Top-5 (subjects) | generalization (facts) | {table18.column_title} r / Hit@5 / gen. |",
                  "|---|---|---|---|---|---|"]
-        # The paper's Table 18 is City->Country; beside another relation its numbers would mislead.
-        is_papers = (self.generalization.source, self.generalization.target) == ("city", "country")
+        # The paper's Table 18 is one relation; beside another its numbers would mislead.
+        ours = (self.generalization.source, self.generalization.target)
         for r in self.rows:
-            paper = PAPER_TABLE18.get(r["category"]) if is_papers else None
-            theirs = f"{paper[0]:.2f} / {paper[1]:.2f} / {paper[2]:.1%}" if paper else ""
+            paper = next((row for row in table18.rows if row["category"] == r["category"]
+                          and (row.relation.source, row.relation.target) == ours), None)
+            theirs = f"{paper['labelwise_r']:.2f} / {paper['hit_at_5']:.2f} / {paper['generalization_rate']:.1%}" if paper else ""
             lines.append(f"| {r['category']} | {r['n_target_words']} | {r['labelwise_r']:.2f} | {r['hit_at_5']:.2f} ({r['n_subjects']}) | "
                          f"{r['generalization_rate']:.1%} ({r['n_facts']}; before {r['rate_before']:.1%}) | {theirs} |")
         return "\n".join(lines)
@@ -51,16 +53,16 @@ class SubwordResult:
             self.generalization.save(out / "generalization")
 
 
-def subword_study(lm: LM, registry, source: str = "city", target: str = "country",
+def subword_study(lm: LM, registry, relation: RelationSpec = RelationSpec("city", "country"),
                   config: GeneralizationConfig = GeneralizationConfig(keep_subwords=True, balance_categories=True)) -> SubwordResult:
     """Fit W and run the generalization study with subword answers kept and facts spread evenly over categories, then split every score by category."""
     config = dataclasses.replace(config, keep_subwords=True, balance_categories=True)
-    relation = prepare_relation(lm, registry, source, target, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=True, progress=config.progress)
-    result = run_generalization(lm, registry, source, target, config, relation=relation)
+    relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=True, progress=config.progress)
+    result = run_generalization(lm, registry, relation, config)
     categories = np.array(relation.target.domain.categories)
     rows = []
     for category in CATEGORIES:
-        subjects = {s: cols for s, cols in relation.reference.items() if categories[cols[0]] == category}
+        subjects = {s: cols for s, cols in relation.columns.items() if categories[cols[0]] == category}
         facts = [o for o in result.outcomes if o.reference_category == category]
         rows.append({
             "category": category, "n_target_words": int((categories == category).sum()),

@@ -1,0 +1,51 @@
+"""Tiny in-code models for the architectures tests/tiny.py does not build (hidden 32, 2 blocks)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import (
+    MistralConfig,
+    MistralForCausalLM,
+    Olmo2Config,
+    Olmo2ForCausalLM,
+    OlmoConfig,
+    OlmoForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+# Shared by every builder below: 4 query heads over 2 key/value heads (grouped-query attention).
+SIZES = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=None)
+
+
+def tiny_qwen2(vocab_size: int, seed: int = 0) -> Qwen2ForCausalLM:
+    """Qwen2: biases on the query/key/value projections."""
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab_size, **SIZES)).float()
+
+
+def tiny_qwen3(vocab_size: int, seed: int = 0) -> Qwen3ForCausalLM:
+    """Qwen3: per-head query/key RMS norms, head_dim (16) not hidden/heads (8)."""
+    torch.manual_seed(seed)
+    return Qwen3ForCausalLM(Qwen3Config(vocab_size=vocab_size, head_dim=16, **SIZES)).float()
+
+
+def tiny_mistral(vocab_size: int, seed: int = 0) -> MistralForCausalLM:
+    """Mistral with a 4-token sliding window, so windowing meets left padding in the tests."""
+    torch.manual_seed(seed)
+    return MistralForCausalLM(MistralConfig(vocab_size=vocab_size, sliding_window=4, **SIZES)).float()
+
+
+def tiny_olmo(vocab_size: int, seed: int = 0) -> OlmoForCausalLM:
+    """OLMo: parameter-free layer norms, query/key/value clipping, biased attention projections."""
+    torch.manual_seed(seed)
+    return OlmoForCausalLM(OlmoConfig(vocab_size=vocab_size, clip_qkv=8.0, attention_bias=True, **SIZES)).float()
+
+
+def tiny_olmo2(vocab_size: int, seed: int = 0) -> Olmo2ForCausalLM:
+    """OLMo2: norms after attention and FFN (before the residual add), query/key norms over all heads."""
+    torch.manual_seed(seed)
+    return Olmo2ForCausalLM(Olmo2Config(vocab_size=vocab_size, **SIZES)).float()
