@@ -136,7 +136,7 @@ def main() -> None:
     loop_seconds, loop_coef = timed(sklearn_loop, repeats=3)
     ols_seconds, fitted = timed(lambda: LinearMap("ols").fit(source_values, target_values), repeats=3)
     ridge_seconds, _ = timed(lambda: LinearMap("ridge", alpha="cv").fit(source_values, target_values), repeats=3)
-    relative = float(np.abs(fitted.coef_ - loop_coef).max() / np.abs(loop_coef).max())
+    relative = float(np.abs(fitted.W_ - loop_coef).max() / np.abs(loop_coef).max())
     shape = f"{source_values.shape[0]} x {source_values.shape[1]} -> {target_values.shape[1]}"
     rows += [
         (f"fit: scikit-learn loop per target ({shape})", f"{loop_seconds * 1e3:.1f} ms"),

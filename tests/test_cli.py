@@ -55,7 +55,7 @@ def test_fit_json_contract_and_saved_files(workspace, capsys):
     from lincorr.linear import LinearMap
 
     train = np.array(result["train_index"])
-    np.testing.assert_allclose(LinearMap("ols").fit(source_logits[train], target_logits[train]).coef_, coef, atol=1e-4)
+    np.testing.assert_allclose(LinearMap("ols").fit(source_logits[train], target_logits[train]).W_, coef, atol=1e-4)
 
 
 def test_fit_table_output_with_ridge_cv(workspace, capsys):

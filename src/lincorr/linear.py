@@ -4,59 +4,70 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
+from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lincorr.errors import LincorrError
 
 DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-3, 5, 17))
 
 
-class LinearMap:
-    """Linear map between logit tables, scikit-learn style.
+class LinearMap(RegressorMixin, BaseEstimator):
+    """The linear map between logit tables, a scikit-learn regressor: target = source @ W + b.
 
     estimator="ols" is the paper's ordinary least squares with a bias; "ridge" adds an L2
     penalty `alpha` on W (not on b), either fixed or chosen by k-fold cross-validation
-    (alpha="cv") over `alphas`. Learned: `coef_` `[n_source, n_target]`, `intercept_`
-    `[n_target]`, `alpha_` (the penalty used; 0 for ols).
+    (alpha="cv") over `alphas`. Learned: `W_` `[n_source, n_target]` (row i: how source word i
+    moves every target), `coef_` (the same in scikit-learn's orientation `[n_target, n_source]`,
+    1-D for a 1-D target), `intercept_` `[n_target]`, `alpha_` (the penalty used; 0 for ols).
+    `score` is scikit-learn's R^2; the paper's label-wise r is `metrics.labelwise_pearson`.
     """
 
     def __init__(self, estimator: str = "ols", alpha: float | str = 1.0, alphas=DEFAULT_ALPHAS, cv: int = 5, seed: int = 0):
         self.estimator = estimator
         self.alpha = alpha
-        self.alphas = tuple(alphas)
+        self.alphas = alphas
         self.cv = cv
         self.seed = seed
 
-    def fit(self, source: np.ndarray, target: np.ndarray) -> LinearMap:
-        """Fit on `source` `[n, n_source]` and `target` `[n, n_target]`."""
-        source, target = check_pair(source, target)
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
+    def fit(self, X, y) -> LinearMap:
+        """Fit on source scores `X` `[n, n_source]` and target scores `y` `[n, n_target]` (or `[n]`)."""
+        X, y = validate_data(self, X, y, multi_output=True, y_numeric=True, dtype=np.float64)
+        target = y.reshape(len(y), -1)
+        if X.shape[0] < 2:
+            raise LincorrError(f"fitting a linear map needs at least 2 inputs, got {X.shape[0]} sample")
         if self.estimator == "ols":
-            if source.shape[0] <= source.shape[1]:
+            if X.shape[0] <= X.shape[1]:
                 raise LincorrError(
-                    f"ols needs more training inputs ({source.shape[0]}) than source features ({source.shape[1]}); "
+                    f"ols needs more training inputs ({X.shape[0]}) than source features ({X.shape[1]}); "
                     "use more inputs (-n) or --estimator ridge"
                 )
             self.alpha_ = 0.0
-            self.coef_, self.intercept_ = fit_ols(source, target)
+            W, b = fit_ols(X, target)
         elif self.estimator == "ridge":
-            self.alpha_ = self.select_alpha(source, target) if self.alpha == "cv" else float(self.alpha)
-            if self.alpha_ < 0:
+            self.alpha_ = self.select_alpha(X, target) if self.alpha == "cv" else float(self.alpha)
+            if not self.alpha_ >= 0:
                 raise LincorrError(f"ridge alpha must be non-negative, got {self.alpha_}")
-            self.coef_, self.intercept_ = fit_ridge(source, target, (self.alpha_,))[0]
+            W, b = fit_ridge(X, target, (self.alpha_,))[0]
         else:
             raise LincorrError(f"unknown estimator '{self.estimator}'; use ols or ridge")
-        self.coef_ = self.coef_.astype(np.float32)
-        self.intercept_ = self.intercept_.astype(np.float32)
+        self.W_ = W.astype(np.float32)
+        self.intercept_ = b.astype(np.float32)
+        self.coef_ = self.W_.T
+        if y.ndim == 1:
+            self.coef_, self.intercept_ = self.coef_[0], self.intercept_[0]
         return self
 
-    def predict(self, source: np.ndarray) -> np.ndarray:
-        """Predicted target scores `[n, n_target]`."""
-        return (np.asarray(source, np.float64) @ self.coef_ + self.intercept_).astype(np.float32)
-
-    def score(self, source: np.ndarray, target: np.ndarray) -> float:
-        """Mean label-wise Pearson r of the predictions (the paper's main metric)."""
-        from lincorr.metrics import labelwise_pearson
-
-        return float(np.nanmean(labelwise_pearson(self.predict(source), target)))
+    def predict(self, X) -> np.ndarray:
+        """Predicted target scores `[n, n_target]` (`[n]` after a 1-D fit), float64 as scikit-learn expects."""
+        check_is_fitted(self)
+        X = validate_data(self, X, reset=False, dtype=np.float64)
+        return X @ self.coef_.T.astype(np.float64) + self.intercept_
 
     def select_alpha(self, source: np.ndarray, target: np.ndarray) -> float:
         """The alpha with the lowest k-fold mean squared error."""
@@ -68,16 +79,7 @@ class LinearMap:
         for held_out in folds:
             train = np.setdiff1d(np.arange(n), held_out)
             errors += ridge_held_out_errors(source[train], target[train], source[held_out], target[held_out], self.alphas)
-        return self.alphas[int(np.argmin(errors))]
-
-
-def check_pair(source, target) -> tuple[np.ndarray, np.ndarray]:
-    """Both as float64 2-D arrays with the same number of rows."""
-    source = np.asarray(source, np.float64)
-    target = np.asarray(target, np.float64)
-    if source.ndim != 2 or target.ndim != 2 or source.shape[0] != target.shape[0]:
-        raise LincorrError(f"source {source.shape} and target {target.shape} must be 2-D with the same number of rows")
-    return source, target
+        return float(self.alphas[int(np.argmin(errors))])
 
 
 def fit_ols(source: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -162,7 +162,7 @@ def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitCo
     started = time.perf_counter()
     train, test = split_indices(len(source.inputs), config.test_fraction, config.seed)
     fitted = config.linear_map().fit(source.values[train], target.values[train])
-    predicted = fitted.predict(source.values[test])
+    predicted = fitted.predict(source.values[test]).astype(np.float32)  # tables are float32; so are their predictions
     actual = target.values[test]
 
     # Control: the same fit after shuffling which input each training target row belongs to.
@@ -172,7 +172,7 @@ def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitCo
             labelwise_pearson(
                 LinearMap(estimator=config.estimator, alpha=fitted.alpha_)
                 .fit(source.values[train], target.values[rng.permutation(train)])
-                .predict(source.values[test]),
+                .predict(source.values[test]).astype(np.float32),
                 actual,
             )
             for _ in range(config.n_control)
@@ -187,7 +187,7 @@ def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitCo
         target_name=target_name,
         model_name=model_name,
         config=config,
-        coef=fitted.coef_,
+        coef=fitted.W_,
         intercept=fitted.intercept_,
         alpha=float(fitted.alpha_),
         train_index=train,

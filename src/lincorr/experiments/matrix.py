@@ -124,7 +124,7 @@ def score_grid(
             fit_on[source].values[train], np.hstack([fit_on[t].values[train] for t in targets])
         )
         alphas[source] = float(fitted.alpha_)
-        predicted = fitted.predict(evaluate_on[source].values[test])
+        predicted = fitted.predict(evaluate_on[source].values[test]).astype(np.float32)  # as the tables
         offsets = np.cumsum([0] + [len(fit_on[t].domain) for t in targets])
         columns = {t: slice(offsets[k], offsets[k + 1]) for k, t in enumerate(targets)}
         for i, j, target in where:
