@@ -49,3 +49,21 @@ def tiny_olmo2(vocab_size: int, seed: int = 0) -> Olmo2ForCausalLM:
     """OLMo2: norms after attention and FFN (before the residual add), query/key norms over all heads."""
     torch.manual_seed(seed)
     return Olmo2ForCausalLM(Olmo2Config(vocab_size=vocab_size, **SIZES)).float()
+
+
+def tiny_gemma3_multimodal(vocab_size: int, seed: int = 0):
+    """Gemma3ForConditionalGeneration (model type "gemma3"): the text model under a tiny SigLIP tower, used text-only."""
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3TextConfig, SiglipVisionConfig
+
+    torch.manual_seed(seed)
+    text = Gemma3TextConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=8, max_position_embeddings=64, sliding_window=4,
+        layer_types=["sliding_attention", "full_attention"],
+    )
+    vision = SiglipVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                image_size=28, patch_size=14)
+    # The image marker tokens only need ids inside the vocabulary; text-only prompts never use them.
+    config = Gemma3Config(text_config=text, vision_config=vision, mm_tokens_per_image=4, image_token_index=vocab_size - 1,
+                          boi_token_index=vocab_size - 2, eoi_token_index=vocab_size - 3)
+    return Gemma3ForConditionalGeneration(config).float()

@@ -126,7 +126,7 @@ class Layout:
     """A model's modules resolved through its ArchMap, and its sizes."""
 
     arch: ArchMap
-    model: torch.nn.Module
+    model: torch.nn.Module = dataclasses.field(repr=False)
     n_layers: int
     n_heads: int
     n_kv_heads: int
@@ -142,7 +142,6 @@ class Layout:
 
     def site(self, component: Component) -> tuple[torch.nn.Module, bool]:
         """The module whose output (False) or whose input (True: heads) holds the component."""
-        check_component(self, component)
         if component.kind == "resid":
             if component.layer == 0:
                 return self.model.get_submodule(self.arch.embeddings), False
@@ -184,28 +183,28 @@ def in_axis(module: torch.nn.Module) -> int:
     return 1 if isinstance(module, torch.nn.Linear) else 0
 
 
-def check_component(shape: Layout, component: Component) -> None:
+def check_component(parts: Layout, component: Component) -> None:
     """Raise LincorrError when a layer or head index is outside the model."""
-    top = shape.n_layers if component.kind == "resid" else shape.n_layers - 1
+    top = parts.n_layers if component.kind == "resid" else parts.n_layers - 1
     if not 0 <= component.layer <= top:
-        raise LincorrError(f"{component}: layer must be in 0..{top} for {component.kind} of this {shape.n_layers}-block model")
-    if component.kind == "head" and not 0 <= component.head < shape.n_heads:
-        raise LincorrError(f"{component}: head must be in 0..{shape.n_heads - 1} (this model has {shape.n_heads} query heads)")
+        raise LincorrError(f"{component}: layer must be in 0..{top} for {component.kind} of this {parts.n_layers}-block model")
+    if component.kind == "head" and not 0 <= component.head < parts.n_heads:
+        raise LincorrError(f"{component}: head must be in 0..{parts.n_heads - 1} (this model has {parts.n_heads} query heads)")
 
 
 def list_components(lm: LM, kinds: tuple[str, ...] = KINDS) -> list[Component]:
     """Every component of the given kinds, in block order (resid[L] last)."""
-    shape = layout(lm)
+    parts = layout(lm)
     out = []
-    for layer in range(shape.n_layers + 1):
+    for layer in range(parts.n_layers + 1):
         if "resid" in kinds:
             out.append(resid(layer))
-        if layer == shape.n_layers:
+        if layer == parts.n_layers:
             break
         if "attn" in kinds:
             out.append(attn(layer))
         if "head" in kinds:
-            out += [head(layer, h) for h in range(shape.n_heads)]
+            out += [head(layer, h) for h in range(parts.n_heads)]
         if "mlp" in kinds:
             out.append(mlp(layer))
     return out
@@ -225,26 +224,26 @@ def component_parameters(lm: LM, component: Component | str) -> dict[str, torch.
     - `resid[l]` has no parameters of its own: LincorrError.
     """
     component = as_component(component)
-    shape = layout(lm)
-    check_component(shape, component)
+    parts = layout(lm)
+    check_component(parts, component)
     if component.kind == "resid":
         raise LincorrError(f"{component} is a sum of components and has no parameters; ask for attn[l], mlp[l] or head[l,h]")
     if component.kind == "head":
-        paths = shape.arch.qkv + (shape.arch.o_proj,)
+        paths = parts.arch.qkv + (parts.arch.o_proj,)
         return {
             name: parameter
             for path in paths
-            for name, parameter in named_parameters(shape, component.layer, path)
-            if not (path == shape.arch.o_proj and name.endswith(".bias"))
+            for name, parameter in named_parameters(parts, component.layer, path)
+            if not (path == parts.arch.o_proj and name.endswith(".bias"))
         }
-    paths = shape.arch.attn if component.kind == "attn" else shape.arch.mlp
-    return {name: parameter for path in paths for name, parameter in named_parameters(shape, component.layer, path)}
+    paths = parts.arch.attn if component.kind == "attn" else parts.arch.mlp
+    return {name: parameter for path in paths for name, parameter in named_parameters(parts, component.layer, path)}
 
 
-def named_parameters(shape: Layout, layer: int, path: str):
+def named_parameters(parts: Layout, layer: int, path: str):
     """(full name, parameter) pairs of one per-block module."""
-    module = shape.block(layer).get_submodule(path)
-    return [(f"{shape.block_path(layer, path)}.{name}", p) for name, p in module.named_parameters()]
+    module = parts.block(layer).get_submodule(path)
+    return [(f"{parts.block_path(layer, path)}.{name}", p) for name, p in module.named_parameters()]
 
 
 def head_indices(lm: LM, component: Component | str) -> dict[str, tuple[int, torch.Tensor]]:
@@ -256,24 +255,24 @@ def head_indices(lm: LM, component: Component | str) -> dict[str, tuple[int, tor
     projection's input columns (nn.Linear axis 1, Conv1D axis 0).
     """
     component = as_component(component)
-    shape = layout(lm)
-    check_component(shape, component)
+    parts = layout(lm)
+    check_component(parts, component)
     if component.kind != "head":
         raise LincorrError(f"{component} is not a head; head_indices takes head[l,h]")
-    width = shape.head_dim
-    group = component.head // (shape.n_heads // shape.n_kv_heads)
+    width = parts.head_dim
+    group = component.head // (parts.n_heads // parts.n_kv_heads)
     q_rows = torch.arange(component.head * width, (component.head + 1) * width)
     kv_rows = torch.arange(group * width, (group + 1) * width)
-    if len(shape.arch.qkv) == 1:
-        q_size, kv_size = shape.n_heads * width, shape.n_kv_heads * width
-        per_path = {shape.arch.qkv[0]: torch.cat([q_rows, q_size + kv_rows, q_size + kv_size + kv_rows])}
+    if len(parts.arch.qkv) == 1:
+        q_size, kv_size = parts.n_heads * width, parts.n_kv_heads * width
+        per_path = {parts.arch.qkv[0]: torch.cat([q_rows, q_size + kv_rows, q_size + kv_size + kv_rows])}
     else:
-        per_path = dict(zip(shape.arch.qkv, (q_rows, kv_rows, kv_rows)))
+        per_path = dict(zip(parts.arch.qkv, (q_rows, kv_rows, kv_rows)))
     out = {}
     for path, rows in per_path.items():
-        module = shape.block(component.layer).get_submodule(path)
-        for name, _ in named_parameters(shape, component.layer, path):
+        module = parts.block(component.layer).get_submodule(path)
+        for name, _ in named_parameters(parts, component.layer, path):
             out[name] = (0 if name.endswith(".bias") else 1 - in_axis(module), rows)
-    o_proj = shape.block(component.layer).get_submodule(shape.arch.o_proj)
-    out[f"{shape.block_path(component.layer, shape.arch.o_proj)}.weight"] = (in_axis(o_proj), q_rows)
+    o_proj = parts.block(component.layer).get_submodule(parts.arch.o_proj)
+    out[f"{parts.block_path(component.layer, parts.arch.o_proj)}.weight"] = (in_axis(o_proj), q_rows)
     return out

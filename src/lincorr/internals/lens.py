@@ -18,7 +18,10 @@ def decode(lm: LM, hidden: torch.Tensor, token_ids: torch.Tensor | None = None) 
 
 
 def resid_stack(lm: LM, prompts, layers: Sequence[int] | None, batch_size: int, progress: bool) -> torch.Tensor:
-    """`resid[l]` at the last position for each requested l (all 0..L by default), from one forward per batch: `[batch, n_layers, d_model]`."""
+    """`resid[l]` at the last position for each requested l (all 0..L by default): `[batch, n_layers, d_model]`.
+
+    Every layer comes from the same forward (one per batch of prompts).
+    """
     layers = range(layout(lm).n_layers + 1) if layers is None else layers
     components = [resid(layer) for layer in layers]
     trace = run(lm, prompts, capture=components, token_ids=NO_TOKENS, batch_size=batch_size, progress=progress)
@@ -54,7 +57,7 @@ def token_ranks(
     batch_size: int = 32,
     progress: bool = False,
 ) -> torch.Tensor:
-    """Rank of each prompt's token (`token_ids`: one per prompt) over the full vocabulary per lens layer: `[batch, n_layers]`, 0 = top.
+    """Rank over the full vocabulary of each prompt's token (one id per prompt) per lens layer: `[batch, n_layers]`, 0 = top.
 
     The rank counts vocabulary entries with a strictly higher logit. Logits are computed for
     `batch_size` prompts times `chunk` vocabulary rows at a time, so a 262k vocabulary never

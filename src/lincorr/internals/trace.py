@@ -108,15 +108,18 @@ def run(
     `torch.autograd.grad(scalar, [trace[c] for c in capture])` gives d scalar / d activation for
     every component at once (also when the model's parameters are frozen).
     """
-    shape = layout(lm)
+    parts = layout(lm)
     rows = token_rows(lm, prompts)
     captures = [as_component(c) for c in capture]
     patches = [i.as_patch() if isinstance(i, Ablate) else i for i in interventions]
     for component in captures + [p.component for p in patches]:
-        check_component(shape, component)
+        check_component(parts, component)
     if batch_size < 1:
         raise LincorrError(f"batch size must be positive, got {batch_size}")
     _, mask = left_pad(rows, lm.tokenizer.pad_token_id)
+    every_row = Rows(torch.arange(len(rows)), mask.sum(1))
+    for requested in [positions] + [p.position for p in patches]:
+        position_index(every_row, mask.shape[1], requested)  # raises before any forward on a bad position
     order = list(range(len(rows))) if grad else sorted(range(len(rows)), key=lambda i: len(rows[i]))
     batches = [order] if grad else [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
     flight = Rows()
@@ -125,10 +128,10 @@ def run(
     handles = []
     try:
         for patch in patches:
-            value, per_prompt = full_value(shape, patch, len(rows), mask.shape[1])
-            handles.append(hook_site(shape, patch.component, patch_edit(shape, patch, value, per_prompt, flight)))
+            value, per_prompt = full_value(parts, patch, len(rows), mask.shape[1])
+            handles.append(hook_site(parts, patch.component, patch_edit(parts, patch, value, per_prompt, flight)))
         for component in captures:
-            handles.append(hook_site(shape, component, capture_edit(shape, component, positions, flight, stores[component], grad)))
+            handles.append(hook_site(parts, component, capture_edit(parts, component, positions, flight, stores[component], grad)))
         with torch.enable_grad() if grad else torch.inference_mode():
             for batch in tqdm(batches, desc="internals", unit="batch", disable=not progress, leave=False):
                 ids, batch_mask = left_pad([rows[i] for i in batch], lm.tokenizer.pad_token_id)
@@ -141,12 +144,12 @@ def run(
     inverse = torch.empty(len(order), dtype=torch.long)
     inverse[torch.tensor(order)] = torch.arange(len(order))
 
-    def assemble(parts: list[torch.Tensor], padded: bool) -> torch.Tensor:
+    def assemble(pieces: list[torch.Tensor], padded: bool) -> torch.Tensor:
         if grad:
-            return parts[0]  # the graph's own tensor: a concatenation would be a copy off the graph
+            return pieces[0]  # the graph's own tensor: a concatenation would be a copy off the graph
         if padded:
-            parts = [F.pad(p, (0, 0, mask.shape[1] - p.shape[1], 0)) for p in parts]
-        return torch.cat(parts)[inverse.to(parts[0].device)]
+            pieces = [F.pad(p, (0, 0, mask.shape[1] - p.shape[1], 0)) for p in pieces]
+        return torch.cat(pieces)[inverse.to(pieces[0].device)]
 
     activations = {c: assemble(stores[c], positions == "all") for c in captures}
     return Trace(activations, assemble(logits, False), mask)
@@ -180,13 +183,13 @@ def token_rows(lm: LM, prompts: Sequence[str] | Sequence[Sequence[int]] | str) -
     return [list(row) for row in prompts]
 
 
-def hook_site(shape: Layout, component: Component, edit) -> torch.utils.hooks.RemovableHandle:
+def hook_site(parts: Layout, component: Component, edit) -> torch.utils.hooks.RemovableHandle:
     """Hook the module holding `component` so its tensor passes through `edit` (which may return None: unchanged).
 
     Heads live in the output projection's input (a pre-hook); every other component is a module's
     output, the first element when the module returns a tuple (attention modules do).
     """
-    module, is_input = shape.site(component)
+    module, is_input = parts.site(component)
     if is_input:
         def pre_hook(_module, args):
             edited = edit(args[0])
@@ -203,18 +206,18 @@ def hook_site(shape: Layout, component: Component, edit) -> torch.utils.hooks.Re
     return module.register_forward_hook(hook)
 
 
-def split(shape: Layout, component: Component, x: torch.Tensor) -> torch.Tensor:
+def split(parts: Layout, component: Component, x: torch.Tensor) -> torch.Tensor:
     """The component's part of its site tensor `[b, w, ...]`: itself, or one head of `[b, w, n_heads * head_dim]`."""
     if component.kind != "head":
         return x
-    return x.unflatten(-1, (shape.n_heads, shape.head_dim))[:, :, component.head]
+    return x.unflatten(-1, (parts.n_heads, parts.head_dim))[:, :, component.head]
 
 
-def merge(shape: Layout, component: Component, x: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+def merge(parts: Layout, component: Component, x: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
     """The site tensor with the component's part replaced (out of place, so autograd sees it)."""
     if component.kind != "head":
         return part
-    heads = x.unflatten(-1, (shape.n_heads, shape.head_dim)).clone()
+    heads = x.unflatten(-1, (parts.n_heads, parts.head_dim)).clone()
     heads[:, :, component.head] = part
     return heads.flatten(-2)
 
@@ -260,9 +263,9 @@ def put(x: torch.Tensor, index: torch.Tensor | None, values: torch.Tensor) -> to
     return out
 
 
-def full_value(shape: Layout, patch: Patch, n_prompts: int, width: int) -> tuple[torch.Tensor, bool]:
+def full_value(parts: Layout, patch: Patch, n_prompts: int, width: int) -> tuple[torch.Tensor, bool]:
     """The patch value checked against the capture shape, and whether it has a prompt axis (then expanded to it)."""
-    d = shape.head_dim if patch.component.kind == "head" else shape.d_model
+    d = parts.head_dim if patch.component.kind == "head" else parts.d_model
     if patch.position == "all":
         middle = (width,)
     elif isinstance(patch.position, str):
@@ -281,28 +284,29 @@ def full_value(shape: Layout, patch: Patch, n_prompts: int, width: int) -> tuple
     return (value.broadcast_to(expected) if per_prompt else value), per_prompt
 
 
-def patch_edit(shape: Layout, patch: Patch, value: torch.Tensor, per_prompt: bool, flight: Rows):
+def patch_edit(parts: Layout, patch: Patch, value: torch.Tensor, per_prompt: bool, flight: Rows):
     """The hook edit writing `value` (rows of all prompts when `per_prompt`) into the batch in flight."""
 
     def edit(x: torch.Tensor) -> torch.Tensor:
-        part = split(shape, patch.component, x)
+        part = split(parts, patch.component, x)
         index = position_index(flight, x.shape[1], patch.position)
         current = select(part, index)
         rows = value[flight.index.to(value.device)] if per_prompt else value
-        if patch.position == "all":
+        if patch.position == "all" and rows.dim() >= 2:  # a width axis: keep this batch's (rightmost) columns
             rows = rows[..., -x.shape[1]:, :]
         rows = rows.to(current.device, current.dtype)
-        new = rows.broadcast_to(current.shape) if patch.mode == "replace" else current + rows
-        return merge(shape, patch.component, x, put(part, index, new))
+        # contiguous: a broadcast view has zero strides, which no module output should have.
+        new = rows.broadcast_to(current.shape).contiguous() if patch.mode == "replace" else current + rows
+        return merge(parts, patch.component, x, put(part, index, new))
 
     return edit
 
 
-def capture_edit(shape: Layout, component: Component, positions: Positions, flight: Rows, store: list, grad: bool):
+def capture_edit(parts: Layout, component: Component, positions: Positions, flight: Rows, store: list, grad: bool):
     """The hook edit recording the component; with `grad` it routes the forward through the recorded tensor."""
 
     def edit(x: torch.Tensor) -> torch.Tensor | None:
-        part = split(shape, component, x)
+        part = split(parts, component, x)
         index = position_index(flight, x.shape[1], positions)
         taken = select(part, index)
         if not grad:
@@ -311,6 +315,6 @@ def capture_edit(shape: Layout, component: Component, positions: Positions, flig
         if not taken.requires_grad:  # frozen parameters: make the activation itself a leaf to differentiate by
             taken = taken.detach().requires_grad_()
         store.append(taken)
-        return merge(shape, component, x, put(part, index, taken))
+        return merge(parts, component, x, put(part, index, taken))
 
     return edit
