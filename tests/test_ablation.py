@@ -140,7 +140,7 @@ def test_vocabulary_from_model_reads_embeddings_head_and_mlp_shape(build, gated)
     assert vocabulary.gated is gated and vocabulary.intermediate_size == (64 if gated else 128)
 
 
-def test_table_groups_seeds_and_prints_the_paper_beside_ours():
+def test_table_groups_seeds_and_prints_the_paper_beside_ours(tmp_path):
     def result(seed: int, rate: float) -> AblationResult:
         return AblationResult("city->country", "real", seed, rate, 0.0, 0.01, 1.0, 1.0, 1.0, 10, 128, 100, 1.0, {})
 
@@ -148,6 +148,9 @@ def test_table_groups_seeds_and_prints_the_paper_beside_ours():
     (row,) = table.rows()
     assert row["generalization_mean"] == pytest.approx(60.0) and row["generalization_std"] == pytest.approx(14.142, rel=1e-3)
     assert "| city->country | real | 60.00 ± 14.14 |" in table.markdown() and "97.66" in table.markdown()
+    table.save(tmp_path / "table7")
+    assert (tmp_path / "table7" / "table7.md").read_text(encoding="utf-8") == table.markdown()
+    assert json.loads((tmp_path / "table7" / "table7.json").read_text(encoding="utf-8")) == table.rows()
 
 
 def test_mistakes_raise_one_clear_error(tokenizer):

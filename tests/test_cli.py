@@ -126,3 +126,79 @@ def test_ablate_json_on_a_tiny_model(tmp_path, capsys):
     assert summary["mapping"] == "shuffled" and summary["seed"] == 1 and summary["relation"] == "city->country"
     assert {"generalization_rate", "random_baseline", "source_learned_rate"} <= summary.keys()
     assert summary["random_baseline"] == pytest.approx(1 / len(COUNTRIES))
+
+
+# ---- the command surface ----
+
+# Every command with --estimator, and its default: the paper's ols, except where W itself must be read.
+ESTIMATOR_DEFAULTS = {
+    "fit": "ols", "matrix": "ols", "precision": "ols", "cases": "ols", "resilience": "ols", "scale": "ols",
+    "demo": "ridge", "generalize": "ridge", "diagnose": "ridge", "subwords": "ridge", "gradcorr": "ridge", "predict-edit": "ridge",
+}
+
+
+def subcommands() -> dict:
+    import argparse
+
+    from lincorr.cli import build_parser
+
+    return next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def option_help(page: str, option: str, next_option: str) -> str:
+    """The help of `option` in a --help page: the words from it up to `next_option` (past the usage lines, which name both)."""
+    words = " ".join(page.split())
+    start = words.rindex(option)
+    return words[start:words.index(next_option, start)]
+
+
+@pytest.mark.parametrize("command", sorted(subcommands()))
+def test_help_shows_the_real_estimator_and_alpha_defaults(command):
+    parser = subcommands()[command]
+    if parser.get_default("estimator") is None:
+        assert command not in ESTIMATOR_DEFAULTS
+        return
+    estimator = ESTIMATOR_DEFAULTS[command]
+    assert parser.get_default("estimator") == estimator and parser.get_default("alpha") == "cv"
+    page = parser.format_help()
+    assert f"(default: {estimator})" in option_help(page, "--estimator {ols,ridge}", "--alpha ALPHA")
+    alpha_help = option_help(page, "--alpha ALPHA", "--test-fraction")
+    assert "(default: cv)" in alpha_help and "ols ignores it" in alpha_help
+    if estimator == "ridge":
+        assert "saturated" in option_help(page, "--estimator {ols,ridge}", "--alpha ALPHA")
+
+
+def test_python_dash_m_lincorr_prints_the_version():
+    import subprocess
+    import sys
+
+    from lincorr import __version__
+
+    done = subprocess.run([sys.executable, "-m", "lincorr", "--version"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == f"lincorr {__version__}"
+
+
+def test_handlers_write_no_files_themselves():
+    """Every file a command writes comes from a result's .save(directory), which stages it atomically."""
+    import ast
+    from pathlib import Path
+
+    import lincorr.cli
+
+    writers = {"write_text", "write_bytes", "write_json", "write_csv", "write_array", "write_text_atomic", "staged_directory", "savefig",
+               "mkdir", "np.save", "np.savez", "numpy.save", "np.savetxt"}
+    package = Path(lincorr.cli.__file__).parent
+    found = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "lincorr.outputs":
+                found.append(f"{path.name}:{node.lineno} imports lincorr.outputs")
+            if not isinstance(node, ast.Call):
+                continue
+            called = ast.unparse(node.func)
+            name = called.rpartition(".")[2]
+            # os.open is the one allowed: main points stdout at /dev/null when the reader of a pipe has gone.
+            opens_a_file = name == "open" and called != "os.open"
+            if opens_a_file or name in writers or called in writers:
+                found.append(f"{path.name}:{node.lineno} calls {called}")
+    assert len(list(package.glob("*.py"))) >= 7 and not found, found

@@ -17,7 +17,7 @@ from lincorr.cli import main
 from lincorr.collect import LogitTable
 from lincorr.domains import Domain
 from lincorr.errors import LincorrError
-from lincorr.experiments.cases import case_table, save_case_tables
+from lincorr.experiments.cases import CaseTables, case_table
 from lincorr.experiments.correlation import FitConfig, fit_tables
 from lincorr.collect import collect_tables
 from lincorr.experiments.matrix import Grid, measure_matrix
@@ -306,7 +306,7 @@ def test_case_table_rows_directions_and_right_answers(tmp_path):
     assert len(columns.rows) == 6
     assert {r.word: r.top[0][0] for r in columns.rows}[f"t{perm[4]}"] == "s4"
     assert {r.word: r.right for r in columns.rows}["t1"] == ("s2",)
-    save_case_tables([rows, columns], tmp_path / "cases")
+    CaseTables((rows, columns)).save(tmp_path / "cases")
     assert (tmp_path / "cases" / "cases.md").read_text().count("|---|---|") == 2
     assert len((tmp_path / "cases" / "cases.csv").read_text().splitlines()) == 1 + 2 * 2 + 6
 

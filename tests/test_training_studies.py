@@ -19,7 +19,6 @@ from lincorr.experiments.generalization import (
     generalization_table,
     held_out_deltas,
     planned_facts,
-    table5_markdown,
     predict_edit,
     predict_from_logits,
     run_generalization,
@@ -227,20 +226,24 @@ def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_
     assert (tmp_path / "out" / "fig5.png").stat().st_size > 0 and (tmp_path / "out" / "table6.md").exists()
 
 
-def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch):
+def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch, tmp_path):
     config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
     relations = [RelationSpec("tiny_city", "tiny_country", "tiny"), RelationSpec("tiny_country", "tiny_city", "no reference")]
     printed = []
     first = generalization_table(lm, registry, relations, config, on_row=printed.append)
-    assert printed == first and first[0]["n_facts"] == 2 and "no reference pairs" in first[1]["skipped"]
-    markdown = table5_markdown(first).splitlines()
-    assert len(markdown) == 4 and markdown[2].startswith(f"| tiny | {first[0]['generalization_rate']:.1%} ±") and "skipped" in markdown[3]
+    rows = first.summary()
+    assert printed == rows and rows[0]["n_facts"] == 2 and "no reference pairs" in rows[1]["skipped"]
+    markdown = first.markdown().splitlines()
+    assert len(markdown) == 4 and markdown[2].startswith(f"| tiny | {rows[0]['generalization_rate']:.1%} ±") and "skipped" in markdown[3]
+    first.save(tmp_path / "table5")
+    assert (tmp_path / "table5" / "table5.md").read_text(encoding="utf-8") == first.markdown() + "\n"
+    assert (tmp_path / "table5" / "table5.json").read_text(encoding="utf-8") == json.dumps(rows, indent=2, ensure_ascii=False) + "\n"
 
     def no_training(*args, **kwargs):
         raise AssertionError("a stored row was computed again")
 
     monkeypatch.setattr(generalization_module, "run_generalization", no_training)
-    assert json.dumps(generalization_table(lm, registry, relations, config)) == json.dumps(first)  # NaN-safe comparison
+    assert json.dumps(generalization_table(lm, registry, relations, config).summary()) == json.dumps(rows)  # NaN-safe comparison
     # Other settings are another row: it is computed, not read back.
     with pytest.raises(AssertionError, match="computed again"):
         generalization_table(lm, registry, relations[:1], dataclasses.replace(config, n_facts=3))
@@ -330,8 +333,9 @@ def test_generalize_and_predict_edit_json(workspace, capsys):
     assert {"generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_facts", "seeds",
             "prediction_accuracy", "prediction_success_auc", "calibrated_prediction_accuracy", "epochs_run_per_seed"} <= payload.keys()
     assert payload["n_facts"] == 2 and payload["seeds"] == [0, 1] and (workspace / "out" / "facts.json").exists()
-    assert main(cli(workspace, "predict-edit", "--value", "Rome", "--subject", "Zorbak", "--json")) == 0
+    assert main(cli(workspace, "predict-edit", "--value", "Rome", "--subject", "Zorbak", "--json", "--out", str(workspace / "edit"))) == 0
     prediction = json.loads(capsys.readouterr().out)
+    assert json.loads((workspace / "edit" / "prediction.json").read_text(encoding="utf-8")) == prediction
     assert prediction["subject"] == "Zorbak" and prediction["references"] == ["Italy"] and prediction["predicted_target"] in COUNTRIES
     assert main(cli(workspace, "predict-edit", "--value", "Rome", "--subject", "Zorbak", "--delta", "40", "--json")) == 0
     pushed = json.loads(capsys.readouterr().out)

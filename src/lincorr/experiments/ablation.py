@@ -23,9 +23,15 @@ from lincorr.domains import build_domain, tokenize_word
 from lincorr.errors import LincorrError
 from lincorr.knowledge import load_registry
 from lincorr.names import pseudo_names
+from lincorr.outputs import staged_directory, write_json
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, registry_reference
 from lincorr.templates import fill, validate_template
+
+__all__ = [
+    "MAPPINGS", "SOFTMAX_OVER", "Vocabulary", "AblationConfig", "AblationResult", "AblationTable", "TokenPairs", "vocabulary_from_model", "resolve_pairs", "run_ablation", "ablate", "run_table7",
+]
+
 
 MAPPINGS = ("real", "shuffled", "letters")
 SOFTMAX_OVER = ("domains", "full")
@@ -398,6 +404,12 @@ class AblationTable:
                 f"| {row['seconds']:.0f} |"
             )
         return "\n".join(lines) + "\n"
+
+    def save(self, directory) -> None:
+        """table7.md and table7.json (the rows)."""
+        with staged_directory(directory) as out:
+            (out / "table7.md").write_text(self.markdown(), encoding="utf-8")
+            write_json(out / "table7.json", self.rows())
 
 
 def run_table7(

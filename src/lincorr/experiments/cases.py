@@ -11,6 +11,9 @@ from lincorr.outputs import staged_directory, write_csv, write_json
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, bind_relation
 
+__all__ = ["DIRECTIONS", "CaseSpec", "CaseRow", "CaseTable", "CaseTables", "paper_cases", "case_table", "measure_cases"]
+
+
 DIRECTIONS = ("influenced", "influencing")
 
 
@@ -111,22 +114,36 @@ def right_answers(reference_pairs, word: str, influenced: bool) -> tuple[str, ..
     return tuple(subject for subject, objects in reference_pairs if word in objects)
 
 
-def save_case_tables(tables: Sequence[CaseTable], directory) -> None:
-    """cases.md (one table after another), cases.csv (one line per row word and rank) and cases.json."""
-    with staged_directory(directory) as out:
-        (out / "cases.md").write_text("\n\n".join(t.markdown() for t in tables) + "\n", encoding="utf-8")
-        write_csv(out / "cases.csv", ["source", "target", "direction", "row_word", "rank", "word", "weight", "right"], [
-            [t.source, t.target, t.direction, row.word, rank, word, weight, word in row.right]
-            for t in tables for row in t.rows for rank, (word, weight) in enumerate(row.top, 1)
-        ])
-        write_json(out / "cases.json", [t.summary() for t in tables])
+@dataclasses.dataclass(frozen=True)
+class CaseTables:
+    """Several case tables shown and saved together (the rows of one paper table, or one table of your own)."""
+
+    tables: tuple[CaseTable, ...]
+
+    def markdown(self) -> str:
+        """One Markdown table after another."""
+        return "\n\n".join(t.markdown() for t in self.tables)
+
+    def summary(self) -> list[dict]:
+        """JSON: each table's summary."""
+        return [t.summary() for t in self.tables]
+
+    def save(self, directory) -> None:
+        """cases.md (one table after another), cases.csv (one line per row word and rank) and cases.json."""
+        with staged_directory(directory) as out:
+            (out / "cases.md").write_text(self.markdown() + "\n", encoding="utf-8")
+            write_csv(out / "cases.csv", ["source", "target", "direction", "row_word", "rank", "word", "weight", "right"], [
+                [t.source, t.target, t.direction, row.word, rank, word, weight, word in row.right]
+                for t in self.tables for row in t.rows for rank, (word, weight) in enumerate(row.top, 1)
+            ])
+            write_json(out / "cases.json", self.summary())
 
 
-def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str], config, **collect_options) -> list[CaseTable]:
+def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str], config, **collect_options) -> CaseTables:
     """Fit each spec's prompt pair (tables are cached and shared) and build its case table, marking reference answers."""
     tables = []
     for spec in specs:
         relation = bind_relation(registry, spec.relation, lm.tokenizer, require_pairs=False)
         pair = measure_pair(lm, relation.source, relation.target, inputs, config, **collect_options)
         tables.append(case_table(pair, spec.direction, words=spec.words, k=spec.k, reference_pairs=relation.pairs or None))
-    return tables
+    return CaseTables(tuple(tables))

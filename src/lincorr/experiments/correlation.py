@@ -18,6 +18,8 @@ from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, bind_relation
 
+__all__ = ["FitConfig", "PairResult", "split_indices", "fit_tables", "measure_pair", "fit_relation"]
+
 
 @dataclasses.dataclass(frozen=True)
 class FitConfig:

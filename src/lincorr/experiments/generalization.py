@@ -28,6 +28,11 @@ from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, study_key
 from lincorr.templates import fill
 
+__all__ = [
+    "DEFAULT_MARGIN", "BLOCKS_ONLY", "DEFAULT_TRAIN", "CATEGORIES", "GeneralizationConfig", "EditPrediction", "EditPredictionResult", "FactOutcome", "GeneralizationResult", "GeneralizationTable", "predict_from_logits", "predict_edit", "predict_relation_edit", "run_generalization", "generalization_table",
+]
+
+
 # Gap (in logits) by which the edited source answer is assumed to lead the runner-up after the
 # edit. Fixed a priori, not fitted to outcomes; the study also calibrates the rise on held-out facts.
 DEFAULT_MARGIN = 5.0
@@ -143,6 +148,48 @@ def predict_edit(lm: LM, relation: BoundRelation, value: str, subject: str, *, m
     target_before = entity_logits(lm, relation.target, [subject])[0]
     return predict_from_logits(relation.fit.coef, source_before, target_before, index, relation.source.domain.words,
                                relation.target.domain.words, relation.columns.get(index, ()), margin, delta)
+
+
+@dataclasses.dataclass(frozen=True)
+class EditPredictionResult:
+    """An `EditPrediction` for one subject with what it came from: the model, the relation's prompts and W's held-out fit."""
+
+    model_name: str
+    source: str
+    target: str
+    source_template: str
+    target_template: str
+    subject: str
+    labelwise_r_mean: float  # of W, on held-out inputs
+    prediction: EditPrediction
+
+    def summary(self) -> dict:
+        """The JSON of `lincorr predict-edit --json`."""
+        return {"model": self.model_name, "source": self.source, "target": self.target, "subject": self.subject,
+                **self.prediction.summary(), "labelwise_r_mean": self.labelwise_r_mean}
+
+    def save(self, directory) -> None:
+        """prediction.json (the summary)."""
+        with staged_directory(directory) as out:
+            write_json(out / "prediction.json", self.summary())
+
+
+def predict_relation_edit(lm: LM, registry, relation: RelationSpec, value: str, *, subject: str | None = None, seed: int = 0,
+                          n_inputs: int = 1000, fit: FitConfig = GeneralizationConfig().fit, margin: float = DEFAULT_MARGIN,
+                          delta: float | None = None, progress: bool = False) -> EditPredictionResult:
+    """Fit W for `relation` on `n_inputs` vocabulary inputs and `predict_edit` teaching "source(subject) = value".
+
+    Without a `subject`, a fresh made-up name drawn with `seed` is edited.
+    """
+    bound = fit_relation(lm, registry, relation, n_inputs=n_inputs, fit=fit, progress=progress)
+    # Offset as in `planned_facts`: the name is one a study with the same seed would teach.
+    subject = subject or pseudo_names(1, lm.tokenizer, seed + 10_000)[0]
+    prediction = predict_edit(lm, bound, value, subject, margin=margin, delta=delta)
+    return EditPredictionResult(
+        model_name=lm.name, source=relation.source, target=relation.target, source_template=bound.source.template,
+        target_template=bound.target.template, subject=subject, labelwise_r_mean=float(bound.fit.labelwise_r.mean()),
+        prediction=prediction,
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -446,9 +493,43 @@ def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class GeneralizationTable:
+    """Table 5: one `GeneralizationResult.summary()` row per relation, or {"relation", "skipped"}, the paper's numbers beside ours."""
+
+    rows: tuple[dict, ...]
+
+    def summary(self) -> list[dict]:
+        """The JSON of `lincorr generalize --table5 --json`."""
+        return list(self.rows)
+
+    def markdown(self) -> str:
+        """The rows as Markdown, the paper's numbers beside ours."""
+        model = paper_table("table5").model
+        lines = [f"| relation | generalization | before | random | source learned | epochs | edit predictor acc. / AUC (calibrated) | paper ({model}) | paper random |",
+                 "|---|---|---|---|---|---|---|---|---|"]
+        for row in self.rows:
+            paper = (f"{row['paper_generalization_rate']:.2%} | {row['paper_random_baseline']:.2%}" if "paper_generalization_rate" in row
+                     else "| ")
+            if "skipped" in row:
+                lines.append(f"| {row['relation']} | skipped: {row['skipped']} | | | | | | {paper} |")
+                continue
+            lines.append(
+                f"| {row['relation']} | {row['generalization_rate']:.1%} ± {row['generalization_rate_std']:.1%} | {row['rate_before']:.1%} | "
+                f"{row['random_baseline']:.1%} | {row['source_learned_rate']:.1%} | {'/'.join(map(str, row['epochs_run_per_seed']))} | "
+                f"{row['calibrated_prediction_accuracy']:.0%} / {row['calibrated_prediction_success_auc']:.2f} | {paper} |")
+        return "\n".join(lines)
+
+    def save(self, directory) -> None:
+        """table5.json (the rows) and table5.md."""
+        with staged_directory(directory) as out:
+            write_json(out / "table5.json", self.summary())
+            write_text_atomic(out / "table5.md", self.markdown() + "\n")
+
+
 def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | None = None,
-                         config: GeneralizationConfig = GeneralizationConfig(), *, on_row=None) -> list[dict]:
-    """Table 5: one summary row per relation (default: the paper's eleven) beside the paper's numbers.
+                         config: GeneralizationConfig = GeneralizationConfig(), *, on_row=None) -> GeneralizationTable:
+    """Table 5 over `relations` (default: the paper's eleven); `on_row` sees each row as it is finished.
 
     Finished rows are stored in the cache, so an interrupted table resumes where it stopped; a
     relation this tokenizer cannot express becomes a row with its reason under "skipped".
@@ -464,22 +545,4 @@ def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | N
         rows.append(row)
         if on_row is not None:
             on_row(row)
-    return rows
-
-
-def table5_markdown(rows: Sequence[dict]) -> str:
-    """Table 5 rows (from `generalization_table`) as Markdown, the paper's numbers beside ours."""
-    model = paper_table("table5").model
-    lines = [f"| relation | generalization | before | random | source learned | epochs | edit predictor acc. / AUC (calibrated) | paper ({model}) | paper random |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for row in rows:
-        paper = (f"{row['paper_generalization_rate']:.2%} | {row['paper_random_baseline']:.2%}" if "paper_generalization_rate" in row
-                 else "| ")
-        if "skipped" in row:
-            lines.append(f"| {row['relation']} | skipped: {row['skipped']} | | | | | | {paper} |")
-            continue
-        lines.append(
-            f"| {row['relation']} | {row['generalization_rate']:.1%} ± {row['generalization_rate_std']:.1%} | {row['rate_before']:.1%} | "
-            f"{row['random_baseline']:.1%} | {row['source_learned_rate']:.1%} | {'/'.join(map(str, row['epochs_run_per_seed']))} | "
-            f"{row['calibrated_prediction_accuracy']:.0%} / {row['calibrated_prediction_success_auc']:.2f} | {paper} |")
-    return "\n".join(lines)
+    return GeneralizationTable(tuple(rows))

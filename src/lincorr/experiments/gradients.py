@@ -23,6 +23,11 @@ from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, study_key
 from lincorr.templates import fill
 
+__all__ = [
+    "GradientConfig", "GradientCorrelation", "GradientTable", "gradient_correlation_from_changes", "measure_gradient_correlation", "gradient_table",
+]
+
+
 @dataclasses.dataclass(frozen=True)
 class GradientConfig:
     """One step on `n_step_facts` training inputs, scored on `n_eval` held-out inputs; the paper's AdamW at 5e-6."""

@@ -22,6 +22,9 @@ from lincorr.models import LM
 from lincorr.outputs import none_if_nan, staged_directory, write_csv, write_json
 from lincorr.prompts import Prompt, registry_prompts
 
+__all__ = ["METRICS", "Grid", "GridScores", "MatrixResult", "score_grid", "prepare_grid", "measure_matrix", "matrix_from_tables"]
+
+
 log = logging.getLogger("lincorr")
 
 Cell = tuple[str, str] | None  # (source prompt, target prompt), or None for an empty cell

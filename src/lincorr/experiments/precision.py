@@ -16,6 +16,9 @@ from lincorr.paper import paper_table
 from lincorr.prompts import registry_prompts
 from lincorr.relations import ReferencePairs, RelationSpec, registry_reference
 
+__all__ = ["KS", "PrecisionResult", "PrecisionTable", "precision_of", "precision_from_tables", "precision_table"]
+
+
 KS = (1, 3, 5)
 
 

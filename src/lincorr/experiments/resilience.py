@@ -21,6 +21,9 @@ from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.models import LM, wrap_model
 from lincorr.outputs import none_if_nan, staged_directory, write_csv, write_json
 
+__all__ = ["ResilienceResult", "check_same_tokenizer", "measure_resilience", "text_facts", "finetune_on_text"]
+
+
 MAX_WORDS_PER_EXAMPLE = 48  # long paragraphs are cut into pieces: a 262k-vocabulary model keeps logits for every position
 
 

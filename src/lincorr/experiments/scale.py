@@ -12,6 +12,9 @@ from lincorr.models import LM, load_model
 from lincorr.outputs import staged_directory, write_csv, write_json
 from lincorr.relations import RelationSpec
 
+__all__ = ["DEFAULT_RELATIONS", "ScalePoint", "ScaleResult", "measure_scale"]
+
+
 # Fig. 4 contrasts a relation whose precision grows with size and one that stays hard.
 DEFAULT_RELATIONS = (RelationSpec("city", "country", "City->Country"), RelationSpec("ceo", "company", "CEO->Company"))
 

@@ -19,6 +19,8 @@ from lincorr.outputs import staged_directory, write_json
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec
 
+__all__ = ["SubwordResult", "subword_study"]
+
 
 @dataclasses.dataclass(frozen=True)
 class SubwordResult:

@@ -1,0 +1,68 @@
+"""`lincorr ablate`: the vocabulary ablation of §6 (Table 7), mean pooling and one fresh feed-forward block over frozen embeddings."""
+
+from __future__ import annotations
+
+from lincorr.cli.options import (
+    add_command,
+    add_json_option,
+    add_model_options,
+    add_out_option,
+    add_prompt_pair,
+    add_quiet_option,
+    add_registry_option,
+    add_seed_option,
+    checked_registry,
+    load_lm,
+    print_json,
+    save_and_print,
+    show_progress,
+)
+
+SUMMARY_FIELDS = ("relation", "mapping", "seed", "generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_test", "seconds")
+
+
+def add_ablation_command(commands) -> None:
+    ablate = add_command(commands, "ablate", "the vocabulary ablation of §6 (Table 7)")
+    add_prompt_pair(ablate, default=("city", "country"), help_text="registry prompt")
+    ablate.add_argument("--mapping", choices=("real", "shuffled", "letters"), default="real",
+                        help="the reference pairs as they are, deranged, or reduced to first letters")
+    add_seed_option(ablate, "seed of the made-up names, the pair order and the block's initialisation")
+    ablate.add_argument("--table7", action="store_true", help="run every Table 7 row and mapping over --seeds")
+    ablate.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of --table7")
+    add_out_option(ablate, "the --table7 tables, table7.md and table7.json,")
+    ablate.add_argument("--stage1-epochs", type=int, default=10, help="epochs on the paired source/target texts")
+    ablate.add_argument("--stage2-epochs", type=int, default=20, help="epochs on the new source facts")
+    ablate.add_argument("--train-batch-size", type=int, default=32, help="mini-batch size; 0 trains full-batch")
+    ablate.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
+    ablate.add_argument("--hidden-size", type=int, default=None, help="feed-forward width (default: the model's MLP)")
+    ablate.add_argument("--softmax", choices=("domains", "full"), default="domains", help="normalise over the domain tokens or the whole vocabulary")
+    add_registry_option(ablate)
+    add_json_option(ablate)
+    add_quiet_option(ablate)
+    add_model_options(ablate)
+    ablate.set_defaults(handler=run_ablate)
+
+
+def run_ablate(args) -> None:
+    from lincorr.experiments.ablation import AblationConfig, ablate, run_table7, vocabulary_from_model
+    from lincorr.relations import RelationSpec
+
+    config = AblationConfig(
+        stage1_epochs=args.stage1_epochs, stage2_epochs=args.stage2_epochs, batch_size=args.train_batch_size or None,
+        learning_rate=args.lr, hidden_size=args.hidden_size, softmax_over=args.softmax, progress=show_progress(args),
+    )
+    registry = checked_registry(args, (args.source, args.target))
+    lm = load_lm(args)
+    vocabulary = vocabulary_from_model(lm.model, name=lm.name)
+    if args.table7:
+        table = run_table7(vocabulary, lm.tokenizer, seeds=tuple(args.seeds), config=config, registry=registry)
+        save_and_print(args, table, table.markdown, payload=table.rows)
+        return
+    result = ablate(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), mapping=args.mapping, seed=args.seed, config=config, registry=registry)
+    summary = result.summary()
+    if args.json:
+        print_json(summary)
+        return
+    for key in SUMMARY_FIELDS:
+        value = summary[key]
+        print(f"{key:<20} {value:.4f}" if isinstance(value, float) else f"{key:<20} {value}")

@@ -1,0 +1,161 @@
+"""`lincorr fit` and `lincorr demo`: one prompt pair, measured and printed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lincorr.cli.options import (
+    RIDGE_REASON,
+    add_collection_options,
+    add_command,
+    add_fit_options,
+    add_json_option,
+    add_model_options,
+    add_out_option,
+    add_prompt_pair,
+    check_inputs,
+    checked_registry,
+    choose_inputs,
+    collection_settings,
+    fit_config,
+    load_lm,
+    load_registry_from,
+    print_json,
+)
+from lincorr.errors import LincorrError
+
+DEMO_CITIES = ("Tokyo", "Paris", "Shanghai", "Moscow", "Madrid")
+SIDES = ("source", "target")
+
+
+def add_core_commands(commands) -> None:
+    demo = add_command(commands, "demo", "City->Country on the default model, with a heatmap and JSON")
+    add_model_options(demo)
+    add_collection_options(demo)
+    # The demo shows W itself, so it takes the estimator whose W is readable and also prints the paper's ols r.
+    add_fit_options(demo, estimator="ridge", reason=RIDGE_REASON)
+    add_out_option(demo, "W.png, result.json and the arrays behind them", default="lincorr-out")
+    demo.set_defaults(handler=run_demo, source="city", target="country")
+
+    fit = add_command(commands, "fit", "fit and score W between two prompts")
+    add_prompt_pair(fit, help_text="registry prompt name, or a label when its --*-template is given")
+    for side in SIDES:
+        fit.add_argument(f"--{side}-template", default=None, help=f'custom {side} template with one "{{}}"')
+        fit.add_argument(f"--{side}-domain", default=None, metavar="FILE", help=f"custom {side} answer words, one per line")
+    fit.add_argument("--top", action="append", default=[], metavar="WORD", help="print the top influenced targets of a source word (repeatable)")
+    fit.add_argument("--top-influencing", action="append", default=[], metavar="WORD", help="print the top influencing sources of a target word")
+    fit.add_argument("-k", "--top-k", type=int, default=5, help="words per --top / --top-influencing row")
+    fit.add_argument("--save-dir", default=None, metavar="DIR", help="write W, b, logits, tokens, inputs and result.json here")
+    fit.add_argument("--heatmap", action="store_true", help="also write W.png into --save-dir")
+    add_json_option(fit)
+    add_model_options(fit)
+    add_collection_options(fit)
+    add_fit_options(fit)
+    fit.set_defaults(handler=run_fit)
+
+
+def measure(args):
+    """Check the options, load the model, resolve both prompts, pick inputs, and measure the pair."""
+    from lincorr.experiments.correlation import measure_pair
+
+    config = fit_config(args)
+    check_inputs(args)
+    for side in SIDES:
+        domain_file = getattr(args, f"{side}_domain", None)
+        if domain_file is not None and not Path(domain_file).is_file():
+            raise LincorrError(f"--{side}-domain file {domain_file} does not exist; pass a text file with one word per line")
+    checked_registry(args, [getattr(args, side) for side in SIDES if getattr(args, f"{side}_template", None) is None])
+    lm = load_lm(args)
+    source = resolve_prompt(args, "source", lm.tokenizer)
+    target = resolve_prompt(args, "target", lm.tokenizer)
+    return measure_pair(lm, source, target, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
+
+
+def resolve_prompt(args, side: str, tokenizer):
+    """A custom prompt when its template/domain options are given, else a registry prompt."""
+    from lincorr.domains import read_word_file
+    from lincorr.prompts import custom_prompt, registry_prompt
+
+    name = getattr(args, side)
+    template = getattr(args, f"{side}_template", None)
+    domain_file = getattr(args, f"{side}_domain", None)
+    if (template is None) != (domain_file is None):
+        raise LincorrError(f"--{side}-template and --{side}-domain go together; give both or neither")
+    if template is not None:
+        return custom_prompt(template, read_word_file(domain_file), tokenizer, name=name)
+    return registry_prompt(load_registry_from(args), name, tokenizer)
+
+
+def registry_pairs(args):
+    """Reference pairs for a registry prompt pair (None for custom prompts or unrelated pairs)."""
+    if getattr(args, "source_template", None) or getattr(args, "target_template", None):
+        return None
+    registry = load_registry_from(args)
+    reference = registry.reference_for(registry.prompt(args.source), registry.prompt(args.target))
+    return reference.pairs if reference else None
+
+
+def run_fit(args) -> None:
+    if args.heatmap and not args.save_dir:
+        raise LincorrError("--heatmap writes into --save-dir; give a directory with --save-dir")
+    result = measure(args)
+    tops = {w: result.top_influenced(w, args.top_k) for w in args.top}
+    influencing = {w: result.top_influencing(w, args.top_k) for w in args.top_influencing}
+    if args.save_dir:
+        result.save(args.save_dir, heatmap=args.heatmap, reference_pairs=registry_pairs(args))
+    if args.json:
+        payload = result.summary()
+        if tops:
+            payload["top_influenced"] = {w: [[t, round(v, 6)] for t, v in pairs] for w, pairs in tops.items()}
+        if influencing:
+            payload["top_influencing"] = {w: [[s, round(v, 6)] for s, v in pairs] for w, pairs in influencing.items()}
+        print_json(payload)
+        return
+    print_result(result)
+    print_tops(tops, "influenced targets")
+    print_tops(influencing, "influencing sources")
+    if args.save_dir:
+        print(f"\nwrote {args.save_dir}/")
+
+
+def run_demo(args) -> None:
+    import dataclasses
+
+    from lincorr.experiments.correlation import fit_tables
+
+    result = measure(args)
+    tops = {w: result.top_influenced(w, 5) for w in DEMO_CITIES}
+    result.save(args.out, heatmap=True, reference_pairs=registry_pairs(args))
+    print_result(result)
+    if result.config.estimator != "ols":
+        paper = fit_tables(result.source, result.target, dataclasses.replace(result.config, estimator="ols"))
+        print(f"paper's ols      label-wise r {paper.summary()['labelwise_r_mean']:.3f} on the same tables")
+    print_tops(tops, "countries W links to")
+    print(f"\nwrote {args.out}/W.png, {args.out}/result.json and the arrays behind them")
+
+
+def print_result(result) -> None:
+    s = result.summary()
+    lo, hi = s["labelwise_r_ci95"]
+    lines = [
+        f"model            {s['model']}",
+        f"source -> target {s['source']} ({s['n_source_domain']} words) -> {s['target']} ({s['n_target_domain']} words)",
+        f"dropped words    {len(result.source.domain.dropped)} source, {len(result.target.domain.dropped)} target"
+        " (first token a fragment or shared; listed in result.json)",
+        f"inputs           {s['n_inputs']} ({s['n_train']} train / {s['n_test']} test), {s['kind']}",
+        f"estimator        {s['estimator']}" + (f" (alpha {s['alpha']:.4g})" if s["estimator"] == "ridge" else ""),
+        f"label-wise r     {s['labelwise_r_mean']:.3f} ± {s['labelwise_r_std']:.3f}   95% CI [{lo:.3f}, {hi:.3f}]",
+        f"instance-wise r  {s['instancewise_r_mean']:.3f}",
+        f"control r        {s['control_labelwise_r_mean']:.3f}   (W fitted on shuffled pairs)",
+        f"time             {s['seconds']:.1f} s",
+    ]
+    print("\n".join(lines))
+
+
+def print_tops(tops: dict, title: str) -> None:
+    if not tops:
+        return
+    print(f"\ntop {title}:")
+    width = max(len(w) for w in tops)
+    for word, pairs in tops.items():
+        print(f"  {word:<{width}}  " + ", ".join(f"{t} ({v:+.2f})" for t, v in pairs))

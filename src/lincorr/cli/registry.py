@@ -1,0 +1,53 @@
+"""`lincorr templates`, `domains` and `references`: listings of the prompt registry."""
+
+from __future__ import annotations
+
+from lincorr.cli.options import add_command, add_json_option, add_model_options, add_registry_option, load_lm, load_registry_from, print_json
+
+
+def add_registry_commands(commands) -> None:
+    def listing(name: str, help_text: str, family_help: str = "only this family (attribute, simile, math, cross-language)"):
+        parser = add_command(commands, name, help_text)
+        add_registry_option(parser)
+        parser.add_argument("--family", default=None, help=family_help)
+        add_json_option(parser)
+        return parser
+
+    listing("templates", "list the registry's prompt templates").set_defaults(handler=run_templates)
+    domains = listing("domains", "how each domain survives a model's tokenizer")
+    add_model_options(domains)
+    domains.set_defaults(handler=run_domains)
+    references = listing("references", "list the reference relations", family_help="accepted, but reference relations are not filtered by family")
+    references.set_defaults(handler=run_references)
+
+
+def run_templates(args) -> None:
+    from lincorr.knowledge.report import templates_table
+
+    rows = templates_table(load_registry_from(args), family=args.family)
+    print_rows(rows, args.json, ("name", "family", "language", "domain_size", "template"))
+
+
+def run_domains(args) -> None:
+    from lincorr.knowledge.report import domains_report
+
+    registry = load_registry_from(args)
+    rows = domains_report(registry, load_lm(args).tokenizer, family=args.family)
+    print_rows(rows, args.json, ("name", "domain", "domain_size", "kept", "dropped_count"))
+
+
+def run_references(args) -> None:
+    from lincorr.knowledge.report import references_table
+
+    print_rows(references_table(load_registry_from(args)), args.json, ("name", "source_domain", "target_domain", "n_pairs"))
+
+
+def print_rows(rows: list[dict], as_json: bool, columns: tuple[str, ...]) -> None:
+    if as_json:
+        print_json(rows)
+        return
+    columns = tuple(c for c in columns if rows and c in rows[0])
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for row in rows:
+        print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))

@@ -1,0 +1,248 @@
+"""The studies over the registry: `matrix`, `precision`, `cases`, `resilience` and `scale`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lincorr.cli.options import (
+    MODEL_HELP,
+    add_collection_options,
+    add_command,
+    add_fit_options,
+    add_json_option,
+    add_model_options,
+    add_out_option,
+    add_prompt_pair,
+    check_inputs,
+    checked_registry,
+    choose_inputs,
+    collection_settings,
+    fit_config,
+    load_lm,
+    load_registry_from,
+    print_json,
+    save_and_print,
+    show_progress,
+    wrote,
+)
+from lincorr.errors import LincorrError
+
+
+def add_study_commands(commands) -> None:
+    def study(name: str, help_text: str, *, writes: str):
+        parser = add_command(commands, name, help_text)
+        add_out_option(parser, writes)
+        add_json_option(parser)
+        return parser
+
+    def shared_options(parser, *model_aliases: str, model_help: str = MODEL_HELP) -> None:
+        add_model_options(parser, *model_aliases, help_text=model_help)
+        add_collection_options(parser)
+        add_fit_options(parser)
+
+    matrix = study("matrix", "label-wise r, instance-wise r and label-wise std for every prompt pair", writes="matrix.json, CSVs and PNG heatmaps")
+    grid_options(matrix)
+    shared_options(matrix)
+    matrix.set_defaults(handler=run_matrix)
+
+    precision = study("precision", "Hit@Top-N of W against reference pairs, ols and ridge side by side", writes="precision.json, .csv and .md")
+    add_prompt_pair(precision, optional=True)
+    precision.add_argument("--references", default=None, metavar="FILE", help="your own pairs: TSV subject<TAB>object per line, or JSON")
+    which = precision.add_mutually_exclusive_group()
+    which.add_argument("--table2", action="store_true", help="the eight relation pairs of the paper's Table 2")
+    which.add_argument("--all-references", action="store_true", help="every reference relation in the registry")
+    shared_options(precision)
+    # --estimator picks the headline numbers; the other estimator is reported beside them.
+    precision.set_defaults(handler=run_precision)
+
+    cases = study("cases", "top influenced / influencing words of W (Tables 3, 15, 16, 17)", writes="cases.md, cases.csv and cases.json")
+    add_prompt_pair(cases, optional=True)
+    cases.add_argument("--influencing", action="store_true", help="rows are target words with their top influencing sources")
+    cases.add_argument("--word", action="append", default=[], metavar="WORD", help="a row word (repeatable; default every word)")
+    cases.add_argument("-k", "--top-k", type=int, default=5, help="words per row")
+    cases.add_argument("--paper-table", choices=("3", "15", "16", "17"), default=None, help="the rows of one of the paper's case tables")
+    shared_options(cases)
+    cases.set_defaults(handler=run_cases)
+
+    resilience = study("resilience", "fit W on one model, evaluate it on another checkpoint",
+                       writes="resilience.json, pairs.csv, difference.png and the three matrices")
+    grid_options(resilience)
+    eval_from = resilience.add_mutually_exclusive_group(required=True)
+    eval_from.add_argument("--eval-model", default=None, help="model B: another checkpoint with A's tokenizer")
+    eval_from.add_argument("--finetune-text", default=None, metavar="FILE", help="model B = A fine-tuned on this text file (one passage per line)")
+    resilience.add_argument("--lr", type=float, default=5e-5, help="fine-tuning learning rate")
+    resilience.add_argument("--epochs", type=int, default=1, help="fine-tuning epochs")
+    resilience.add_argument("--train-batch-size", type=int, default=8, help="fine-tuning passages per step")
+    shared_options(resilience, "--fit-model", model_help=f"model A, to fit W on: {MODEL_HELP}")
+    resilience.set_defaults(handler=run_resilience)
+
+    scale = study("scale", "correlation and W precision across models (Fig. 4)", writes="scale.json, scale.csv and scale_<estimator>.png")
+    scale.add_argument("--models", required=True, metavar="A,B,...", help="comma-separated model specs")
+    scale.add_argument("--relations", default="city:country,ceo:company", metavar="S:T,...", help="prompt pairs")
+    shared_options(scale)
+    scale.set_defaults(handler=run_scale)
+
+
+def grid_options(parser) -> None:
+    """Which prompt pairs a matrix covers."""
+    group = parser.add_argument_group("which prompts").add_mutually_exclusive_group(required=True)
+    group.add_argument("--family", default=None, help="every ordered pair of a registry family (attribute, simile, math, cross-language)")
+    group.add_argument("--prompts", default=None, metavar="A,B,...", help="every ordered pair of these registry prompts")
+    group.add_argument("--cross-language", action="store_true", help="English knowledge k -> l/k for each language l (Fig. 3's X-Lang panel)")
+    parser.add_argument("--languages", default=None, metavar="es,fr,...", help="languages of --cross-language (default: all in the registry)")
+
+
+def split_names(text: str, option: str) -> list[str]:
+    """"a, b,c" -> ["a", "b", "c"]; an empty list is the user's mistake."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise LincorrError(f"{option} needs at least one name, e.g. {option} city,country")
+    return names
+
+
+def chosen_grid(args):
+    from lincorr.experiments.matrix import Grid
+
+    registry = load_registry_from(args)
+    if args.cross_language:
+        return Grid.cross_language(registry, split_names(args.languages, "--languages") if args.languages else None)
+    if args.family:
+        return Grid.square([spec.name for spec in registry.family(args.family)], f"{args.family} family")
+    names = split_names(args.prompts, "--prompts")
+    checked_registry(args, names)
+    return Grid.square(names, "selected prompts")
+
+
+def precision_configs(args) -> list:
+    """The --estimator fit first, then the same with the other estimator, reported beside it."""
+    import dataclasses
+
+    primary = fit_config(args)
+    other = dataclasses.replace(primary, estimator="ridge" if primary.estimator == "ols" else "ols")
+    return [primary, other]
+
+
+def run_matrix(args) -> None:
+    from lincorr.experiments.matrix import measure_matrix
+
+    check_inputs(args)
+    grid = chosen_grid(args)
+    config = fit_config(args)
+    lm = load_lm(args)
+    result = measure_matrix(lm, load_registry_from(args), grid, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
+
+    def text() -> str:
+        return "\n".join([
+            f"{result.model_name}: {grid.title}, {result.n_inputs} inputs, {config.estimator}; label-wise r (row = source, column = target)",
+            result.format_table("labelwise_r"),
+            *(f"skipped {name}: {reason}" for name, reason in result.skipped),
+            f"\ncollection {result.seconds_collect:.1f} s, fits {result.seconds_fit:.1f} s" + (f"; wrote {args.out}/" if args.out else ""),
+        ])
+
+    save_and_print(args, result, text)
+
+
+def run_precision(args) -> None:
+    from lincorr.experiments.precision import precision_table
+    from lincorr.paper import paper_table
+    from lincorr.relations import RelationSpec, read_reference_file, registry_relations
+
+    check_inputs(args)
+    single = not (args.table2 or args.all_references)
+    if single and not (args.source and args.target):
+        raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr precision city country), or pass --table2 or --all-references")
+    if not single and args.source:
+        raise LincorrError("--table2 and --all-references take no SOURCE/TARGET; drop them or drop the option")
+    pairs = read_reference_file(args.references) if args.references else None
+    if single:
+        registry = checked_registry(args, (args.source, args.target))
+        relations = [RelationSpec(args.source, args.target)]
+    else:
+        registry = load_registry_from(args)
+        relations = paper_table("table2").relations() if args.table2 else registry_relations(registry)
+    configs = precision_configs(args)
+    lm = load_lm(args)
+    table = precision_table(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_pairs=pairs,
+                            **collection_settings(args))
+    if args.out:
+        table.save(args.out)
+    if single and not any(row.estimator == configs[0].estimator for row in table.rows):
+        raise LincorrError("; ".join(reason for _, reason in table.skipped) or "no result")
+    if args.json:
+        print_json(single_precision_payload(table, configs[0].estimator) if single else table.summary())
+        return
+    print(f"{table.model_name}, {table.n_inputs} inputs; Hit@Top-N of W against reference pairs (chance@1 = a random ranking)")
+    print(table.format_table() + wrote(args))
+
+
+def single_precision_payload(table, estimator: str) -> dict:
+    """One relation: the numbers of `estimator` at the top level, both estimators' under by_estimator."""
+    by_estimator = {row.estimator: row.summary() for row in table.rows}
+    skipped = [{"relation": label, "reason": reason} for label, reason in table.skipped]
+    return {**by_estimator[estimator], "by_estimator": by_estimator, "skipped": skipped}
+
+
+def run_cases(args) -> None:
+    from lincorr.experiments.cases import CaseSpec, measure_cases, paper_cases
+    from lincorr.relations import RelationSpec
+
+    check_inputs(args)
+    if args.paper_table:
+        if args.source or args.word:
+            raise LincorrError("--paper-table chooses the prompts and words itself; drop SOURCE/TARGET and --word")
+        specs = paper_cases(args.paper_table)
+    elif args.source and args.target:
+        specs = [CaseSpec(RelationSpec(args.source, args.target), "influencing" if args.influencing else "influenced", tuple(args.word) or None, args.top_k)]
+    else:
+        raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr cases city country --word Paris), or pass --paper-table 3")
+    registry = checked_registry(args, {n for spec in specs for n in (spec.relation.source, spec.relation.target)})
+    lm = load_lm(args)
+    tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), fit_config(args), **collection_settings(args))
+    save_and_print(args, tables, tables.markdown)
+
+
+def run_resilience(args) -> None:
+    from lincorr.experiments.resilience import finetune_on_text, measure_resilience
+    from lincorr.finetune import TrainConfig
+
+    check_inputs(args)
+    if args.finetune_text and not Path(args.finetune_text).is_file():
+        raise LincorrError(f"--finetune-text file {args.finetune_text} does not exist; pass a text file")
+    grid = chosen_grid(args)
+    config = fit_config(args)
+    fit_lm = load_lm(args)
+    training = None
+    if args.finetune_text:
+        train = TrainConfig(learning_rate=args.lr, epochs=args.epochs, batch_size=args.train_batch_size, seed=args.seed,
+                            progress=show_progress(args))
+        eval_lm, training = finetune_on_text(fit_lm, args.finetune_text, train)
+    else:
+        eval_lm = load_lm(args, args.eval_model)
+    result = measure_resilience(fit_lm, eval_lm, load_registry_from(args), grid, choose_inputs(args, fit_lm.tokenizer), config,
+                                training=training, **collection_settings(args))
+
+    def text() -> str:
+        trained = (f"fine-tuned on {training['n_examples']} passages of {training['text_file']}: {training['steps']} steps, "
+                   f"loss per epoch {', '.join(f'{v:.3f}' for v in training['losses'])}, {training['seconds']:.0f} s\n\n") if training else ""
+        return trained + result.format_table() + wrote(args)
+
+    save_and_print(args, result, text)
+
+
+def run_scale(args) -> None:
+    from lincorr.experiments.scale import measure_scale
+    from lincorr.relations import RelationSpec
+
+    if args.inputs:
+        raise LincorrError("scale samples inputs from each model's own vocabulary; use -n instead of --inputs")
+    check_inputs(args)
+    relations = []
+    for item in split_names(args.relations, "--relations"):
+        source, _, target = item.partition(":")
+        if not target:
+            raise LincorrError(f"--relations takes SOURCE:TARGET pairs, got {item!r}")
+        relations.append(RelationSpec(source, target))
+    registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
+    result = measure_scale(split_names(args.models, "--models"), registry, relations, args.n_inputs, precision_configs(args),
+                           seed=args.seed, load=lambda spec: load_lm(args, spec), **collection_settings(args))
+    save_and_print(args, result, lambda: result.format_table() + wrote(args))

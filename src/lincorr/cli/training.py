@@ -1,0 +1,233 @@
+"""The training studies of §4.1, §5 and Appendix K (`generalize`, `diagnose`, `gradcorr`, `subwords`) and `predict-edit`.
+
+W is fitted on a vocabulary sample here, so these commands take -n but none of the collection options.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from lincorr.cli.options import (
+    RIDGE_REASON,
+    add_command,
+    add_fit_options,
+    add_json_option,
+    add_model_options,
+    add_n_inputs_option,
+    add_out_option,
+    add_prompt_pair,
+    add_quiet_option,
+    add_registry_option,
+    add_seed_option,
+    checked_registry,
+    fit_config,
+    load_lm,
+    save_and_print,
+    show_progress,
+)
+from lincorr.errors import LincorrError
+
+GENERALIZATION_FILES = "result.json, facts.json, table6.md and fig5.png"
+
+
+def add_training_commands(commands) -> None:
+    from lincorr.experiments.generalization import DEFAULT_MARGIN
+    from lincorr.experiments.gradients import GradientConfig
+
+    def study(name: str, help_text: str, *, writes: str, pair_required: bool = False):
+        parser = add_command(commands, name, help_text)
+        if pair_required:
+            add_prompt_pair(parser)
+        else:
+            add_prompt_pair(parser, default=("city", "country"), help_text="registry prompt")
+        add_n_inputs_option(parser, "vocabulary inputs W is fitted on")
+        add_seed_option(parser, "first seed (inputs, entity names, facts, training)")
+        add_registry_option(parser)
+        add_json_option(parser)
+        add_out_option(parser, writes)
+        add_quiet_option(parser)
+        add_model_options(parser)
+        add_fit_options(parser, estimator="ridge", reason=RIDGE_REASON, bootstrap=100)
+        return parser
+
+    generalize = study("generalize", "teach fresh entities source facts; does the target answer follow (Table 5)?",
+                       writes=f"{GENERALIZATION_FILES} (with --table5: table5.json and table5.md)")
+    generalization_options(generalize)
+    generalize.add_argument("--table5", action="store_true", help="run the paper's eleven Table-5 pairs (ignores SOURCE TARGET)")
+    generalize.set_defaults(handler=run_generalize)
+
+    diagnose = study("diagnose", "per edited fact: W[s,ref], W[s,gen], priors, and why it failed (Table 6, Fig. 5)", writes=GENERALIZATION_FILES)
+    generalization_options(diagnose)
+    diagnose.add_argument("--rows", type=int, default=20, help="table rows to print")
+    diagnose.set_defaults(handler=run_diagnose)
+
+    subwords = study("subwords", "correlation, precision and generalization by token category (Table 18)", writes="subwords.json and table18.md")
+    generalization_options(subwords)
+    subwords.set_defaults(handler=run_subwords)
+
+    gradcorr = study("gradcorr", "one optimiser step on source facts: does dS @ W predict dT (Table 4)?", writes="gradcorr.json and table4.md")
+    training_options(gradcorr, GradientConfig.train, with_epochs=False)  # one step, by definition
+    gradcorr.add_argument("--n-step-facts", type=int, default=GradientConfig.n_step_facts, help="training inputs in the step")
+    gradcorr.add_argument("--n-eval", type=int, default=GradientConfig.n_eval, help="held-out inputs the change is measured on")
+    gradcorr.add_argument("--table4", action="store_true", help="run the paper's eight Table-4 pairs (ignores SOURCE TARGET)")
+    gradcorr.set_defaults(handler=run_gradcorr)
+
+    predict = study("predict-edit", "predict, without training, what teaching 'SOURCE(subject) = VALUE' does to TARGET",
+                    writes="prediction.json", pair_required=True)
+    predict.add_argument("--value", required=True, metavar="WORD", help="the proposed source answer, e.g. Indianapolis")
+    predict.add_argument("--subject", default=None, metavar="NAME", help="the entity to edit (default: a fresh made-up name)")
+    predict.add_argument("--margin", type=float, default=None,
+                         help=f"logit lead the edited source answer is assumed to get (default: {DEFAULT_MARGIN:g} unless --delta)")
+    predict.add_argument("--delta", type=float, default=None, metavar="LOGITS",
+                         help="assumed rise of the source answer's logit instead of --margin (a study's mean_source_delta)")
+    predict.set_defaults(handler=run_predict_edit)
+
+
+def training_options(parser, train, with_epochs: bool = True) -> None:
+    """--lr, --epochs, --train-batch-size and --full, defaulting to the study's TrainConfig `train`."""
+    parser.add_argument("--lr", type=float, default=train.learning_rate, help="AdamW learning rate")
+    if with_epochs:
+        parser.add_argument("--epochs", type=int, default=train.epochs, help="most epochs over the facts (see --all-epochs)")
+    parser.add_argument("--train-batch-size", type=int, default=train.batch_size, help="facts per step")
+    parser.add_argument("--full", action="store_true", help="train every parameter, embeddings included (default: transformer blocks)")
+
+
+def generalization_options(parser) -> None:
+    from lincorr.experiments.generalization import DEFAULT_MARGIN, DEFAULT_TRAIN
+
+    parser.add_argument("--n-facts", type=int, default=16, help="fresh entities taught per seed")
+    parser.add_argument("--n-seeds", type=int, default=3, help="seeds --seed, --seed+1, ...")
+    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="logit lead the edited source answer is assumed to get")
+    training_options(parser, DEFAULT_TRAIN)
+    parser.add_argument("--all-epochs", action="store_true",
+                        help="train all --epochs (default: stop after the first epoch at which every taught fact is learned)")
+
+
+def training_config(args, default_trainable):
+    """The TrainConfig behind --lr, --epochs, --train-batch-size and --full."""
+    from lincorr.finetune import TrainConfig
+
+    return TrainConfig(
+        learning_rate=args.lr, epochs=getattr(args, "epochs", 1), batch_size=args.train_batch_size, seed=args.seed,
+        trainable=() if args.full else default_trainable, progress=show_progress(args),
+    )
+
+
+def generalization_config(args):
+    from lincorr.experiments.generalization import BLOCKS_ONLY, GeneralizationConfig
+
+    if args.n_seeds < 1:
+        raise LincorrError(f"--n-seeds must be at least 1, got {args.n_seeds}")
+    return GeneralizationConfig(
+        n_facts=args.n_facts, seeds=tuple(range(args.seed, args.seed + args.n_seeds)), n_inputs=args.n_inputs, fit=fit_config(args),
+        train=training_config(args, BLOCKS_ONLY), margin=args.margin, until_learned=not args.all_epochs, progress=show_progress(args),
+    )
+
+
+def run_generalize(args) -> None:
+    from lincorr.experiments.generalization import generalization_table, run_generalization
+    from lincorr.paper import paper_table
+    from lincorr.relations import RelationSpec
+
+    config = generalization_config(args)
+    if not args.table5:
+        registry = checked_registry(args, (args.source, args.target))
+        result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config)
+        save_and_print(args, result, result.format_table)
+        return
+    relations = paper_table("table5").relations()
+    registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
+    table = generalization_table(load_lm(args), registry, relations, config,
+                                 on_row=None if args.json else lambda row: print(table5_line(row), flush=True))
+    save_and_print(args, table, None)  # the rows were printed as they finished
+
+
+def table5_line(row: dict) -> str:
+    """One Table-5 row: ours (with spread, before, chance, learned) beside the paper's."""
+    if "skipped" in row:
+        return f"{row['relation']:<22} skipped: {row['skipped']}"
+    return (f"{row['relation']:<22} {row['generalization_rate']:6.1%} ± {row['generalization_rate_std']:5.1%}  before {row['rate_before']:5.1%}  "
+            f"random {row['random_baseline']:5.1%}  learned {row['source_learned_rate']:6.1%}  "
+            f"paper {row['paper_generalization_rate']:6.2%} ({row['paper_random_baseline']:.2%})")
+
+
+def run_diagnose(args) -> None:
+    from lincorr.experiments.generalization import run_generalization
+    from lincorr.relations import RelationSpec
+
+    config = generalization_config(args)
+    registry = checked_registry(args, (args.source, args.target))
+    result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config)
+
+    def text() -> str:
+        return "\n".join([
+            result.format_table(), "", result.diagnosis_markdown(max_rows=args.rows),
+            "\ngeneralization rate by W[s, ref] (learned facts, quantile bins):",
+            *(f"  W[s,ref] in [{row['w_ref_low']:+.3f}, {row['w_ref_high']:+.3f}]  n={row['n']:3d}  rate {row['generalization_rate']:.1%}"
+              for row in result.weight_curve()),
+        ])
+
+    save_and_print(args, result, text,
+                   payload=lambda: {**result.summary(), "facts": result.diagnosis_rows(), "weight_curve": result.weight_curve()})
+
+
+def run_subwords(args) -> None:
+    from lincorr.experiments.subwords import subword_study
+    from lincorr.relations import RelationSpec
+
+    config = generalization_config(args)
+    registry = checked_registry(args, (args.source, args.target))
+    result = subword_study(load_lm(args), registry, RelationSpec(args.source, args.target), config)
+    save_and_print(args, result, result.markdown)
+
+
+def run_gradcorr(args) -> None:
+    from lincorr.experiments.generalization import BLOCKS_ONLY
+    from lincorr.experiments.gradients import GradientConfig, gradient_table
+    from lincorr.paper import paper_table
+    from lincorr.relations import RelationSpec
+
+    table4 = paper_table("table4").relations()
+    paper_labels = {(r.source, r.target): r.label for r in table4}  # so a single Table-4 pair prints the paper's numbers too
+    relations = (table4 if args.table4 else
+                 [RelationSpec(args.source, args.target, paper_labels.get((args.source, args.target), ""))])
+    registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
+    config = GradientConfig(
+        n_inputs=args.n_inputs, n_step_facts=args.n_step_facts, n_eval=args.n_eval, fit=fit_config(args),
+        train=training_config(args, BLOCKS_ONLY), seed=args.seed, progress=show_progress(args),
+    )
+
+    def report(row: dict) -> None:
+        done = f"skipped: {row['skipped']}" if "skipped" in row else f"gradient r {row['gradient_r']:.2f} (control {row['control_r']:.2f})"
+        print(f"{row['relation']}: {done}", file=sys.stderr, flush=True)
+
+    table = gradient_table(load_lm(args), registry, relations, config, on_row=report if args.table4 and not args.quiet else None)
+    save_and_print(args, table, table.markdown)
+
+
+def run_predict_edit(args) -> None:
+    from lincorr.experiments.generalization import DEFAULT_MARGIN, predict_relation_edit
+    from lincorr.relations import RelationSpec
+
+    if args.delta is not None and args.margin is not None:
+        raise LincorrError("pass --delta (the rise of the source logit) or --margin (its lead over the others), not both")
+    registry = checked_registry(args, (args.source, args.target))
+    result = predict_relation_edit(
+        load_lm(args), registry, RelationSpec(args.source, args.target), args.value, subject=args.subject, seed=args.seed,
+        n_inputs=args.n_inputs, fit=fit_config(args), margin=DEFAULT_MARGIN if args.margin is None else args.margin, delta=args.delta,
+        progress=show_progress(args),
+    )
+    save_and_print(args, result, lambda: edit_prediction_text(result, args.value))
+
+
+def edit_prediction_text(result, value: str) -> str:
+    prediction = result.prediction
+    verdict = {True: "the reference answer (generalization)", False: "not a reference answer (hallucination)", None: "no reference known"}
+    return "\n".join([
+        f"edit: {result.source_template.replace('{}', result.subject)} {value}",
+        f"now:  {result.target_template.replace('{}', result.subject)} {prediction.current_target}",
+        f"predicted after the edit: {prediction.predicted_target} (confidence {prediction.confidence:.2f}, "
+        f"runner-up {prediction.runner_up}, margin {prediction.margin:.2f} logits)",
+        f"that is {verdict[prediction.predicts_reference]}; reference: {', '.join(prediction.references) or '-'}; "
+        f"P(reference) {prediction.success_probability:.2f}",
+    ])

@@ -1,0 +1,102 @@
+"""The layout holds: imports point one way (cli -> experiments -> core stages -> models), and studies use each other only through public APIs."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+import lincorr
+
+SOURCE = Path(lincorr.__file__).parent
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package by dotted name."""
+    found = {}
+    for info in pkgutil.walk_packages([str(SOURCE)], prefix="lincorr."):
+        spec = importlib.util.find_spec(info.name)
+        found[info.name] = Path(spec.origin)
+    return found
+
+
+def imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
+    """(module, names) for every run-time `from lincorr... import names` / `import lincorr...` in a file, at any depth.
+
+    Imports under `if TYPE_CHECKING:` are only annotations and are left out.
+    """
+    found = []
+    stack: list[ast.AST] = [ast.parse(path.read_text(encoding="utf-8"))]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] == "lincorr":
+            found.append((node.module, tuple(alias.name for alias in node.names)))
+        elif isinstance(node, ast.Import):
+            found += [(alias.name, ()) for alias in node.names if alias.name.split(".")[0] == "lincorr"]
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def layer(module: str) -> int:
+    """0: core stages and models, 1: studies, 2: the command line."""
+    if module.startswith("lincorr.cli") or module == "lincorr.__main__":
+        return 2
+    return 1 if module.startswith("lincorr.experiments") else 0
+
+
+def test_imports_never_point_back_up_the_layers():
+    backwards = [
+        f"{name} imports {target}"
+        for name, path in modules().items()
+        for target, _ in imports(path)
+        if layer(target) > layer(name)
+    ]
+    assert not backwards
+
+
+def test_studies_import_no_private_names():
+    private = [
+        f"{name} imports {target}.{imported}"
+        for name, path in modules().items() if layer(name) == 1
+        for target, names in imports(path)
+        for imported in names if imported.startswith("_")
+    ]
+    assert not private
+
+
+def test_a_study_uses_another_study_only_through_its_public_api():
+    """A name imported from another study module must be in that module's `__all__` (its public study API)."""
+    known = modules()
+    reaching = []
+    for name, path in known.items():
+        if layer(name) != 1:
+            continue
+        for target, names in imports(path):
+            if target == name or layer(target) != 1 or target not in known or target == "lincorr.experiments":
+                continue
+            public = set(getattr(importlib.import_module(target), "__all__", ()))
+            reaching += [f"{name} uses {target}.{n}, which is not in its __all__" for n in names if n not in public]
+    assert not reaching
+
+
+def test_every_study_declares_its_public_api():
+    studies = [name for name in modules() if layer(name) == 1 and name != "lincorr.experiments"]
+    missing = [name for name in studies if not hasattr(importlib.import_module(name), "__all__")]
+    assert not missing
+    for name in studies:
+        module = importlib.import_module(name)
+        assert all(hasattr(module, exported) for exported in module.__all__), name
+
+
+def test_the_walker_sees_nested_and_type_checking_imports_correctly(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from lincorr.metrics import rate\n"
+        "if TYPE_CHECKING:\n    from lincorr.experiments.correlation import PairResult\n"
+        "def f():\n    import lincorr.plots\n    from lincorr.names import _private\n"
+    )
+    assert sorted(imports(sample)) == [("lincorr.metrics", ("rate",)), ("lincorr.names", ("_private",)), ("lincorr.plots", ())]
