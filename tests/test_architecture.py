@@ -100,3 +100,11 @@ def test_the_walker_sees_nested_and_type_checking_imports_correctly(tmp_path):
         "def f():\n    import lincorr.plots\n    from lincorr.names import _private\n"
     )
     assert sorted(imports(sample)) == [("lincorr.metrics", ("rate",)), ("lincorr.names", ("_private",)), ("lincorr.plots", ())]
+
+
+def test_the_module_table_in_the_docs_is_current():
+    """docs/architecture.md lists every module with its docstring: regenerate with `python docs/modules.py --write`."""
+    tool = importlib.util.spec_from_file_location("module_table", SOURCE.parents[1] / "docs" / "modules.py")
+    module_table = importlib.util.module_from_spec(tool)
+    tool.loader.exec_module(module_table)
+    assert module_table.current_section() == module_table.table()
