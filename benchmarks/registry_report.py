@@ -3,7 +3,8 @@
 Usage: python benchmarks/registry_report.py [--cache DIR] [--json FILE]
 Loads the gemma-3-270m and smollm2-135m-instruct tokenizers offline from their GGUF packages
 (saved under --cache after the first run, since reading gemma's GGUF takes ~20 s) and prints
-one Markdown table per family with the number of words kept out of the domain size.
+one Markdown table per family with the number of words kept out of the domain size, then one for
+the relational tasks with the number of pairs kept (`vector_tasks.bind_task`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from transformers import AutoTokenizer  # noqa: E402
 
+from lincorr.experiments.vector_tasks import task_survival  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402
 from lincorr.knowledge.report import domains_report  # noqa: E402
 
@@ -52,9 +54,11 @@ def main() -> None:
     args = parser.parse_args()
     registry = load_registry()
     models = ["gemma-3-270m", "smollm2-135m-instruct"]
-    reports = {model: domains_report(registry, load_tokenizer(model, args.cache)) for model in models}
+    tokenizers = {model: load_tokenizer(model, args.cache) for model in models}
+    reports = {model: domains_report(registry, tokenizers[model]) for model in models}
+    tasks = {model: [task_survival(spec, tokenizers[model]) for spec in registry.tasks] for model in models}
     if args.json:
-        args.json.write_text(json.dumps(reports, ensure_ascii=False, indent=1), encoding="utf-8")
+        args.json.write_text(json.dumps({"domains": reports, "tasks": tasks}, ensure_ascii=False, indent=1), encoding="utf-8")
     for family in registry.families():
         print(f"\n#### {family}\n")
         print("| prompt | domain | size | " + " | ".join(f"{m} kept (whole/phrase)" for m in models) + " |")
@@ -70,6 +74,12 @@ def main() -> None:
                 cells.append(f"{row['kept']} = {row['kept_fraction']:.0%}{split}")
             first = per_model[0]
             print(f"| {first['name']} | {first['domain']} | {first['domain_size']} | " + " | ".join(cells) + " |")
+    print("\n#### tasks\n")
+    print("| task | pairs | " + " | ".join(f"{m} kept (answer starts with a whole word)" for m in models) + " |")
+    print("|---|---:|" + "---:|" * len(models))
+    for per_model in zip(*(tasks[m] for m in models)):
+        cells = [f"{row['kept']} = {row['kept'] / row['n_pairs']:.0%} ({row['whole_word_answers']})" for row in per_model]
+        print(f"| {per_model[0]['task']} | {per_model[0]['n_pairs']} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

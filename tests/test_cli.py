@@ -68,8 +68,8 @@ def test_fit_table_output_with_ridge_cv(workspace, capsys):
     "extra, message",
     [
         (["--source-template", "no slot here"], "exactly one"),
-        (["-n", "2"], "at least 4"),
-        (["--alpha", "lots", "--estimator", "ridge"], "--alpha must be"),
+        (["-n", "2"], "at least 10"),
+        (["--alpha", "lots", "--estimator", "ridge"], "argument --alpha: must be"),
         (["--top", "Atlantis"], "not in the"),
         (["--heatmap"], "--save-dir"),
     ],
@@ -89,8 +89,8 @@ def test_ols_with_too_few_inputs_fails_before_collecting(workspace, capsys, monk
     import lincorr.collect as collect
 
     monkeypatch.setattr(collect, "domain_scores", lambda *a, **k: pytest.fail("collected before checking sizes"))
-    (workspace / "few.txt").write_text("\n".join(NAMES[:8]), encoding="utf-8")
-    args = fit_args(workspace)
+    (workspace / "few.txt").write_text("\n".join(NAMES[:20]), encoding="utf-8")
+    args = fit_args(workspace, "--test-fraction", "0.8")  # 4 training inputs for 5 source words
     args[args.index(str(workspace / "inputs.txt"))] = str(workspace / "few.txt")
     assert main(args) == 2
     assert "--estimator ridge" in capsys.readouterr().err
@@ -108,7 +108,7 @@ def test_missing_files_and_unknown_prompts(workspace, capsys):
 def test_registry_listings(capsys):
     assert main(["templates", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert len(rows) == 111 and {"name", "family", "language", "template", "domain_size"} <= rows[0].keys()
+    assert len(rows) == 112 and {"name", "family", "language", "template", "domain_size"} <= rows[0].keys()
     assert main(["references", "--json"]) == 0
     assert any(r["name"] == "city->country" for r in json.loads(capsys.readouterr().out))
 

@@ -42,7 +42,7 @@ def test_cache_hit_skips_the_model(llama_lm, domain, monkeypatch):
 
 def test_corrupt_or_mismatched_cache_is_recomputed(llama_lm, domain):
     first = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False)
-    key = collect.table_key(llama_lm, TEMPLATE, domain, NAMES[:8], "logits")
+    key = collect.table_key(llama_lm, TEMPLATE, domain, NAMES[:8], "logits", batch_size=128)
     cache = TableCache()
     header, values, _ = cache.paths(key)
     np.savez(values, values=np.zeros_like(first.values))  # checksum no longer matches

@@ -19,6 +19,7 @@ from lincorr.internals import (
     decode,
     head,
     head_indices,
+    hidden_ranks,
     layout,
     list_components,
     logit_lens,
@@ -171,6 +172,24 @@ def test_logit_lens_ends_at_the_models_logits_and_ranks_match_argsort(lm):
     order = lens.argsort(-1, descending=True)
     expected = (order == targets[:, None, None]).float().argmax(-1)
     assert torch.equal(ranks, expected)
+
+
+def test_ranks_of_several_tokens_under_interventions_and_of_any_stream_state(llama_lm):
+    lm = llama_lm
+    targets = torch.tensor([[5, 3], [17, 8], [0, 1], [9, 9], [4, 20]])
+    several = token_ranks(lm, PROMPTS, targets, chunk=7, batch_size=2)
+    for column in range(2):
+        assert torch.equal(several[..., column], token_ranks(lm, PROMPTS, targets[:, column], chunk=7, batch_size=2))
+    added = [Patch(mlp(0), torch.linspace(-1, 1, layout(lm).d_model), mode="add")]
+    lens = logit_lens(lm, PROMPTS, interventions=added)
+    torch.testing.assert_close(lens[:, -1], run(lm, PROMPTS, interventions=added).logits, **CLOSE)
+    expected = (lens.argsort(-1, descending=True) == targets[:, :1, None]).float().argmax(-1)
+    assert torch.equal(token_ranks(lm, PROMPTS, targets[:, 0], interventions=added, chunk=7), expected)
+    # Between block 1's attention and its FFN: a state no resid[l] holds.
+    trace = run(lm, PROMPTS, capture=[resid(1), attn(1)])
+    between = trace[resid(1)] + trace[attn(1)]
+    expected = (decode(lm, between).argsort(-1, descending=True) == targets[:, :1]).float().argmax(-1)
+    assert torch.equal(hidden_ranks(lm, between[:, None], targets[:, 0], chunk=7)[:, 0], expected)
 
 
 def test_ablations_equal_the_patches_they_stand_for(lm):

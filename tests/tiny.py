@@ -92,3 +92,51 @@ def tiny_subword_tokenizer(words: tuple[str, ...] | list[str]) -> PreTrainedToke
     return PreTrainedTokenizerFast(
         tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", unk_token="<unk>"
     )
+
+
+def write_tiny_gguf(path, words: tuple[str, ...] | list[str] = WORDS, seed: int = 0) -> None:
+    """A 2-block Llama with a SentencePiece-style vocabulary as an unquantised GGUF file, as llama.cpp writes one."""
+    import gguf
+    import numpy as np
+
+    tokens = ["<unk>", "<s>", "</s>"] + ["\u2581" + word for word in words] + [chr(c) for c in range(ord("a"), ord("z") + 1)] + ["\u2581"]
+    d_model, d_ff, n_blocks, n_heads, n_kv_heads = 32, 64, 2, 4, 2
+    d_kv = n_kv_heads * d_model // n_heads
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(64)
+    writer.add_embedding_length(d_model)
+    writer.add_feed_forward_length(d_ff)
+    writer.add_block_count(n_blocks)
+    writer.add_head_count(n_heads)
+    writer.add_head_count_kv(n_kv_heads)
+    writer.add_rope_dimension_count(d_model // n_heads)
+    writer.add_layer_norm_rms_eps(1e-6)
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens)
+    writer.add_token_scores([0.0] * 3 + [-float(i) for i in range(len(tokens) - 3)])
+    writer.add_token_types([2, 3, 3] + [1] * (len(tokens) - 3))  # unknown, control, control, then normal tokens
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    rng = np.random.default_rng(seed)
+
+    def weight(name: str, *shape: int) -> None:
+        writer.add_tensor(name, (rng.standard_normal(shape) * 0.1).astype(np.float32))
+
+    weight("token_embd.weight", len(tokens), d_model)
+    for block in range(n_blocks):
+        for norm in ("attn_norm", "ffn_norm"):
+            writer.add_tensor(f"blk.{block}.{norm}.weight", np.ones(d_model, np.float32))
+        weight(f"blk.{block}.attn_q.weight", d_model, d_model)
+        weight(f"blk.{block}.attn_k.weight", d_kv, d_model)
+        weight(f"blk.{block}.attn_v.weight", d_kv, d_model)
+        weight(f"blk.{block}.attn_output.weight", d_model, d_model)
+        weight(f"blk.{block}.ffn_gate.weight", d_ff, d_model)
+        weight(f"blk.{block}.ffn_up.weight", d_ff, d_model)
+        weight(f"blk.{block}.ffn_down.weight", d_model, d_ff)
+    writer.add_tensor("output_norm.weight", np.ones(d_model, np.float32))
+    weight("output.weight", len(tokens), d_model)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import tempfile
 import time
 import zipfile
 from collections.abc import Mapping, Sequence
@@ -16,14 +14,19 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from lincorr.cache import cache_directory
 from lincorr.domains import Domain
 from lincorr.errors import LincorrError
-from lincorr.models import LM, cache_root, read_json, write_json_atomic
+from lincorr.filesystem import atomic_file, read_json, write_json_atomic
+from lincorr.models import LM
 from lincorr.prompts import Prompt
 from lincorr.provenance import code_digest
 from lincorr.templates import fill, validate_template
 
 CHECKPOINT_SECONDS = 30.0
+# Inputs X are names, words or short phrases. A batch is padded to its longest prompt, so one long
+# line (a pasted paragraph) would make every prompt of its batch that long: refused instead.
+MAX_INPUT_TOKENS = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +77,9 @@ def verify_head(lm: LM, prompt: str, token_ids: torch.Tensor) -> None:
     ours = domain_scores(lm, rows, token_ids, logprobs=False)[0]
     ids, mask = left_pad(rows, lm.tokenizer.pad_token_id)
     theirs = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device)).logits[0, -1, token_ids].float().cpu()
+    if not (torch.isfinite(ours).all() and torch.isfinite(theirs).all()):
+        raise LincorrError(f"model '{lm.name}' gives NaN/inf logits in {str(lm.head_weight.dtype).removeprefix('torch.')} "
+                           f"on {lm.device.type} (the activations overflow); load it with --dtype float32")
     tolerance = 1e-3 * (1 + theirs.abs().max().item()) if lm.head_weight.dtype == torch.float32 else 5e-2 * (1 + theirs.abs().max().item())
     if not torch.allclose(ours, theirs, atol=tolerance, rtol=0):
         gap = (ours - theirs).abs().max().item()
@@ -81,8 +87,13 @@ def verify_head(lm: LM, prompt: str, token_ids: torch.Tensor) -> None:
     lm.head_verified = True
 
 
-def table_key(lm: LM, template: str, domain: Domain, inputs: Sequence[str], kind: str) -> dict:
-    """Everything that determines a table's numbers."""
+def table_key(lm: LM, template: str, domain: Domain, inputs: Sequence[str], kind: str, batch_size: int) -> dict:
+    """Everything that determines a table's numbers.
+
+    The batch size is part of it: a prompt's logits depend on the batch it runs in by about 1e-5
+    (matrix kernels and padding widths change with the batch), so a table is reused only by runs
+    that would compute it bit for bit.
+    """
     return {
         "code": code_digest(__name__),
         "model": lm.fingerprint,
@@ -92,6 +103,7 @@ def table_key(lm: LM, template: str, domain: Domain, inputs: Sequence[str], kind
         "inputs_sha256": hashlib.sha256("\n".join(inputs).encode()).hexdigest(),
         "n_inputs": len(inputs),
         "kind": kind,
+        "batch_size": batch_size,
     }
 
 
@@ -101,11 +113,9 @@ def array_sha256(values: np.ndarray) -> str:
 
 
 def save_array_atomic(path: Path, **arrays: np.ndarray) -> None:
-    """Write an `.npz` through a temporary file."""
-    handle, temporary = tempfile.mkstemp(prefix=path.name + ".", suffix=".npz", dir=path.parent)
-    with os.fdopen(handle, "wb") as out:
+    """Write an `.npz` whole or not at all."""
+    with atomic_file(path, "wb") as out:
         np.savez(out, **arrays)
-    os.replace(temporary, path)
 
 
 def load_arrays(path: Path) -> dict[str, np.ndarray] | None:
@@ -121,7 +131,7 @@ class TableCache:
     """Finished tables and in-progress checkpoints under `<root>/logits/`, keyed by content."""
 
     def __init__(self, root: Path | None = None):
-        self.directory = Path(root or cache_root()) / "logits"
+        self.directory = Path(root) / "logits" if root else cache_directory("logits")
 
     def paths(self, key: dict) -> tuple[Path, Path, Path]:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
@@ -141,7 +151,6 @@ class TableCache:
 
     def store(self, key: dict, values: np.ndarray) -> None:
         header_path, values_path, partial_path = self.paths(key)
-        self.directory.mkdir(parents=True, exist_ok=True)
         save_array_atomic(values_path, values=values)
         write_json_atomic(header_path, {"key": key, "sha256": array_sha256(values), "shape": list(values.shape)})
         partial_path.unlink(missing_ok=True)
@@ -156,7 +165,6 @@ class TableCache:
         return arrays["values"], arrays["done"].astype(bool)
 
     def store_partial(self, key: dict, values: np.ndarray, done: np.ndarray) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
         save_array_atomic(self.paths(key)[2], values=values, done=done, key=np.array(json.dumps(key, sort_keys=True)))
 
 
@@ -183,10 +191,11 @@ def collect_logits(
         raise LincorrError("no inputs to collect logits for; pass at least one input X")
     if batch_size < 1:
         raise LincorrError(f"batch size must be positive, got {batch_size}")
-    kind = "logprobs" if logprobs else "logits"
     inputs = tuple(inputs)
+    check_input_lengths(lm.tokenizer, inputs)
+    kind = "logprobs" if logprobs else "logits"
     store = TableCache() if cache is True else (cache or None)
-    key = table_key(lm, template, domain, inputs, kind)
+    key = table_key(lm, template, domain, inputs, kind, batch_size)
     if store is not None and (cached := store.load(key)) is not None:
         return LogitTable(cached, inputs, template, domain, kind, lm.fingerprint)
 
@@ -216,6 +225,16 @@ def collect_logits(
     if store is not None:
         store.store(key, values)
     return LogitTable(values, inputs, template, domain, kind, lm.fingerprint)
+
+
+def check_input_lengths(tokenizer, inputs: Sequence[str]) -> None:
+    """Refuse an input X longer than MAX_INPUT_TOKENS tokens, before any forward pass."""
+    lengths = [len(ids) for ids in tokenizer(list(inputs), add_special_tokens=False)["input_ids"]]
+    longest = int(np.argmax(lengths))
+    if lengths[longest] > MAX_INPUT_TOKENS:
+        shown = inputs[longest] if len(inputs[longest]) <= 40 else inputs[longest][:40] + "..."
+        raise LincorrError(f"input {longest + 1} ({shown!r}) is {lengths[longest]} tokens long; an input X is a name or a short phrase "
+                           f"of at most {MAX_INPUT_TOKENS} tokens: shorten or remove it")
 
 
 def collect_tables(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str], **collect_options) -> dict[str, LogitTable]:

@@ -17,6 +17,7 @@ from lincorr.collect import left_pad
 from lincorr.models import apply_logit_transform, position_ids_from_mask
 
 IGNORE_INDEX = -100
+SCHEDULES = ("constant", "linear")
 # Transformer blocks are named "model.layers.3.", "transformer.h.3.", "model.language_model.layers.3." ...
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks)\.(\d+)\.")
 
@@ -36,7 +37,8 @@ class TrainConfig:
 
     `layers` is a half-open block range `(start, stop)`; `trainable` holds regular expressions
     searched in parameter names. A parameter trains when it passes both filters (an unset filter
-    passes everything); all others are frozen.
+    passes everything); all others are frozen. `schedule` "constant" keeps the rate; "linear"
+    warms up linearly over the first `warmup` fraction of the steps and then decays linearly to 0.
     """
 
     learning_rate: float = 5e-6
@@ -47,11 +49,15 @@ class TrainConfig:
     layers: tuple[int, int] | None = None
     trainable: tuple[str, ...] = ()
     max_grad_norm: float | None = 1.0
+    schedule: str = "constant"
+    warmup: float = 0.0
     progress: bool = True
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs < 1 or self.batch_size < 1:
             raise LincorrError("TrainConfig needs learning_rate > 0, epochs >= 1 and batch_size >= 1")
+        if self.schedule not in SCHEDULES or not 0 <= self.warmup < 1:
+            raise LincorrError(f"TrainConfig schedule must be one of {', '.join(SCHEDULES)} and warmup a fraction in [0, 1)")
         if self.layers is not None and not (0 <= self.layers[0] < self.layers[1]):
             raise LincorrError(f"layers={self.layers} is not a range; pass (start, stop) with 0 <= start < stop")
 
@@ -153,10 +159,12 @@ def train_on_facts(
     *,
     inplace: bool = False,
     stop_when: Callable[[torch.nn.Module], bool] | None = None,
+    after_epoch: Callable[[int, torch.nn.Module], None] | None = None,
 ) -> TrainResult:
     """Fine-tune on `facts` for `config.epochs` epochs of shuffled batches; the caller's model is untouched unless `inplace`.
 
-    `stop_when(model)` is asked after every epoch (model in eval mode); True ends training early.
+    After every epoch (model in eval mode, no gradients) `after_epoch(epoch, model)` is called
+    (epochs count from 1), then `stop_when(model)` is asked; True ends training early.
     """
     encoded = _encode_all(tokenizer, facts)
     generator = torch.Generator().manual_seed(config.seed)
@@ -169,7 +177,8 @@ def train_on_facts(
             batches = [[encoded[i] for i in order[start : start + size]] for start in range(0, len(order), size)]
             yield [[batch] for batch in batches]  # each step is a single micro-batch
 
-    return _run(model, tokenizer, epochs(), config, inplace=inplace, total_steps=config.epochs * n_batches, stop_when=stop_when)
+    return _run(model, tokenizer, epochs(), config, inplace=inplace, total_steps=config.epochs * n_batches, stop_when=stop_when,
+                after_epoch=after_epoch)
 
 
 def single_step(
@@ -192,7 +201,8 @@ def _encode_all(tokenizer, facts: Sequence[Fact]) -> list[EncodedFact]:
     return [encode_fact(tokenizer, fact) for fact in facts]
 
 
-def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_steps: int, stop_when=None) -> TrainResult:
+def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_steps: int, stop_when=None,
+         after_epoch=None) -> TrainResult:
     """Train over `epochs`: each is a list of steps, each step a list of micro-batches whose gradients add up."""
     started = time.perf_counter()
     torch.manual_seed(config.seed)
@@ -205,6 +215,7 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
         parameter.requires_grad_(name in trained_set)
     trainable = [parameters[name] for name in trained]
     optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay, fused=_can_fuse(trainable))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _rate_factor(config, total_steps))
     pad_token_id = _pad_token_id(tokenizer)
     was_training = target.training
     # Dropout off: a fact edit and a one-step gradient should not depend on a random mask.
@@ -228,16 +239,18 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
                     if config.max_grad_norm is not None:
                         torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
                     optimizer.step()
+                    scheduler.step()
                     steps += 1
                     loss_sum += step_loss * n_tokens
                     token_sum += n_tokens
                     bar.update(1)
                     bar.set_postfix(loss=f"{step_loss:.4f}")
                 losses.append(loss_sum / token_sum)
-                if stop_when is not None:
-                    with torch.no_grad():
-                        if stop_when(target):
-                            break
+                with torch.no_grad():
+                    if after_epoch is not None:
+                        after_epoch(len(losses), target)
+                    if stop_when is not None and stop_when(target):
+                        break
     finally:
         optimizer.zero_grad(set_to_none=True)
         for name, parameter in parameters.items():
@@ -251,6 +264,20 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
         steps=steps,
         seconds=time.perf_counter() - started,
     )
+
+
+def _rate_factor(config: TrainConfig, total_steps: int) -> Callable[[int], float]:
+    """The multiplier of the learning rate before optimiser step `step` (0-based)."""
+    if config.schedule == "constant":
+        return lambda step: 1.0
+    warmup = math.ceil(config.warmup * total_steps)
+
+    def linear(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(total_steps - step, 0) / max(total_steps - warmup, 1)
+
+    return linear
 
 
 def _answer_loss_sum(model, batch: Batch) -> torch.Tensor:

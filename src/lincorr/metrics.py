@@ -90,8 +90,10 @@ def reference_columns(pairs, source_words: Sequence[str], target_domain) -> dict
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:
-    """Mean and standard deviation, ignoring NaN."""
+    """Mean and standard deviation, ignoring NaN (both NaN, without a warning, when every value is NaN)."""
     values = np.asarray(values, np.float64)
+    if np.isnan(values).all():
+        return {"mean": float("nan"), "std": float("nan")}
     return {"mean": float(np.nanmean(values)), "std": float(np.nanstd(values))}
 
 

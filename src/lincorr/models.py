@@ -6,17 +6,17 @@ import dataclasses
 import hashlib
 import importlib
 import importlib.util
-import json
 import logging
 import os
-import shutil
-import tempfile
+import struct
 import time
 from pathlib import Path
 
 import torch
 
+from lincorr.cache import cache_directory
 from lincorr.errors import LincorrError
+from lincorr.filesystem import read_json, replaced_directory, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,12 @@ BUNDLED = {
     ),
 }
 DEFAULT_MODEL = "gemma-3-270m"
-
-
-def cache_root() -> Path:
-    """Where converted weights and logit tables live (override with LINCORR_CACHE_DIR)."""
-    return Path(os.environ.get("LINCORR_CACHE_DIR", Path.home() / ".cache" / "lincorr"))
+GGUF_MAGIC = b"GGUF"
+# What the gguf reader raises on a file that is truncated or damaged past its magic bytes.
+GGUF_READ_ERRORS = (ValueError, KeyError, IndexError, EOFError, struct.error)
+CONVERSION_RECORD = "lincorr.json"  # in a converted model's directory: its source fingerprint and every file's size and checksum
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
 @dataclasses.dataclass(eq=False)
@@ -139,6 +140,7 @@ def load_model(
     """Load a model by bundled alias, `.gguf` path, local directory or HF hub id."""
     if dtype not in DTYPES:
         raise LincorrError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+    check_device(device)
     torch_dtype = DTYPES[dtype]
     if spec in BUNDLED:
         gguf_path = bundled_gguf_path(BUNDLED[spec])
@@ -156,6 +158,25 @@ def load_model(
     return lm
 
 
+def check_device(device: str | None) -> None:
+    """Fail before loading when `device` is not a torch device that this machine and torch build have."""
+    if device is None:
+        return
+    try:
+        parsed = torch.device(device)
+    except RuntimeError:
+        raise LincorrError(f"unknown device '{device}'; use cpu, cuda, cuda:N or mps") from None
+    if parsed.type == "cpu":
+        return
+    backend = torch.backends.mps if parsed.type == "mps" else getattr(torch, parsed.type, None)
+    if backend is None or not hasattr(backend, "is_available") or not backend.is_available():
+        raise LincorrError(f"device '{device}' is not available to this torch ({torch.__version__}); use --device cpu, "
+                           f"or install a torch build for {parsed.type}")
+    count = getattr(backend, "device_count", None)
+    if parsed.index is not None and count is not None and parsed.index >= count():
+        raise LincorrError(f"device '{device}' does not exist: this machine has {count()} {parsed.type} device(s), numbered from 0")
+
+
 def bundled_gguf_path(bundle: BundledModel) -> Path:
     """Path of a bundled model's GGUF, assembling it from its chunk packages if needed."""
     spec = importlib.util.find_spec(bundle.package)
@@ -168,21 +189,51 @@ def bundled_gguf_path(bundle: BundledModel) -> Path:
     return Path(spec.submodule_search_locations[0]) / bundle.gguf_name
 
 
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, remembered per (path, size, mtime) so a second load skips the hashing."""
-    stat = path.stat()
-    memo_path = cache_root() / "hashes.json"
-    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-    memo = read_json(memo_path) or {}
-    if key in memo:
-        return memo[key]
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 22), b""):
             digest.update(block)
-    memo[key] = digest.hexdigest()
-    write_json_atomic(memo_path, memo)
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) so a second load skips the hashing."""
+    stat = path.stat()
+    memo_path = cache_directory() / "hashes.json"
+    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+    memo = read_json(memo_path) or {}
+    if key not in memo:
+        memo[key] = sha256_of(path)
+        write_json_atomic(memo_path, memo)
     return memo[key]
+
+
+def check_gguf_file(path: Path) -> None:
+    """Refuse a file that is not GGUF, or whose header and tensor table do not fit in it, before a conversion starts."""
+    from gguf import GGUFReader
+
+    with open(path, "rb") as handle:
+        magic = handle.read(len(GGUF_MAGIC))
+    if magic != GGUF_MAGIC:
+        raise LincorrError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes); pass a complete .gguf model file")
+    try:
+        GGUFReader(path)
+    except GGUF_READ_ERRORS as error:
+        raise LincorrError(f"cannot read GGUF file {path} ({first_line(error)}); it is truncated or damaged: download it again") from None
+
+
+def read_gguf(path: Path, *, dtype: torch.dtype, device_map: str | None):
+    """Tokenizer and model dequantised from a GGUF file; a damaged or unsupported file is one clear error."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype, device_map=device_map)
+    except GGUF_READ_ERRORS as error:
+        raise LincorrError(f"cannot read GGUF file {path} ({first_line(error)}); it may be truncated or damaged, "
+                           "or of an architecture transformers cannot convert") from None
+    return tokenizer, model
 
 
 def load_gguf(path: Path, *, name: str, dtype: torch.dtype, device_map: str | None, use_cache: bool) -> LM:
@@ -190,65 +241,131 @@ def load_gguf(path: Path, *, name: str, dtype: torch.dtype, device_map: str | No
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     fingerprint = f"gguf-sha256:{file_sha256(path)}"
-    converted = cache_root() / "models" / f"{name}-{fingerprint.split(':')[1][:16]}"
-    marker = converted / "lincorr.json"
-    if use_cache and (read_json(marker) or {}).get("fingerprint") == fingerprint:
-        started = time.perf_counter()
-        tokenizer = AutoTokenizer.from_pretrained(converted)
-        model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, device_map=device_map)
-        log.info("loaded %s from the converted cache in %.1fs", name, time.perf_counter() - started)
-        return LM(name, model, prepare_tokenizer(tokenizer), fingerprint)
     if not use_cache:
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype, device_map=device_map)
+        tokenizer, model = read_gguf(path, dtype=dtype, device_map=device_map)
         return LM(name, model, prepare_tokenizer(tokenizer), fingerprint)
-    log.warning("converting %s from GGUF (about a minute, once; cached in %s)", name, converted)
-    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    converted = cache_directory("models") / f"{name}-{fingerprint.split(':')[1][:16]}"
+    marker = read_json(converted / CONVERSION_RECORD) or {}
+    if marker.get("fingerprint") != fingerprint or not conversion_intact(converted, marker):
+        check_gguf_file(path)
+        again = "again: the converted files differ from what was written" if marker.get("fingerprint") == fingerprint else "(about a minute, once)"
+        log.warning("converting %s from GGUF %s; cached in %s", name, again, converted)
+        convert_gguf(path, converted, fingerprint)
+    started = time.perf_counter()
+    tokenizer = AutoTokenizer.from_pretrained(converted)
+    model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, device_map=device_map)
+    log.info("loaded %s from the converted cache in %.1fs", name, time.perf_counter() - started)
+    return LM(name, model, prepare_tokenizer(tokenizer), fingerprint)
+
+
+def file_record(path: Path) -> dict:
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_of(path)}
+
+
+def convert_gguf(path: Path, target: Path, fingerprint: str) -> None:
+    """Write the dequantised model and tokenizer to `target` whole; the record of every file's size and checksum comes last."""
     # Dequantise in float32 so the cache holds the exact values; a dtype cast happens on load.
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
-    save_converted(model, tokenizer, converted, {"fingerprint": fingerprint, "source": str(path)})
-    del model
-    return load_gguf(path, name=name, dtype=dtype, device_map=device_map, use_cache=True)
-
-
-def save_converted(model, tokenizer, target: Path, marker: dict) -> None:
-    """Write model + tokenizer to `target` atomically; the marker file is written last."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-    try:
+    tokenizer, model = read_gguf(path, dtype=torch.float32, device_map=None)
+    with replaced_directory(target) as staging:
         # The weights are already dequantised: drop the GGUF marker so they save and load as plain ones.
         model.hf_quantizer = None
         model.config.__dict__.pop("quantization_config", None)
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        write_json_atomic(staging / "lincorr.json", marker)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        files = {item.name: file_record(item) for item in sorted(staging.iterdir()) if item.is_file()}
+        write_json_atomic(staging / CONVERSION_RECORD, {"fingerprint": fingerprint, "source": str(path), "files": files})
+
+
+def conversion_intact(directory: Path, marker: dict) -> bool:
+    """Whether every converted file is as it was written.
+
+    The size is compared on every load (one stat per file): truncation, the damage an interrupted
+    copy or a full disk leaves, always changes it. The sha256 (seconds for a gigabyte, as long as
+    the load itself) is recomputed only when the modification time differs from the record, i.e.
+    when something wrote the file after the conversion; a match then updates the record so the
+    next load is cheap again. Bit rot that keeps size and time is not caught.
+    """
+    files = marker.get("files")
+    if not files:
+        return False
+    touched = False
+    for name, record in files.items():
+        try:
+            stat = (directory / name).stat()
+        except OSError:
+            return False
+        if stat.st_size != record["size"]:
+            return False
+        if stat.st_mtime_ns != record["mtime_ns"]:
+            if sha256_of(directory / name) != record["sha256"]:
+                return False
+            record["mtime_ns"], touched = stat.st_mtime_ns, True
+    if touched:
+        write_json_atomic(directory / CONVERSION_RECORD, marker)
+    return True
 
 
 def load_pretrained(spec: str, *, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool) -> LM:
-    """Load from a local directory or the HF hub (network only when the user names a hub model)."""
+    """Load from a local directory or the HF hub (network only when the user names a hub model); safetensors weights only."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(spec).expanduser()
     if not local.is_dir() and "/" not in spec:
         known = ", ".join(BUNDLED)
         raise LincorrError(f"unknown model '{spec}'; use a bundled alias ({known}), a .gguf file, a directory, or a hub id like org/name")
+    if local.is_dir():
+        check_model_directory(local, trust_remote_code)
     source = str(local) if local.is_dir() else spec
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        # Never a pickled checkpoint: unpickling can run code from the file.
         model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, device_map=device_map, trust_remote_code=trust_remote_code
+            source, dtype=dtype, device_map=device_map, trust_remote_code=trust_remote_code, use_safetensors=True
         )
     except OSError as error:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = "unset HF_HUB_OFFLINE or download it first" if offline else "check the name, or download it first"
-        raise LincorrError(f"cannot load model '{spec}' ({str(error).splitlines()[0]}); {hint}") from None
+        raise LincorrError(f"cannot load model '{spec}' ({first_line(error)}); {hint}") from None
+    except ValueError as error:
+        raise LincorrError(f"cannot load model '{spec}' ({first_line(error)})") from None
     return LM(spec, model, prepare_tokenizer(tokenizer), pretrained_fingerprint(source, model))
+
+
+def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
+    """Refuse, naming what is missing, a directory that is not a model lincorr can load safely."""
+    if not (directory / "config.json").is_file():
+        found = "it is empty" if not any(directory.iterdir()) else "it has no config.json"
+        raise LincorrError(f"{directory} is not a saved model ({found}); a model directory holds config.json, "
+                           "model.safetensors and the tokenizer's files")
+    if not any(directory.glob("*.safetensors")):
+        pickles = sorted(item.name for pattern in PICKLED_WEIGHTS for item in directory.glob(pattern))
+        if pickles:
+            raise LincorrError(f"{directory} has its weights only as a pickle ({', '.join(pickles)}), which lincorr never loads because "
+                               "unpickling can run code; where you trust it, resave it with save_pretrained(dir, safe_serialization=True)")
+        raise LincorrError(f"{directory} has no weights (no model.safetensors)")
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise LincorrError(f"{directory} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save it beside the model with "
+                           "tokenizer.save_pretrained(dir)")
+    config = read_json(directory / "config.json")
+    if config is None:
+        raise LincorrError(f"{directory / 'config.json'} is not valid JSON")
+    if not trust_remote_code and needs_remote_code(config):
+        raise LincorrError(f"{directory} needs its own Python code (model type '{config.get('model_type')}' is not in transformers); "
+                           "pass --trust-remote-code only if you trust its author")
+
+
+def needs_remote_code(config: dict) -> bool:
+    """A config that names code of its own (auto_map) for a model type transformers does not know."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return "auto_map" in config and config.get("model_type") not in CONFIG_MAPPING
+
+
+def first_line(error: BaseException) -> str:
+    """An exception's message as one line (the user sees one line)."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def pretrained_fingerprint(source: str, model) -> str:
@@ -258,7 +375,7 @@ def pretrained_fingerprint(source: str, model) -> str:
         return f"hub:{source}@{commit}"
     digest = hashlib.sha256(model.config.to_json_string().encode())
     directory = Path(source)
-    for weights in sorted(directory.glob("*.safetensors")) + sorted(directory.glob("*.bin")):
+    for weights in sorted(directory.glob("*.safetensors")):
         stat = weights.stat()
         digest.update(f"{weights.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
     return f"dir:{digest.hexdigest()}"
@@ -285,21 +402,3 @@ def prepare_tokenizer(tokenizer):
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
-
-
-def read_json(path: Path) -> dict | None:
-    """A JSON file's object, or None when it is missing or unreadable."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def write_json_atomic(path: Path, payload) -> None:
-    """Write JSON through a temporary file so a crash never leaves half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=path.name + ".", dir=path.parent)
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
-        json.dump(payload, out, indent=2, ensure_ascii=False)
-    os.replace(temporary, path)

@@ -1,42 +1,41 @@
-"""Writing results: a whole output directory appears at once or not at all."""
+"""Writing results: a whole output directory appears at once or not at all, and replaces the previous run's whole."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
 import csv
+import datetime
 import hashlib
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from lincorr import strict_json
+from lincorr.cache import cache_directory
+from lincorr.filesystem import OUTPUT_MARKER, atomic_file, check_output_directory, read_json, replaced_directory, write_json_atomic
+
 
 @contextlib.contextmanager
 def staged_directory(target):
-    """Yield a staging directory; on success its files replace those in `target`, on error nothing changes."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    """Yield a staging directory; on success it replaces `target` whole (no file of an earlier run stays), on error nothing changes.
+
+    `target` must be new, empty, or an earlier lincorr output (see `filesystem.check_output_directory`).
+    """
+    target = Path(os.path.abspath(target))
+    check_output_directory(target)
+    with replaced_directory(target) as staging:
         yield staging
-        if target.exists():
-            for item in staging.iterdir():
-                os.replace(item, target / item.name)
-            staging.rmdir()
-        else:
-            os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        (staging / OUTPUT_MARKER).write_text("written by lincorr; the next run that writes here replaces this directory whole\n",
+                                             encoding="utf-8")
 
 
 def write_json(path, payload) -> None:
-    """Pretty UTF-8 JSON."""
-    Path(path).write_text(json.dumps(payload, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    """Pretty UTF-8 strict JSON (undefined numbers as null, explained under "undefined")."""
+    Path(path).write_text(strict_json.dumps(payload, indent=2) + "\n", encoding="utf-8")
 
 
 def write_array(path, values: np.ndarray) -> None:
@@ -60,12 +59,8 @@ def write_csv(path, header: Sequence[str], rows: Sequence[Sequence]) -> None:
 
 def write_text_atomic(path, text: str) -> None:
     """Write a text file through a temporary file, so a crash never leaves half of it."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(handle, "w", encoding="utf-8") as out:
+    with atomic_file(path) as out:
         out.write(text)
-    os.replace(temporary, path)
 
 
 def cached_result(kind: str, key: dict, compute: Callable[[], dict], *, depends_on: str) -> dict:
@@ -75,12 +70,11 @@ def cached_result(kind: str, key: dict, compute: Callable[[], dict], *, depends_
     code it depends on is added from `depends_on` (the module computing it, with all it imports from
     lincorr). Studies are seeded and deterministic, so a stored row is what a rerun would compute.
     """
-    from lincorr.models import cache_root, read_json, write_json_atomic
     from lincorr.provenance import code_digest
 
     text = json.dumps({**key, "code": code_digest(depends_on)}, sort_keys=True, default=str)
     key = json.loads(text)  # tuples become lists, as they come back from the file
-    path = cache_root() / "results" / kind / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
+    path = cache_directory("results", kind) / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
     stored = read_json(path)
     if stored is not None and stored.get("key") == key:
         return stored["result"]
@@ -112,3 +106,22 @@ def settings_key(config) -> dict:
         return value
 
     return strip(settings)
+
+
+def write_provenance(directory, *, model_fingerprint=None, settings: dict | None = None) -> None:
+    """provenance.json: the command that wrote `directory` (None from Python), lincorr's version, the model's fingerprint, the settings and the time.
+
+    Every study's `save` writes it under the same name, so a reader (`lincorr report`) finds where a
+    result came from without knowing the study. `model_fingerprint` is a string, or a mapping
+    from model name to fingerprint for studies over several models.
+    """
+    from lincorr import __version__
+    from lincorr.provenance import running_command
+
+    write_json(Path(directory) / "provenance.json", {
+        "command": running_command(),
+        "lincorr_version": __version__,
+        "model_fingerprint": model_fingerprint,
+        "settings": settings,
+        "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    })

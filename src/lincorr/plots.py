@@ -11,22 +11,16 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def weight_heatmap(
-    coef: np.ndarray,
-    source_labels: Sequence[str],
-    target_labels: Sequence[str],
-    path,
-    title: str,
-    reference: dict[int, tuple[int, ...]] | None = None,
-) -> None:
-    """W `[n_source, n_target]` with each row centred, rows ordered by their right target.
+def ordered_weight_rows(coef: np.ndarray, reference: dict[int, tuple[int, ...]] | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+    """W `[n_source, n_target]` with each row centred, the row order to show it in, and that order in words.
 
     A row's mean only shifts every target alike (a source that raises all countries), and
     the top-k readings ignore it; centring shows which targets each source favours. With
     `reference` (source row -> right target columns) rows are ordered by their right
     target, so a diagonal appears only where W agrees with the world; rows without a
     reference go last. Without one, rows are ordered by their own top target, which makes
-    a staircase by construction: the axis label says which ordering was used.
+    a staircase by construction: the returned words say which ordering was used.
+    Returns (centred W in its original row order, the row order, "ordered by ...").
     """
     centred = coef - coef.mean(axis=1, keepdims=True)
     if reference:
@@ -35,7 +29,19 @@ def weight_heatmap(
     else:
         keys = centred.argmax(axis=1)
         ordering = "ordered by its own top target"
-    order = np.lexsort((-centred.max(axis=1), keys))
+    return centred, np.lexsort((-centred.max(axis=1), keys)), ordering
+
+
+def weight_heatmap(
+    coef: np.ndarray,
+    source_labels: Sequence[str],
+    target_labels: Sequence[str],
+    path,
+    title: str,
+    reference: dict[int, tuple[int, ...]] | None = None,
+) -> None:
+    """W `[n_source, n_target]` with each row centred, rows ordered by their right target (see `ordered_weight_rows`)."""
+    centred, order, ordering = ordered_weight_rows(coef, reference)
     centred = centred[order]
     n_source, n_target = centred.shape
     figure, axes = plt.subplots(figsize=(min(4 + 0.12 * n_target, 40), min(3 + 0.12 * n_source, 60)))
@@ -117,6 +123,27 @@ def line_plot(
     axes.set_title(title, fontsize=9)
     axes.grid(alpha=0.3)
     axes.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    figure.tight_layout()
+    figure.savefig(path, dpi=130)
+    plt.close(figure)
+
+
+def bar_plot(labels: Sequence[str], series: dict[str, Sequence[float]], path, title: str, *, y_label: str) -> None:
+    """Grouped bars: one group per label, one bar per series, each bar's value written on it; y up to 1 (and below 0 when a value is)."""
+    figure, axes = plt.subplots(figsize=(2.5 + 1.1 * len(labels) * max(1, len(series)) / 2, 4.5))
+    width = 0.8 / len(series)
+    for k, (name, values) in enumerate(series.items()):
+        positions = np.arange(len(labels)) + (k - (len(series) - 1) / 2) * width
+        bars = axes.bar(positions, values, width, label=name)
+        axes.bar_label(bars, fmt="%.2f", fontsize=7)
+    axes.set_xticks(range(len(labels)), list(labels), fontsize=8, rotation=20, ha="right")
+    lowest = min(min(values) for values in series.values())
+    axes.set_ylim(min(0.0, lowest - 0.08), 1.08)
+    axes.axhline(0, color="black", linewidth=0.6)
+    axes.set_ylabel(y_label)
+    axes.set_title(title, fontsize=9)
+    axes.grid(alpha=0.3, axis="y")
+    axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=130)
     plt.close(figure)

@@ -1,7 +1,8 @@
-"""What a cached number depends on in lincorr's own code: a digest of the module and everything it imports from lincorr.
+"""Where a result comes from: the digest of the lincorr code behind a cached number, and the command line that is running.
 
 Cache keys (logit tables, stored study rows) carry `code_digest(module)`, so any change to the
 code behind a result — not only a change someone remembered to mark — makes it recompute.
+Saved results name the `lincorr` command that wrote them (`running_command`, recorded by the CLI).
 """
 
 from __future__ import annotations
@@ -10,9 +11,25 @@ import ast
 import functools
 import hashlib
 import importlib.util
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
 
 PACKAGE = "lincorr"
+
+# The arguments of the `lincorr` command this process is running; None while lincorr is used as a library.
+_running_arguments: tuple[str, ...] | None = None
+
+
+def record_command(argv: Sequence[str] | None) -> None:
+    """Remember the arguments of the `lincorr` command this process is running; None when it has finished."""
+    global _running_arguments
+    _running_arguments = None if argv is None else tuple(argv)
+
+
+def running_command() -> str | None:
+    """The command line being run ("lincorr fit city country -n 500"), or None when no `lincorr` command is running."""
+    return None if _running_arguments is None else shlex.join(("lincorr", *_running_arguments))
 
 
 def module_path(name: str) -> Path:

@@ -163,14 +163,18 @@ def read_reference_file(path) -> ReferencePairs:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise LincorrError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); write {{\"subject\": [\"object\", ...]}}") from None
-        items = data.items() if isinstance(data, dict) else data
-        for item in items:
+        shape = '{"subject": ["object", ...]} or [["subject", "object"], ...]'
+        if not isinstance(data, (dict, list)):
+            raise LincorrError(f"{path}: the JSON is {json.dumps(data)[:40]}, not reference pairs; write {shape}")
+        for item in data.items() if isinstance(data, dict) else data:
             if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)):
-                raise LincorrError(f"{path}: entry {item!r} is not a subject with its object(s); write {{\"subject\": [\"object\", ...]}} or [[\"subject\", \"object\"], ...]")
+                raise LincorrError(f"{path}: entry {item!r} is not a subject with its object(s); write {shape}")
             subject, objects = item
+            if not isinstance(objects, (str, list)):
+                raise LincorrError(f"{path}: the object of '{subject}' is {json.dumps(objects)}, not text or a list of text; write {shape}")
             for obj in [objects] if isinstance(objects, str) else objects:
                 if not isinstance(obj, str):
-                    raise LincorrError(f"{path}: object {obj!r} of '{subject}' is not text")
+                    raise LincorrError(f"{path}: object {json.dumps(obj)} of '{subject}' is not text; write {shape}")
                 pairs.append((subject.strip(), obj.strip()))
     else:
         for number, line in enumerate(text.splitlines(), 1):

@@ -7,21 +7,30 @@ between groups are defined once in `options`. Handlers write no files: results s
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
 
 from lincorr import __version__
 from lincorr.cli.ablation import add_ablation_command
+from lincorr.cli.cache import add_cache_command
 from lincorr.cli.core import add_core_commands
+from lincorr.cli.extractive import add_extractive_command
+from lincorr.cli.mechanisms import add_mechanism_commands
 from lincorr.cli.registry import add_registry_commands
+from lincorr.cli.report import add_report_command
 from lincorr.cli.studies import add_study_commands
+from lincorr.cli.options import CommandParser, check_output_directories
 from lincorr.cli.training import add_training_commands
 from lincorr.errors import LincorrError
 
+# What the machine, not lincorr, refused: a full disk or quota, a read-only disk, a missing permission.
+ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lincorr", description="Linear correlation between knowledge prompts of a language model.")
+    parser = CommandParser(prog="lincorr", description="Linear correlation between knowledge prompts of a language model.")
     parser.add_argument("-v", "--verbose", action="store_true", help="show library log messages")
     parser.add_argument("--version", action="version", version=f"lincorr {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -30,17 +39,34 @@ def build_parser() -> argparse.ArgumentParser:
     add_study_commands(commands)
     add_ablation_command(commands)
     add_training_commands(commands)
+    add_extractive_command(commands)
+    add_mechanism_commands(commands)
+    add_report_command(commands)
+    add_cache_command(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    configure_logging(args.verbose)
+    """Run one command; every mistake a user can fix ends in one `lincorr: error: ...` line and exit code 2."""
     try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as done:  # --help, --version, or a usage mistake already reported in one line
+        return done.code if isinstance(done.code, int) else 0
+    configure_logging(args.verbose)
+    from lincorr.provenance import record_command
+
+    record_command(sys.argv[1:] if argv is None else argv)  # saved results name the command that wrote them
+    try:
+        check_output_directories(args)
         args.handler(args)
     except LincorrError as error:
-        print(f"lincorr: error: {error}", file=sys.stderr)
-        return 2
+        return report_error(str(error))
+    except OSError as error:
+        if error.errno not in ENVIRONMENT_ERRNOS:
+            raise
+        # Raised while writing: staged outputs and cache temporaries were removed on the way out.
+        return report_error(f"{error.strerror}: {error.filename or 'while writing'}; nothing half-written was left; "
+                            "free space or choose another location")
     except BrokenPipeError:
         # The reader went away (e.g. `| head`); silence the flush at exit too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -48,7 +74,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("lincorr: interrupted; run the same command again to resume from the cache", file=sys.stderr)
         return 130
+    finally:
+        record_command(None)  # what this process saves later (as a library) was not written by this command
     return 0
+
+
+def report_error(message: str) -> int:
+    print(f"lincorr: error: {' '.join(message.splitlines())}", file=sys.stderr)
+    return 2
 
 
 def configure_logging(verbose: bool) -> None:

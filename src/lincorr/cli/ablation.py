@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from lincorr.cli.options import (
+    COUNT,
+    NON_NEGATIVE,
     add_command,
     add_json_option,
     add_model_options,
@@ -13,6 +15,7 @@ from lincorr.cli.options import (
     add_seed_option,
     checked_registry,
     load_lm,
+    positive_number,
     print_json,
     save_and_print,
     show_progress,
@@ -28,13 +31,13 @@ def add_ablation_command(commands) -> None:
                         help="the reference pairs as they are, deranged, or reduced to first letters")
     add_seed_option(ablate, "seed of the made-up names, the pair order and the block's initialisation")
     ablate.add_argument("--table7", action="store_true", help="run every Table 7 row and mapping over --seeds")
-    ablate.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds of --table7")
+    ablate.add_argument("--seeds", type=NON_NEGATIVE, nargs="+", default=[0, 1, 2], help="seeds of --table7")
     add_out_option(ablate, "the --table7 tables, table7.md and table7.json,")
-    ablate.add_argument("--stage1-epochs", type=int, default=10, help="epochs on the paired source/target texts")
-    ablate.add_argument("--stage2-epochs", type=int, default=20, help="epochs on the new source facts")
-    ablate.add_argument("--train-batch-size", type=int, default=32, help="mini-batch size; 0 trains full-batch")
-    ablate.add_argument("--lr", type=float, default=1e-3, help="AdamW learning rate")
-    ablate.add_argument("--hidden-size", type=int, default=None, help="feed-forward width (default: the model's MLP)")
+    ablate.add_argument("--stage1-epochs", type=NON_NEGATIVE, default=10, help="epochs on the paired source/target texts")
+    ablate.add_argument("--stage2-epochs", type=NON_NEGATIVE, default=20, help="epochs on the new source facts")
+    ablate.add_argument("--train-batch-size", type=NON_NEGATIVE, default=32, help="mini-batch size; 0 trains full-batch")
+    ablate.add_argument("--lr", type=positive_number, default=1e-3, help="AdamW learning rate")
+    ablate.add_argument("--hidden-size", type=COUNT, default=None, help="feed-forward width (default: the model's MLP)")
     ablate.add_argument("--softmax", choices=("domains", "full"), default="domains", help="normalise over the domain tokens or the whole vocabulary")
     add_registry_option(ablate)
     add_json_option(ablate)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lincorr.cli.options import (
+    COUNT,
     RIDGE_REASON,
     add_collection_options,
     add_command,
@@ -12,8 +13,8 @@ from lincorr.cli.options import (
     add_json_option,
     add_model_options,
     add_out_option,
+    add_output_directory_option,
     add_prompt_pair,
-    check_inputs,
     checked_registry,
     choose_inputs,
     collection_settings,
@@ -34,7 +35,7 @@ def add_core_commands(commands) -> None:
     add_collection_options(demo)
     # The demo shows W itself, so it takes the estimator whose W is readable and also prints the paper's ols r.
     add_fit_options(demo, estimator="ridge", reason=RIDGE_REASON)
-    add_out_option(demo, "W.png, result.json and the arrays behind them", default="lincorr-out")
+    add_out_option(demo, "W.png, result.json, report.html and the arrays behind them", default="lincorr-out")
     demo.set_defaults(handler=run_demo, source="city", target="country")
 
     fit = add_command(commands, "fit", "fit and score W between two prompts")
@@ -44,8 +45,8 @@ def add_core_commands(commands) -> None:
         fit.add_argument(f"--{side}-domain", default=None, metavar="FILE", help=f"custom {side} answer words, one per line")
     fit.add_argument("--top", action="append", default=[], metavar="WORD", help="print the top influenced targets of a source word (repeatable)")
     fit.add_argument("--top-influencing", action="append", default=[], metavar="WORD", help="print the top influencing sources of a target word")
-    fit.add_argument("-k", "--top-k", type=int, default=5, help="words per --top / --top-influencing row")
-    fit.add_argument("--save-dir", default=None, metavar="DIR", help="write W, b, logits, tokens, inputs and result.json here")
+    fit.add_argument("-k", "--top-k", type=COUNT, default=5, help="words per --top / --top-influencing row")
+    add_output_directory_option(fit, "--save-dir", "write W, b, logits, tokens, inputs and result.json here")
     fit.add_argument("--heatmap", action="store_true", help="also write W.png into --save-dir")
     add_json_option(fit)
     add_model_options(fit)
@@ -59,7 +60,6 @@ def measure(args):
     from lincorr.experiments.correlation import measure_pair
 
     config = fit_config(args)
-    check_inputs(args)
     for side in SIDES:
         domain_file = getattr(args, f"{side}_domain", None)
         if domain_file is not None and not Path(domain_file).is_file():
@@ -122,16 +122,19 @@ def run_demo(args) -> None:
     import dataclasses
 
     from lincorr.experiments.correlation import fit_tables
+    from lincorr.report import build_report
 
     result = measure(args)
     tops = {w: result.top_influenced(w, 5) for w in DEMO_CITIES}
     result.save(args.out, heatmap=True, reference_pairs=registry_pairs(args))
+    report = build_report([args.out], title="lincorr demo: City->Country").save(Path(args.out) / "report.html")
     print_result(result)
     if result.config.estimator != "ols":
         paper = fit_tables(result.source, result.target, dataclasses.replace(result.config, estimator="ols"))
         print(f"paper's ols      label-wise r {paper.summary()['labelwise_r_mean']:.3f} on the same tables")
     print_tops(tops, "countries W links to")
     print(f"\nwrote {args.out}/W.png, {args.out}/result.json and the arrays behind them")
+    print(f"interactive report: {report} (open it in a browser)")
 
 
 def print_result(result) -> None:

@@ -7,11 +7,12 @@ action objects between commands, so one command's default would leak into anothe
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from lincorr import strict_json
 from lincorr.errors import LincorrError
 
 MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
@@ -19,6 +20,13 @@ PAPER_ESTIMATOR = "ols (the paper's estimator) or ridge"
 # Why the training studies (and the demo) default to ridge; shown in their --help.
 RIDGE_REASON = ("ridge by default: with 1,000 inputs and 247 cities ols is nearly saturated and its W too noisy "
                 "to read or rank targets by")
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A usage mistake ends like every other mistake: one `lincorr: error: ...` line on stderr and exit code 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"lincorr: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -33,6 +41,67 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
     """A subcommand whose --help shows its defaults."""
     return commands.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter)
+
+
+# ---- what a number option accepts: checked while parsing, so a bad value fails before anything runs ----
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+COUNT = whole_number(1)
+NON_NEGATIVE = whole_number(0)
+
+
+def finite_number(text: str) -> float:
+    """An argparse type: a float that is neither NaN nor infinite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def finite_number_that(accepts: Callable[[float], bool], requirement: str) -> Callable[[str], float]:
+    """An argparse type: a finite float for which `accepts` holds; `requirement` says which in the error."""
+
+    def parse(text: str) -> float:
+        value = finite_number(text)
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {requirement}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_number = finite_number_that(lambda value: value > 0, "positive")
+fraction = finite_number_that(lambda value: 0 < value < 1, "between 0 and 1 (exclusive)")
+
+
+def ridge_alpha(text: str) -> float | str:
+    """"cv" or a finite, non-negative penalty."""
+    if text == "cv":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be 'cv' or a finite, non-negative number, got {text!r}")
+    return value
 
 
 # ---- the options ----
@@ -55,9 +124,17 @@ def add_json_option(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
+def add_output_directory_option(parser, option: str, help_text: str, *, default: str | None = None) -> None:
+    """An option naming a directory the command writes; `check_output_directories` checks it before any work."""
+    dest = option.lstrip("-").replace("-", "_")
+    parser.add_argument(option, default=default, metavar="DIR",
+                        help=f"{help_text} (a new or empty directory, or an earlier output, which is replaced whole)")
+    parser.set_defaults(output_directories=(*(parser.get_default("output_directories") or ()), (dest, option)))
+
+
 def add_out_option(parser, writes: str, *, default: str | None = None) -> None:
     """--out DIR; `writes` names the files written there."""
-    parser.add_argument("--out", default=default, metavar="DIR", help=f"write {writes} into this directory")
+    add_output_directory_option(parser, "--out", f"write {writes} into this directory", default=default)
 
 
 def add_quiet_option(parser) -> None:
@@ -65,11 +142,11 @@ def add_quiet_option(parser) -> None:
 
 
 def add_seed_option(parser, help_text: str) -> None:
-    parser.add_argument("--seed", type=int, default=0, help=help_text)
+    parser.add_argument("--seed", type=NON_NEGATIVE, default=0, help=help_text)
 
 
 def add_n_inputs_option(parser, help_text: str) -> None:
-    parser.add_argument("-n", "--n-inputs", type=int, default=1000, help=help_text)
+    parser.add_argument("-n", "--n-inputs", type=COUNT, default=1000, help=help_text)
 
 
 def add_prompt_pair(parser, *, default: tuple[str, str] | None = None, optional: bool = False, help_text: str = "registry prompt name") -> None:
@@ -85,7 +162,7 @@ def add_collection_options(parser) -> None:
     add_n_inputs_option(group, "number of vocabulary-sampled inputs X")
     add_seed_option(group, "seed of the input sample and the train/test split")
     group.add_argument("--inputs", default=None, metavar="FILE", help="file with one input X per line (instead of a vocabulary sample)")
-    group.add_argument("--batch-size", type=int, default=128, help="prompts per forward pass")
+    group.add_argument("--batch-size", type=COUNT, default=128, help="prompts per forward pass (part of a cached table's key: it changes logits by ~1e-5)")
     group.add_argument("--logprobs", action="store_true", help="log-softmax over the full vocabulary instead of raw logits")
     group.add_argument("--no-cache", action="store_true", help="recompute logit tables instead of reusing cached ones")
     add_registry_option(group)
@@ -97,9 +174,10 @@ def add_fit_options(parser, *, estimator: str = "ols", reason: str = "", bootstr
     group = parser.add_argument_group("fit")
     group.add_argument("--estimator", choices=("ols", "ridge"), default=estimator,
                        help=f"{PAPER_ESTIMATOR}; {reason}" if reason else PAPER_ESTIMATOR)
-    group.add_argument("--alpha", default="cv", help='ridge penalty, or "cv" for k-fold cross-validation on the train half; ols ignores it')
-    group.add_argument("--test-fraction", type=float, default=0.5, help="share of the inputs held out to score W")
-    group.add_argument("--bootstrap", type=int, default=bootstrap, help="bootstrap resamples for the 95%% interval")
+    group.add_argument("--alpha", type=ridge_alpha, default="cv",
+                       help='ridge penalty, or "cv" for k-fold cross-validation on the train half; ols ignores it')
+    group.add_argument("--test-fraction", type=fraction, default=0.5, help="share of the inputs held out to score W")
+    group.add_argument("--bootstrap", type=COUNT, default=bootstrap, help="bootstrap resamples for the 95%% interval")
 
 
 # ---- what handlers do with them ----
@@ -110,7 +188,17 @@ def show_progress(args) -> bool:
 
 
 def print_json(payload) -> None:
-    print(json.dumps(payload, ensure_ascii=False))
+    """Strict JSON on one line: an undefined number is null, explained under "undefined"."""
+    print(strict_json.dumps(payload))
+
+
+def check_output_directories(args) -> None:
+    """Before any work: every output directory of this command can be created and written, and holds no file of another program."""
+    from lincorr.filesystem import check_output_directory
+
+    for dest, option in getattr(args, "output_directories", ()):
+        if getattr(args, dest, None):
+            check_output_directory(getattr(args, dest), option)
 
 
 def save_and_print(args, result, text: Callable[[], str] | None, *, payload: Callable[[], object] | None = None) -> None:
@@ -129,9 +217,11 @@ def wrote(args) -> str:
 
 
 def load_lm(args, spec: str | None = None):
-    """The model of --model, or `spec`, with this command's device, dtype and trust settings."""
+    """The model of --model, or `spec`, with this command's device, dtype and trust settings; the cache is checked first."""
+    from lincorr.cache import check_cache
     from lincorr.models import load_model
 
+    check_cache()
     return load_model(spec or args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
                       trust_remote_code=args.trust_remote_code)
 
@@ -154,24 +244,22 @@ def checked_registry(args, names: Iterable[str]):
 
 
 def fit_config(args):
-    """The FitConfig behind --seed, --estimator, --alpha, --test-fraction and --bootstrap."""
-    from lincorr.experiments.correlation import FitConfig
+    """The FitConfig behind --seed, --estimator, --alpha, --test-fraction and --bootstrap, once the inputs (-n or --inputs) are enough to score on."""
+    from lincorr.experiments.correlation import FitConfig, split_sizes
 
-    alpha = args.alpha
-    if alpha != "cv":
-        try:
-            alpha = float(alpha)
-        except ValueError:
-            raise LincorrError(f"--alpha must be a number or 'cv', got {args.alpha!r}") from None
-    return FitConfig(seed=args.seed, estimator=args.estimator, alpha=alpha, test_fraction=args.test_fraction, n_boot=args.bootstrap)
+    split_sizes(count_inputs(args), args.test_fraction)
+    return FitConfig(seed=args.seed, estimator=args.estimator, alpha=args.alpha, test_fraction=args.test_fraction, n_boot=args.bootstrap)
 
 
-def check_inputs(args) -> None:
-    """Fail on unusable input options before loading a model."""
-    if args.inputs is not None and not Path(args.inputs).is_file():
+def count_inputs(args) -> int:
+    """How many inputs X the command will use: the lines of --inputs, else -n."""
+    if getattr(args, "inputs", None) is None:
+        return args.n_inputs
+    from lincorr.inputs import read_inputs_file
+
+    if not Path(args.inputs).is_file():
         raise LincorrError(f"--inputs file {args.inputs} does not exist; pass a text file with one input per line")
-    if args.inputs is None and args.n_inputs < 4:
-        raise LincorrError(f"-n must be at least 4 to split into train and test, got {args.n_inputs}")
+    return len(read_inputs_file(args.inputs))
 
 
 def choose_inputs(args, tokenizer) -> list[str]:

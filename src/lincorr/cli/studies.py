@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lincorr.cli.options import (
+    COUNT,
     MODEL_HELP,
     add_collection_options,
     add_command,
@@ -13,13 +14,13 @@ from lincorr.cli.options import (
     add_model_options,
     add_out_option,
     add_prompt_pair,
-    check_inputs,
     checked_registry,
     choose_inputs,
     collection_settings,
     fit_config,
     load_lm,
     load_registry_from,
+    positive_number,
     print_json,
     save_and_print,
     show_progress,
@@ -59,7 +60,7 @@ def add_study_commands(commands) -> None:
     add_prompt_pair(cases, optional=True)
     cases.add_argument("--influencing", action="store_true", help="rows are target words with their top influencing sources")
     cases.add_argument("--word", action="append", default=[], metavar="WORD", help="a row word (repeatable; default every word)")
-    cases.add_argument("-k", "--top-k", type=int, default=5, help="words per row")
+    cases.add_argument("-k", "--top-k", type=COUNT, default=5, help="words per row")
     cases.add_argument("--paper-table", choices=("3", "15", "16", "17"), default=None, help="the rows of one of the paper's case tables")
     shared_options(cases)
     cases.set_defaults(handler=run_cases)
@@ -70,9 +71,9 @@ def add_study_commands(commands) -> None:
     eval_from = resilience.add_mutually_exclusive_group(required=True)
     eval_from.add_argument("--eval-model", default=None, help="model B: another checkpoint with A's tokenizer")
     eval_from.add_argument("--finetune-text", default=None, metavar="FILE", help="model B = A fine-tuned on this text file (one passage per line)")
-    resilience.add_argument("--lr", type=float, default=5e-5, help="fine-tuning learning rate")
-    resilience.add_argument("--epochs", type=int, default=1, help="fine-tuning epochs")
-    resilience.add_argument("--train-batch-size", type=int, default=8, help="fine-tuning passages per step")
+    resilience.add_argument("--lr", type=positive_number, default=5e-5, help="fine-tuning learning rate")
+    resilience.add_argument("--epochs", type=COUNT, default=1, help="fine-tuning epochs")
+    resilience.add_argument("--train-batch-size", type=COUNT, default=8, help="fine-tuning passages per step")
     shared_options(resilience, "--fit-model", model_help=f"model A, to fit W on: {MODEL_HELP}")
     resilience.set_defaults(handler=run_resilience)
 
@@ -125,7 +126,6 @@ def precision_configs(args) -> list:
 def run_matrix(args) -> None:
     from lincorr.experiments.matrix import measure_matrix
 
-    check_inputs(args)
     grid = chosen_grid(args)
     config = fit_config(args)
     lm = load_lm(args)
@@ -147,7 +147,6 @@ def run_precision(args) -> None:
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec, read_reference_file, registry_relations
 
-    check_inputs(args)
     single = not (args.table2 or args.all_references)
     if single and not (args.source and args.target):
         raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr precision city country), or pass --table2 or --all-references")
@@ -186,7 +185,6 @@ def run_cases(args) -> None:
     from lincorr.experiments.cases import CaseSpec, measure_cases, paper_cases
     from lincorr.relations import RelationSpec
 
-    check_inputs(args)
     if args.paper_table:
         if args.source or args.word:
             raise LincorrError("--paper-table chooses the prompts and words itself; drop SOURCE/TARGET and --word")
@@ -196,8 +194,9 @@ def run_cases(args) -> None:
     else:
         raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr cases city country --word Paris), or pass --paper-table 3")
     registry = checked_registry(args, {n for spec in specs for n in (spec.relation.source, spec.relation.target)})
+    config = fit_config(args)
     lm = load_lm(args)
-    tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), fit_config(args), **collection_settings(args))
+    tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
     save_and_print(args, tables, tables.markdown)
 
 
@@ -205,7 +204,6 @@ def run_resilience(args) -> None:
     from lincorr.experiments.resilience import finetune_on_text, measure_resilience
     from lincorr.finetune import TrainConfig
 
-    check_inputs(args)
     if args.finetune_text and not Path(args.finetune_text).is_file():
         raise LincorrError(f"--finetune-text file {args.finetune_text} does not exist; pass a text file")
     grid = chosen_grid(args)
@@ -235,7 +233,6 @@ def run_scale(args) -> None:
 
     if args.inputs:
         raise LincorrError("scale samples inputs from each model's own vocabulary; use -n instead of --inputs")
-    check_inputs(args)
     relations = []
     for item in split_names(args.relations, "--relations"):
         source, _, target = item.partition(":")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 
 from lincorr.cli.options import (
+    COUNT,
+    NON_NEGATIVE,
     RIDGE_REASON,
     add_command,
     add_fit_options,
@@ -20,10 +22,13 @@ from lincorr.cli.options import (
     add_registry_option,
     add_seed_option,
     checked_registry,
+    finite_number,
     fit_config,
     load_lm,
+    positive_number,
     save_and_print,
     show_progress,
+    whole_number,
 )
 from lincorr.errors import LincorrError
 
@@ -31,6 +36,7 @@ GENERALIZATION_FILES = "result.json, facts.json, table6.md and fig5.png"
 
 
 def add_training_commands(commands) -> None:
+    from lincorr.experiments.correlation import MIN_TEST_INPUTS
     from lincorr.experiments.generalization import DEFAULT_MARGIN
     from lincorr.experiments.gradients import GradientConfig
 
@@ -58,7 +64,7 @@ def add_training_commands(commands) -> None:
 
     diagnose = study("diagnose", "per edited fact: W[s,ref], W[s,gen], priors, and why it failed (Table 6, Fig. 5)", writes=GENERALIZATION_FILES)
     generalization_options(diagnose)
-    diagnose.add_argument("--rows", type=int, default=20, help="table rows to print")
+    diagnose.add_argument("--rows", type=NON_NEGATIVE, default=20, help="table rows to print")
     diagnose.set_defaults(handler=run_diagnose)
 
     subwords = study("subwords", "correlation, precision and generalization by token category (Table 18)", writes="subwords.json and table18.md")
@@ -67,8 +73,9 @@ def add_training_commands(commands) -> None:
 
     gradcorr = study("gradcorr", "one optimiser step on source facts: does dS @ W predict dT (Table 4)?", writes="gradcorr.json and table4.md")
     training_options(gradcorr, GradientConfig.train, with_epochs=False)  # one step, by definition
-    gradcorr.add_argument("--n-step-facts", type=int, default=GradientConfig.n_step_facts, help="training inputs in the step")
-    gradcorr.add_argument("--n-eval", type=int, default=GradientConfig.n_eval, help="held-out inputs the change is measured on")
+    gradcorr.add_argument("--n-step-facts", type=COUNT, default=GradientConfig.n_step_facts, help="training inputs in the step")
+    gradcorr.add_argument("--n-eval", type=whole_number(MIN_TEST_INPUTS), default=GradientConfig.n_eval,
+                          help="held-out inputs the change is measured on")
     gradcorr.add_argument("--table4", action="store_true", help="run the paper's eight Table-4 pairs (ignores SOURCE TARGET)")
     gradcorr.set_defaults(handler=run_gradcorr)
 
@@ -76,28 +83,28 @@ def add_training_commands(commands) -> None:
                     writes="prediction.json", pair_required=True)
     predict.add_argument("--value", required=True, metavar="WORD", help="the proposed source answer, e.g. Indianapolis")
     predict.add_argument("--subject", default=None, metavar="NAME", help="the entity to edit (default: a fresh made-up name)")
-    predict.add_argument("--margin", type=float, default=None,
+    predict.add_argument("--margin", type=finite_number, default=None,
                          help=f"logit lead the edited source answer is assumed to get (default: {DEFAULT_MARGIN:g} unless --delta)")
-    predict.add_argument("--delta", type=float, default=None, metavar="LOGITS",
+    predict.add_argument("--delta", type=finite_number, default=None, metavar="LOGITS",
                          help="assumed rise of the source answer's logit instead of --margin (a study's mean_source_delta)")
     predict.set_defaults(handler=run_predict_edit)
 
 
 def training_options(parser, train, with_epochs: bool = True) -> None:
     """--lr, --epochs, --train-batch-size and --full, defaulting to the study's TrainConfig `train`."""
-    parser.add_argument("--lr", type=float, default=train.learning_rate, help="AdamW learning rate")
+    parser.add_argument("--lr", type=positive_number, default=train.learning_rate, help="AdamW learning rate")
     if with_epochs:
-        parser.add_argument("--epochs", type=int, default=train.epochs, help="most epochs over the facts (see --all-epochs)")
-    parser.add_argument("--train-batch-size", type=int, default=train.batch_size, help="facts per step")
+        parser.add_argument("--epochs", type=COUNT, default=train.epochs, help="most epochs over the facts (see --all-epochs)")
+    parser.add_argument("--train-batch-size", type=COUNT, default=train.batch_size, help="facts per step")
     parser.add_argument("--full", action="store_true", help="train every parameter, embeddings included (default: transformer blocks)")
 
 
 def generalization_options(parser) -> None:
     from lincorr.experiments.generalization import DEFAULT_MARGIN, DEFAULT_TRAIN
 
-    parser.add_argument("--n-facts", type=int, default=16, help="fresh entities taught per seed")
-    parser.add_argument("--n-seeds", type=int, default=3, help="seeds --seed, --seed+1, ...")
-    parser.add_argument("--margin", type=float, default=DEFAULT_MARGIN, help="logit lead the edited source answer is assumed to get")
+    parser.add_argument("--n-facts", type=COUNT, default=16, help="fresh entities taught per seed")
+    parser.add_argument("--n-seeds", type=COUNT, default=3, help="seeds --seed, --seed+1, ...")
+    parser.add_argument("--margin", type=finite_number, default=DEFAULT_MARGIN, help="logit lead the edited source answer is assumed to get")
     training_options(parser, DEFAULT_TRAIN)
     parser.add_argument("--all-epochs", action="store_true",
                         help="train all --epochs (default: stop after the first epoch at which every taught fact is learned)")
@@ -116,8 +123,6 @@ def training_config(args, default_trainable):
 def generalization_config(args):
     from lincorr.experiments.generalization import BLOCKS_ONLY, GeneralizationConfig
 
-    if args.n_seeds < 1:
-        raise LincorrError(f"--n-seeds must be at least 1, got {args.n_seeds}")
     return GeneralizationConfig(
         n_facts=args.n_facts, seeds=tuple(range(args.seed, args.seed + args.n_seeds)), n_inputs=args.n_inputs, fit=fit_config(args),
         train=training_config(args, BLOCKS_ONLY), margin=args.margin, until_learned=not args.all_epochs, progress=show_progress(args),
@@ -212,9 +217,10 @@ def run_predict_edit(args) -> None:
     if args.delta is not None and args.margin is not None:
         raise LincorrError("pass --delta (the rise of the source logit) or --margin (its lead over the others), not both")
     registry = checked_registry(args, (args.source, args.target))
+    config = fit_config(args)
     result = predict_relation_edit(
         load_lm(args), registry, RelationSpec(args.source, args.target), args.value, subject=args.subject, seed=args.seed,
-        n_inputs=args.n_inputs, fit=fit_config(args), margin=DEFAULT_MARGIN if args.margin is None else args.margin, delta=args.delta,
+        n_inputs=args.n_inputs, fit=config, margin=DEFAULT_MARGIN if args.margin is None else args.margin, delta=args.delta,
         progress=show_progress(args),
     )
     save_and_print(args, result, lambda: edit_prediction_text(result, args.value))

@@ -23,7 +23,7 @@ from lincorr.domains import build_domain, tokenize_word
 from lincorr.errors import LincorrError
 from lincorr.knowledge import load_registry
 from lincorr.names import pseudo_names
-from lincorr.outputs import staged_directory, write_json
+from lincorr.outputs import staged_directory, write_json, write_provenance
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, registry_reference
 from lincorr.templates import fill, validate_template
@@ -406,8 +406,11 @@ class AblationTable:
         return "\n".join(lines) + "\n"
 
     def save(self, directory) -> None:
-        """table7.md and table7.json (the rows)."""
+        """table7.md, table7.json (the rows) and provenance.json (the settings every row shares)."""
+        shared = {key: value for key, value in (self.results[0].settings.items() if self.results else ())
+                  if all(r.settings.get(key) == value for r in self.results)}
         with staged_directory(directory) as out:
+            write_provenance(out, settings=shared)
             (out / "table7.md").write_text(self.markdown(), encoding="utf-8")
             write_json(out / "table7.json", self.rows())
 

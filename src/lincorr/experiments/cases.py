@@ -6,8 +6,8 @@ import dataclasses
 from collections.abc import Sequence
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.correlation import PairResult, measure_pair
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.experiments.correlation import FitConfig, PairResult, measure_pair
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json, write_provenance
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, bind_relation
 
@@ -119,6 +119,8 @@ class CaseTables:
     """Several case tables shown and saved together (the rows of one paper table, or one table of your own)."""
 
     tables: tuple[CaseTable, ...]
+    model_fingerprint: str = ""
+    config: FitConfig | None = None  # the fit behind every table
 
     def markdown(self) -> str:
         """One Markdown table after another."""
@@ -129,8 +131,9 @@ class CaseTables:
         return [t.summary() for t in self.tables]
 
     def save(self, directory) -> None:
-        """cases.md (one table after another), cases.csv (one line per row word and rank) and cases.json."""
+        """cases.md (one table after another), cases.csv (one line per row word and rank), cases.json and provenance.json."""
         with staged_directory(directory) as out:
+            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
             (out / "cases.md").write_text(self.markdown() + "\n", encoding="utf-8")
             write_csv(out / "cases.csv", ["source", "target", "direction", "row_word", "rank", "word", "weight", "right"], [
                 [t.source, t.target, t.direction, row.word, rank, word, weight, word in row.right]
@@ -146,4 +149,4 @@ def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str]
         relation = bind_relation(registry, spec.relation, lm.tokenizer, require_pairs=False)
         pair = measure_pair(lm, relation.source, relation.target, inputs, config, **collect_options)
         tables.append(case_table(pair, spec.direction, words=spec.words, k=spec.k, reference_pairs=relation.pairs or None))
-    return CaseTables(tuple(tables))
+    return CaseTables(tuple(tables), lm.fingerprint, config)

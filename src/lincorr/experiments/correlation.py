@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Sequence
 
@@ -13,12 +14,16 @@ from lincorr.errors import LincorrError
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, reference_columns, summarize, top_k
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_array, write_json
+from lincorr.outputs import settings_key, staged_directory, write_array, write_json, write_provenance
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, bind_relation
 
-__all__ = ["FitConfig", "PairResult", "split_indices", "fit_tables", "measure_pair", "fit_relation"]
+__all__ = ["FitConfig", "PairResult", "MIN_TEST_INPUTS", "split_sizes", "split_indices", "fit_tables", "measure_pair", "fit_relation"]
+
+# Every r, interval and control is scored on held-out inputs; over fewer than this many a
+# correlation is mostly noise (with 2 points |r| is always 1), so such a result is refused.
+MIN_TEST_INPUTS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,13 +41,14 @@ class FitConfig:
         return LinearMap(estimator=self.estimator, alpha=self.alpha, seed=self.seed)
 
     def check_sizes(self, n_inputs: int, n_source: int) -> None:
-        """Fail before any collection when ols would have fewer training rows than features."""
+        """Fail before any collection when ols would have fewer training rows than features, or the split too few test rows."""
         n_train = n_inputs - int(round(n_inputs * self.test_fraction))
         if self.estimator == "ols" and n_train <= n_source:
             raise LincorrError(
                 f"ols needs more training inputs ({n_train} of {n_inputs}) than source words ({n_source}); "
                 f"use -n {2 * (n_source + 1)} or more, or --estimator ridge"
             )
+        split_sizes(n_inputs, self.test_fraction)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +97,15 @@ class PairResult:
             "instancewise_r_mean": summarize(self.instancewise_r)["mean"],
             "control_labelwise_r_mean": summarize(self.control_labelwise_r)["mean"],
             "seconds": self.seconds,
+            **self.undefined_reasons(),
         }
+
+    def undefined_reasons(self) -> dict:
+        """Why a summary number is NaN, where the reason is known here; JSON shows such a number as null beside its reason."""
+        if len(self.target.domain) < 2:
+            return {"undefined": {"instancewise_r_mean": "instance-wise r correlates the target words of each input and needs at least 2; "
+                                                         f"the target domain has {len(self.target.domain)}"}}
+        return {}
 
     def labelwise_by_word(self) -> dict[str, float]:
         """Label-wise r of every target word."""
@@ -110,10 +124,12 @@ class PairResult:
     def save(self, directory, *, heatmap: bool = False, reference_pairs=None) -> None:
         """W, b, logits, tokens, inputs and result.json; written whole or not at all.
 
-        `reference_pairs` ((subject, objects) pairs) orders the heatmap rows by their right target.
+        `reference_pairs` ((subject, objects) pairs) orders the heatmap rows by their right target; result.json
+        keeps the pairs left after tokenization (source word -> right target words) for readers such as the report.
         """
         from lincorr.plots import weight_heatmap
 
+        reference = reference_columns(reference_pairs, self.source.domain.words, self.target.domain) if reference_pairs else {}
         with staged_directory(directory) as out:
             write_array(out / "W.npy", self.coef)
             write_array(out / "b.npy", self.intercept)
@@ -130,10 +146,13 @@ class PairResult:
                     "source_domain": self.source.domain.to_json(),
                     "target_domain": self.target.domain.to_json(),
                     "labelwise_r": self.labelwise_by_word(),
+                    "reference_pairs": {self.source.domain.words[row]: [self.target.domain.words[c] for c in columns]
+                                        for row, columns in reference.items()},
                     "train_index": self.train_index.tolist(),
                     "test_index": self.test_index.tolist(),
                 },
             )
+            write_provenance(out, model_fingerprint=self.source.model, settings={**settings_key(self.config), "kind": self.source.kind})
             if heatmap:
                 weight_heatmap(
                     self.coef,
@@ -141,19 +160,29 @@ class PairResult:
                     self.target.domain.words,
                     out / "W.png",
                     f"{self.model_name}: W for {self.source_name} -> {self.target_name}",
-                    reference=reference_columns(reference_pairs, self.source.domain.words, self.target.domain) if reference_pairs else None,
+                    reference=reference or None,
                 )
 
 
 def split_indices(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Seeded train/test split of `n` rows (the paper: half and half)."""
+    n_test = split_sizes(n, test_fraction)[1]
+    order = np.random.default_rng(seed).permutation(n)
+    return np.sort(order[n_test:]), np.sort(order[:n_test])
+
+
+def split_sizes(n: int, test_fraction: float) -> tuple[int, int]:
+    """(n_train, n_test) of a split of `n` inputs; refused when it leaves fewer than MIN_TEST_INPUTS to score on."""
     if not 0 < test_fraction < 1:
         raise LincorrError(f"test fraction must be between 0 and 1, got {test_fraction}")
-    order = np.random.default_rng(seed).permutation(n)
     n_test = int(round(n * test_fraction))
-    if n_test < 2 or n - n_test < 2:
-        raise LincorrError(f"{n} inputs are too few to split into train and test; use more inputs")
-    return np.sort(order[n_test:]), np.sort(order[:n_test])
+    if n_test < MIN_TEST_INPUTS:
+        needed = math.ceil(MIN_TEST_INPUTS / test_fraction)
+        raise LincorrError(f"{n} inputs hold out {n_test} to score on (test fraction {test_fraction:g}), and every r needs at least "
+                           f"{MIN_TEST_INPUTS}; use -n {needed} or more (or --inputs with that many lines)")
+    if n - n_test < 2:
+        raise LincorrError(f"{n} inputs leave {n - n_test} to fit W on; lower the test fraction or use more inputs")
+    return n - n_test, n_test
 
 
 def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitConfig(), *, source_name: str = "source",

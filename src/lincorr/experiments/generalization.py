@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.metrics import mann_whitney_auc, rate
 from lincorr.models import LM, wrap_model
 from lincorr.names import pseudo_names
-from lincorr.outputs import staged_directory, stored_row, write_json, write_text_atomic
+from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_provenance, write_text_atomic
 from lincorr.paper import paper_table
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, study_key
@@ -162,6 +162,8 @@ class EditPredictionResult:
     subject: str
     labelwise_r_mean: float  # of W, on held-out inputs
     prediction: EditPrediction
+    model_fingerprint: str = ""
+    settings: Mapping[str, object] = dataclasses.field(default_factory=dict)  # how W was fitted and the edit assumed
 
     def summary(self) -> dict:
         """The JSON of `lincorr predict-edit --json`."""
@@ -169,9 +171,10 @@ class EditPredictionResult:
                 **self.prediction.summary(), "labelwise_r_mean": self.labelwise_r_mean}
 
     def save(self, directory) -> None:
-        """prediction.json (the summary)."""
+        """prediction.json (the summary) and provenance.json."""
         with staged_directory(directory) as out:
             write_json(out / "prediction.json", self.summary())
+            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=dict(self.settings))
 
 
 def predict_relation_edit(lm: LM, registry, relation: RelationSpec, value: str, *, subject: str | None = None, seed: int = 0,
@@ -188,7 +191,8 @@ def predict_relation_edit(lm: LM, registry, relation: RelationSpec, value: str, 
     return EditPredictionResult(
         model_name=lm.name, source=relation.source, target=relation.target, source_template=bound.source.template,
         target_template=bound.target.template, subject=subject, labelwise_r_mean=float(bound.fit.labelwise_r.mean()),
-        prediction=prediction,
+        prediction=prediction, model_fingerprint=lm.fingerprint,
+        settings={"n_inputs": n_inputs, "seed": seed, "fit": settings_key(fit), "margin": margin, "delta": delta},
     )
 
 
@@ -341,6 +345,7 @@ class GeneralizationResult:
     seconds_fit: float
     seconds_train: float
     seconds: float
+    model_fingerprint: str = ""
 
     def per_seed(self, field: str) -> list[float]:
         """A boolean field's rate in each seed."""
@@ -448,8 +453,9 @@ class GeneralizationResult:
         return "\n".join(lines)
 
     def save(self, directory) -> None:
-        """result.json (summary, config, Fig. 5 bins), facts.json (every outcome), table6.md and fig5.png."""
+        """result.json (summary, config, Fig. 5 bins), facts.json (every outcome), table6.md, fig5.png and provenance.json."""
         with staged_directory(directory) as out:
+            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config))
             write_json(out / "result.json", {**self.summary(), "weight_curve": self.weight_curve(), "config": dataclasses.asdict(self.config),
                                              "losses": [list(l) for l in self.losses]})
             write_json(out / "facts.json", self.diagnosis_rows())
@@ -489,7 +495,7 @@ def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
         source_template=relation.source.template,
         target_template=relation.target.template, n_target_domain=len(relation.target.domain),
         labelwise_r_mean=float(np.nanmean(relation.fit.labelwise_r)), config=config, outcomes=tuple(outcomes), losses=tuple(losses),
-        seconds_fit=seconds_fit, seconds_train=seconds_train, seconds=time.perf_counter() - started,
+        seconds_fit=seconds_fit, seconds_train=seconds_train, seconds=time.perf_counter() - started, model_fingerprint=lm.fingerprint,
     )
 
 
@@ -498,6 +504,8 @@ class GeneralizationTable:
     """Table 5: one `GeneralizationResult.summary()` row per relation, or {"relation", "skipped"}, the paper's numbers beside ours."""
 
     rows: tuple[dict, ...]
+    model_fingerprint: str = ""
+    config: GeneralizationConfig | None = None
 
     def summary(self) -> list[dict]:
         """The JSON of `lincorr generalize --table5 --json`."""
@@ -521,8 +529,9 @@ class GeneralizationTable:
         return "\n".join(lines)
 
     def save(self, directory) -> None:
-        """table5.json (the rows) and table5.md."""
+        """table5.json (the rows), table5.md and provenance.json."""
         with staged_directory(directory) as out:
+            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
             write_json(out / "table5.json", self.summary())
             write_text_atomic(out / "table5.md", self.markdown() + "\n")
 
@@ -545,4 +554,4 @@ def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | N
         rows.append(row)
         if on_row is not None:
             on_row(row)
-    return GeneralizationTable(tuple(rows))
+    return GeneralizationTable(tuple(rows), lm.fingerprint, config)

@@ -18,7 +18,7 @@ from lincorr.experiments.correlation import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, single_step
 from lincorr.metrics import labelwise_pearson
 from lincorr.models import LM, wrap_model
-from lincorr.outputs import staged_directory, stored_row, write_json
+from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_provenance
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, study_key
 from lincorr.templates import fill
@@ -130,6 +130,8 @@ class GradientTable:
 
     rows: tuple[GradientCorrelation, ...]
     skipped: tuple[tuple[str, str], ...]  # (relation, why)
+    model_fingerprint: str = ""
+    config: GradientConfig | None = None
 
     def summary(self) -> dict:
         paper = paper_table("table4")
@@ -157,7 +159,9 @@ class GradientTable:
         return "\n".join(lines)
 
     def save(self, directory) -> None:
+        """gradcorr.json, table4.md and provenance.json."""
         with staged_directory(directory) as out:
+            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
             write_json(out / "gradcorr.json", self.summary())
             (out / "table4.md").write_text(self.markdown() + "\n", encoding="utf-8")
 
@@ -177,4 +181,4 @@ def gradient_table(lm: LM, registry, relations=None, config: GradientConfig = Gr
             rows.append(GradientCorrelation.from_row(row, config))
         if on_row is not None:
             on_row(row)
-    return GradientTable(tuple(rows), tuple(skipped))
+    return GradientTable(tuple(rows), tuple(skipped), lm.fingerprint, config)

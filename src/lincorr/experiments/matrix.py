@@ -19,7 +19,7 @@ from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig, split_indices
 from lincorr.metrics import instancewise_pearson, labelwise_pearson, summarize
 from lincorr.models import LM
-from lincorr.outputs import none_if_nan, staged_directory, write_csv, write_json
+from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json, write_provenance
 from lincorr.prompts import Prompt, registry_prompts
 
 __all__ = ["METRICS", "Grid", "GridScores", "MatrixResult", "score_grid", "prepare_grid", "measure_matrix", "matrix_from_tables"]
@@ -167,6 +167,7 @@ class MatrixResult:
     seconds_collect: float
     seconds_fit: float
     evaluated_on: str = ""  # the model whose logits were scored, when it is not the fitted one
+    templates: Mapping[str, str] = dataclasses.field(default_factory=dict)  # prompt name -> template
 
     def matrix(self, metric: str) -> np.ndarray:
         """One of `labelwise_r`, `instancewise_r`, `labelwise_std`."""
@@ -222,7 +223,9 @@ class MatrixResult:
         """The files of `save` into an existing directory."""
         from lincorr.plots import matrix_heatmap
 
-        write_json(out / "matrix.json", {**self.summary(), "config": dataclasses.asdict(self.config)})
+        write_json(out / "matrix.json", {**self.summary(), "templates": dict(self.templates), "config": dataclasses.asdict(self.config)})
+        write_provenance(out, model_fingerprint=self.model_fingerprint,
+                         settings={**settings_key(self.config), "kind": self.kind, "n_inputs": self.n_inputs})
         write_csv(out / "pairs.csv", ["source", "target", *METRICS], [list(p.values()) for p in self.pairs()])
         model = f"{self.model_name} on {self.evaluated_on}" if self.evaluated_on else self.model_name
         for metric, limits, label, description in (
@@ -308,4 +311,5 @@ def matrix_from_tables(
         seconds_collect=seconds_collect,
         seconds_fit=time.perf_counter() - started,
         evaluated_on=evaluated_on,
+        templates={name: table.template for name, table in fit_on.items()},
     )

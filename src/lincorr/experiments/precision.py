@@ -11,7 +11,7 @@ from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference, reference_columns
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json, write_provenance
 from lincorr.paper import paper_table
 from lincorr.prompts import registry_prompts
 from lincorr.relations import ReferencePairs, RelationSpec, registry_reference
@@ -115,6 +115,8 @@ class PrecisionTable:
     rows: tuple[PrecisionResult, ...]
     skipped: tuple[tuple[str, str], ...]  # (relation label, reason)
     seconds: float
+    model_fingerprint: str = ""
+    configs: tuple[FitConfig, ...] = ()  # the fits every relation was measured with
 
     def summary(self) -> dict:
         """JSON: the rows (each a `PrecisionResult.summary()`, with the paper's numbers where Table 2 has them)."""
@@ -129,6 +131,10 @@ class PrecisionTable:
             rows.append(entry)
         return {"model": self.model_name, "n_inputs": self.n_inputs, "rows": rows,
                 "skipped": [{"relation": label, "reason": reason} for label, reason in self.skipped], "seconds": self.seconds}
+
+    def settings(self) -> dict:
+        """How every relation was measured: the number of inputs and each estimator's fit."""
+        return {"n_inputs": self.n_inputs, "fits": [settings_key(c) for c in self.configs]}
 
     def markdown(self) -> str:
         """A Markdown table: r, Hit@1/3/5 influenced and influencing, chance at 1, and the paper's numbers where known."""
@@ -163,8 +169,9 @@ class PrecisionTable:
         return "\n".join(lines)
 
     def save(self, directory) -> None:
-        """precision.json, precision.csv and precision.md; written whole or not at all."""
+        """precision.json, precision.csv, precision.md and provenance.json; written whole or not at all."""
         with staged_directory(directory) as out:
+            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings())
             write_json(out / "precision.json", self.summary())
             header = ["label", "source", "target", "reference", "estimator", "alpha", "labelwise_r_mean",
                       *(f"hit_influenced_{k}" for k in KS), *(f"hit_influencing_{k}" for k in KS),
@@ -226,4 +233,4 @@ def precision_table(
                 ))
             except LincorrError as error:
                 skipped.append((f"{relation.label} ({config.estimator})", str(error)))
-    return PrecisionTable(lm.name, len(inputs), tuple(rows), tuple(skipped), time.perf_counter() - started)
+    return PrecisionTable(lm.name, len(inputs), tuple(rows), tuple(skipped), time.perf_counter() - started, lm.fingerprint, tuple(configs))

@@ -19,7 +19,7 @@ from lincorr.collect import collect_tables
 from lincorr.experiments.matrix import Grid, MatrixResult, matrix_from_tables, prepare_grid
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.models import LM, wrap_model
-from lincorr.outputs import none_if_nan, staged_directory, write_csv, write_json
+from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json, write_provenance
 
 __all__ = ["ResilienceResult", "check_same_tokenizer", "measure_resilience", "text_facts", "finetune_on_text"]
 
@@ -96,6 +96,10 @@ class ResilienceResult:
                 (out / name).mkdir()
                 getattr(self, name).write_into(out / name)
             write_json(out / "resilience.json", self.summary())
+            write_provenance(out, model_fingerprint={self.fit_on_fit.model_name: self.fit_on_fit.model_fingerprint,
+                                                     self.eval_on_eval.model_name: self.eval_on_eval.model_fingerprint},
+                             settings={**settings_key(self.fit_on_fit.config), "n_inputs": self.fit_on_fit.n_inputs,
+                                       "kind": self.fit_on_fit.kind, "training": self.training})
             rows = self.pairs()
             write_csv(out / "pairs.csv", list(rows[0]), [list(r.values()) for r in rows])
             write_csv(out / "difference.csv", ["source", *grid.column_labels],

@@ -9,7 +9,7 @@ from lincorr.experiments.correlation import FitConfig
 from lincorr.experiments.precision import KS, PrecisionTable, precision_table
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.models import LM, load_model
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
 from lincorr.relations import RelationSpec
 
 __all__ = ["DEFAULT_RELATIONS", "ScalePoint", "ScaleResult", "measure_scale"]
@@ -79,6 +79,9 @@ class ScaleResult:
         rows = self.rows()
         labels = [f"{p.model_name}\n{p.n_parameters / 1e6:.0f}M" for p in self.points]
         with staged_directory(directory) as out:
+            # Every model is measured with the same settings; only the models differ.
+            write_provenance(out, model_fingerprint={p.model_name: p.table.model_fingerprint for p in self.points},
+                             settings=self.points[0].table.settings() if self.points else None)
             write_json(out / "scale.json", self.summary())
             header = ["model", "n_parameters", "label", "estimator", "labelwise_r_mean",
                       *(f"hit_influenced_{k}" for k in KS), *(f"hit_influencing_{k}" for k in KS)]

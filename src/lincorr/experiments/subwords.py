@@ -15,7 +15,7 @@ from lincorr.experiments.correlation import fit_relation
 from lincorr.experiments.generalization import GeneralizationConfig, GeneralizationResult, run_generalization
 from lincorr.metrics import hit_at_k, rate
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_json
+from lincorr.outputs import settings_key, staged_directory, write_json, write_provenance
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec
 
@@ -49,7 +49,9 @@ class SubwordResult:
         return "\n".join(lines)
 
     def save(self, directory) -> None:
+        """subwords.json, table18.md, provenance.json, and the generalization study's files under generalization/."""
         with staged_directory(directory) as out:
+            write_provenance(out, model_fingerprint=self.generalization.model_fingerprint, settings=settings_key(self.generalization.config))
             write_json(out / "subwords.json", self.summary())
             (out / "table18.md").write_text(self.markdown() + "\n", encoding="utf-8")
             self.generalization.save(out / "generalization")

@@ -1,4 +1,4 @@
-"""The knowledge registry: prompt templates, answer domains and reference pairs, as data files."""
+"""The knowledge registry: prompt templates, answer domains, reference pairs and relational tasks, as data files."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from lincorr.knowledge.files import merge, read_registry_file
-from lincorr.knowledge.registry import FAMILIES, PromptSpec, Reference, Registry
+from lincorr.knowledge.registry import FAMILIES, PromptSpec, Reference, Registry, TaskSpec
 
-__all__ = ["DATA_DIR", "FAMILIES", "PromptSpec", "Reference", "Registry", "load_registry"]
+__all__ = ["DATA_DIR", "FAMILIES", "PromptSpec", "Reference", "Registry", "TaskSpec", "load_registry"]
 
 DATA_DIR = Path(__file__).parent / "data"
 

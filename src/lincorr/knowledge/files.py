@@ -10,11 +10,12 @@ from pathlib import Path
 import yaml
 
 from lincorr.errors import LincorrError
-from lincorr.knowledge.registry import PromptSpec, Reference, Registry, suggest
+from lincorr.knowledge.registry import PromptSpec, Reference, Registry, TaskSpec, suggest
 
-TOP_LEVEL_KEYS = ("domains", "prompts", "references")
+TOP_LEVEL_KEYS = ("domains", "prompts", "references", "tasks")
 PROMPT_KEYS = ("name", "family", "language", "template", "domain", "answer_prefix")
 REFERENCE_KEYS = ("name", "source_domain", "target_domain", "pairs")
+TASK_KEYS = ("name", "template", "extractive_template", "demonstrations", "answer_prefix", "pairs", "reference")
 # Chinese and Japanese write the answer straight after the prompt; the others after a space.
 LANGUAGES_WITHOUT_SPACES = frozenset({"zh", "ja"})
 
@@ -90,7 +91,7 @@ _LineLoader.add_constructor("tag:yaml.org,2002:seq", _construct_seq)
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One parsed domain, prompt or reference, with where it came from.
+    """One parsed domain, prompt, reference or task, with where it came from.
 
     `layer` is 0 for bundled files and counts up through user files; `lines` holds the line
     of each reference subject so a bad pair is reported where it is written.
@@ -110,6 +111,7 @@ class FileContents:
     domains: dict[str, Entry]
     prompts: dict[str, Entry]
     references: dict[str, Entry]
+    tasks: dict[str, Entry] = dataclasses.field(default_factory=dict)
 
 
 def read_registry_file(path: Path) -> FileContents:
@@ -152,6 +154,11 @@ def _parse_document(path: Path, document: object) -> FileContents:
         if relation.name in contents.references:
             raise _Problem(line, f"reference '{relation.name}' is defined twice in this file", "rename or remove one")
         contents.references[relation.name] = Entry(relation, Where(path, line), lines=dict(item["pairs"].key_lines))
+    for item, line in _items(document, "tasks"):
+        task = _parse_task(item)
+        if task.name in contents.tasks:
+            raise _Problem(line, f"task '{task.name}' is defined twice in this file", "rename or remove one")
+        contents.tasks[task.name] = Entry(task, Where(path, line), lines={"reference": item.key_lines.get("reference", line)})
     return contents
 
 
@@ -214,8 +221,7 @@ def _parse_prompt(item: _Map) -> PromptSpec:
     return PromptSpec(name, _text(item, "family"), language, template, _text(item, "domain"), prefix)
 
 
-def _parse_reference(item: _Map) -> Reference:
-    _check_keys(item, REFERENCE_KEYS, required=REFERENCE_KEYS, what="reference field")
+def _parse_pairs(item: _Map) -> tuple[tuple[str, tuple[str, ...]], ...]:
     pairs = item["pairs"]
     if not isinstance(pairs, _Map) or not pairs:
         raise _Problem(item.key_lines["pairs"], "`pairs` must map each subject to its objects", "write `pairs:` then `  Paris: [France]`")
@@ -225,14 +231,39 @@ def _parse_reference(item: _Map) -> Reference:
         if not isinstance(objects, list) or not objects or not all(isinstance(o, str) and o.strip() for o in objects):
             raise _Problem(pairs.key_lines[subject], f"subject '{subject}' needs one or more objects", "write `subject: [object, alias, ...]`")
         parsed.append((subject, tuple(objects)))
-    return Reference(_text(item, "name"), _text(item, "source_domain"), _text(item, "target_domain"), tuple(parsed))
+    return tuple(parsed)
+
+
+def _parse_reference(item: _Map) -> Reference:
+    _check_keys(item, REFERENCE_KEYS, required=REFERENCE_KEYS, what="reference field")
+    return Reference(_text(item, "name"), _text(item, "source_domain"), _text(item, "target_domain"), _parse_pairs(item))
+
+
+def _parse_task(item: _Map) -> TaskSpec:
+    _check_keys(item, TASK_KEYS, required=TASK_KEYS[:3], what="task field")
+    name, template, extractive = _text(item, "name"), _text(item, "template"), _text(item, "extractive_template")
+    if len(name.split()) != 1:
+        raise _Problem(item.key_lines["name"], f"task name '{name}' contains spaces", "use a name like `capitals` or `past-tense`")
+    if template.count("{}") != 1:
+        raise _Problem(item.key_lines["template"], f"template of task '{name}' has {template.count('{}')} '{{}}' placeholders, not 1", "put exactly one {} where the argument goes")
+    if "{x}" not in extractive or "{y}" not in extractive:
+        raise _Problem(item.key_lines["extractive_template"], f"extractive_template of task '{name}' lacks {{x}} or {{y}}", "write the argument as {x} and the answer as {y}, e.g. \"The capital of {x} is {y}. Q: ...\"")
+    if ("pairs" in item) == ("reference" in item):
+        raise _Problem(item.line, f"task '{name}' needs either `pairs:` or `reference:`, not both or neither", "list `pairs:` (argument: [answer, alias, ...]) or name a registry reference")
+    count = _text(item, "demonstrations") if "demonstrations" in item else "3"
+    if not count.isdigit():
+        raise _Problem(item.key_lines["demonstrations"], f"`demonstrations` of task '{name}' is {count!r}", "write a whole number such as 3")
+    prefix = _text(item, "answer_prefix", allow_empty=True) if "answer_prefix" in item else " "
+    pairs, reference = (_parse_pairs(item), "") if "pairs" in item else ((), _text(item, "reference"))
+    return TaskSpec(name, template, extractive, pairs, int(count), prefix, reference)
 
 
 def merge(files: Sequence[tuple[FileContents, int]]) -> Registry:
     """Merge files in order: bundled (layer 0) names must be unique, user layers replace by name."""
-    merged: dict[str, dict[str, Entry]] = {"domain": {}, "prompt": {}, "reference": {}}
+    merged: dict[str, dict[str, Entry]] = {"domain": {}, "prompt": {}, "reference": {}, "task": {}}
     for contents, layer in files:
-        for kind, incoming in (("domain", contents.domains), ("prompt", contents.prompts), ("reference", contents.references)):
+        kinds = (("domain", contents.domains), ("prompt", contents.prompts), ("reference", contents.references), ("task", contents.tasks))
+        for kind, incoming in kinds:
             for name, entry in incoming.items():
                 if layer == 0 and name in merged[kind]:
                     first = merged[kind][name].where
@@ -248,7 +279,20 @@ def merge(files: Sequence[tuple[FileContents, int]]) -> Registry:
         domains=types.MappingProxyType({name: entry.value for name, entry in domains.items()}),
         references=tuple(references),
         files=tuple(str(contents.path) for contents, _ in files),
+        tasks=tuple(_resolved_task(entry, references) for entry in merged["task"].values()),
     )
+
+
+def _resolved_task(entry: Entry, references: Sequence[Reference]) -> TaskSpec:
+    """A task with its pairs: its own, or those of the reference it names (as merged, so a user's override counts)."""
+    task: TaskSpec = entry.value
+    if not task.reference:
+        return task
+    for relation in references:
+        if relation.name == task.reference:
+            return dataclasses.replace(task, pairs=relation.pairs)
+    where = Where(entry.where.path, entry.lines["reference"])
+    raise where.error(f"task '{task.name}' names unknown reference '{task.reference}'", f"name one of the references ({suggest(task.reference, [r.name for r in references])}) or list `pairs:`")
 
 
 def _checked_reference(entry: Entry, domains: Mapping[str, Entry]) -> Reference:

@@ -46,6 +46,38 @@ class Reference:
 
 
 @dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """A relational task in the few-shot Q/A form of Merullo et al.: arguments with their right answers.
+
+    `template` holds one "{}" for the argument; a demonstration is the filled template, then
+    `answer_prefix`, the answer and a newline. `extractive_template` holds "{x}" (argument) and
+    "{y}" (answer): the same question with the answer stated in the context. `pairs` lists each
+    argument with its acceptable answers, the first being the one demonstrations show;
+    `reference` names the registry reference they came from ("" when written inline).
+    """
+
+    name: str
+    template: str
+    extractive_template: str
+    pairs: tuple[tuple[str, tuple[str, ...]], ...]
+    demonstrations: int = 3
+    answer_prefix: str = " "
+    reference: str = ""
+
+    def query(self, argument: str) -> str:
+        """The question about `argument`, ending where the answer starts."""
+        return fill(self.template, argument)
+
+    def demonstration(self, argument: str, answer: str) -> str:
+        """One solved example: the question, the answer and a newline."""
+        return f"{self.query(argument)}{self.answer_prefix}{answer}\n"
+
+    def extractive_query(self, argument: str, answer: str) -> str:
+        """The question with `answer` stated in the context."""
+        return self.extractive_template.replace("{x}", argument).replace("{y}", answer)
+
+
+@dataclasses.dataclass(frozen=True)
 class Registry:
     """All prompts, domains and references, after bundled data and user files are merged."""
 
@@ -53,6 +85,7 @@ class Registry:
     domains: Mapping[str, tuple[str, ...]]
     references: tuple[Reference, ...]
     files: tuple[str, ...]
+    tasks: tuple[TaskSpec, ...] = ()
 
     def prompt(self, name: str) -> PromptSpec:
         """The prompt called `name`."""
@@ -100,6 +133,14 @@ class Registry:
             if relation.name == f"{source.name}->{target.name}":
                 return relation
         return self.find_reference(source.domain, target.domain)
+
+    def task(self, name: str) -> TaskSpec:
+        """The relational task called `name`, e.g. "capitals"."""
+        for spec in self.tasks:
+            if spec.name == name:
+                return spec
+        raise LincorrError(f"unknown task '{name}'; {suggest(name, [t.name for t in self.tasks])}")
+
 
 def suggest(name: str, known: Sequence[str]) -> str:
     """A hint for a mistyped name: the close matches, or else the first known names."""

@@ -1,0 +1,54 @@
+"""`lincorr cache`: what the cache holds and how large it is, and clearing it, without finding the directory by hand."""
+
+from __future__ import annotations
+
+from lincorr.cli.options import add_command, add_json_option, print_json
+
+
+def add_cache_command(commands) -> None:
+    cache = add_command(commands, "cache", "list, size or clear the cache of converted models, logit tables and study rows")
+    actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="each section with its entries and size, and where the cache is")
+    add_json_option(listing)
+    listing.set_defaults(handler=run_list)
+    actions.add_parser("size", help="the cache's total size").set_defaults(handler=run_size)
+    clear = actions.add_parser("clear", help="remove sections of the cache (all of them unless one is named)")
+    for section, what in (("models", "converted models"), ("tables", "logit tables and checkpoints"), ("results", "stored study rows")):
+        clear.add_argument(f"--{section}", action="store_true", help=f"only the {what}")
+    clear.set_defaults(handler=run_clear)
+
+
+def human_size(n_bytes: int) -> str:
+    size = float(n_bytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TB"
+
+
+def run_list(args) -> None:
+    from lincorr.cache import cache_root, cache_usage
+
+    usage = cache_usage()
+    if args.json:
+        print_json({"root": str(cache_root()),
+                    "sections": [{"section": u.section, "path": str(u.path), "entries": u.entries, "bytes": u.bytes} for u in usage]})
+        return
+    print(f"cache {cache_root()} (LINCORR_CACHE_DIR moves it)")
+    for u in usage:
+        print(f"  {u.section:<8} {u.entries:6d} entries  {human_size(u.bytes):>9}  {u.path}")
+
+
+def run_size(args) -> None:
+    from lincorr.cache import cache_root, cache_usage
+
+    print(f"{human_size(sum(u.bytes for u in cache_usage()))}  {cache_root()}")
+
+
+def run_clear(args) -> None:
+    from lincorr.cache import SECTIONS, clear_cache
+
+    chosen = [section for section in SECTIONS if getattr(args, section)] or list(SECTIONS)
+    removed = clear_cache(chosen)
+    print(f"removed {', '.join(map(str, removed))}" if removed else f"nothing to remove ({', '.join(chosen)} already empty)")

@@ -1,0 +1,164 @@
+"""`lincorr extractive`: the extractive-structures studies of Feng et al. on two-hop facts about made-up people.
+
+`ocr` (Fig. 2), `scores` (Fig. 3), `freeze` (Table 2), `ordering` (Fig. 4), `graft` (Table 3, Fig. 6)
+and `predict` (lincorr's W as a predictor of which implications OCR gets right).
+"""
+
+from __future__ import annotations
+
+from lincorr.cli.options import (
+    COUNT,
+    NON_NEGATIVE,
+    add_command,
+    add_json_option,
+    add_model_options,
+    add_n_inputs_option,
+    add_out_option,
+    add_quiet_option,
+    add_registry_option,
+    add_seed_option,
+    load_lm,
+    load_registry_from,
+    positive_number,
+    save_and_print,
+    show_progress,
+)
+
+PRESETS = ("small", "paper")
+
+
+def add_extractive_command(commands) -> None:
+    group = commands.add_parser("extractive", help="extractive structures: OCR on two-hop facts, scores, freezing, ordering, grafting",
+                                description=__doc__.split("\n\n")[0])
+    studies = group.add_subparsers(dest="study", required=True, metavar="STUDY")
+
+    def study(name: str, help_text: str, writes: str, *, hop: bool = False):
+        parser = add_command(studies, name, help_text)
+        if hop:
+            parser.add_argument("--hop", choices=("first", "second"), default="first",
+                                help="first: facts name -> city, implications -> language; second: facts city -> name, implications landmark -> name")
+        add_seed_option(parser, "seed of the names, their pairing with cities, and training")
+        add_training_options(parser)
+        add_registry_option(parser)
+        add_json_option(parser)
+        add_out_option(parser, writes)
+        add_quiet_option(parser)
+        add_model_options(parser)
+        return parser
+
+    ocr = study("ocr", "fine-tune on facts only; mean ranks of facts and implications after every epoch (Fig. 2)",
+                "ocr.json, per_epoch.csv and ocr.png", hop=True)
+    add_n_facts(ocr)
+    ocr.set_defaults(handler=study_handler("extractive", "run_ocr", ocr_config))
+
+    scores = study("scores", "informative, downstream and upstream scores of every MLP and head (Fig. 3)",
+                   "scores.json, scores.csv, scores.png and linearization.png", hop=True)
+    add_n_facts(scores)
+    scores.add_argument("--check", type=NON_NEGATIVE, default=12, help="components whose exact scores (eqs. 1-3) check the linearisation")
+    scores.set_defaults(handler=study_handler("extractive_scores", "run_scores", scores_config))
+
+    freeze = study("freeze", "reset or freeze early-middle or late blocks; mean ranks for both hops (Table 2)",
+                   "freeze.json, freeze.csv and freeze.png")
+    add_n_facts(freeze)
+    freeze.add_argument("--split-layer", type=COUNT, default=None, help="first late block (default: chosen from the informative scores)")
+    freeze.set_defaults(handler=study_handler("extractive_freeze", "run_freeze", freeze_config))
+
+    ordering = study("ordering", "continued training in three orders, then OCR on new facts (Fig. 4)",
+                     "ordering.json, ordering.csv and ordering.png")
+    add_novel_sizes(ordering)
+    ordering.set_defaults(handler=study_handler("extractive_origins", "run_ordering", origins_config))
+
+    graft = study("graft", "graft the weight change of training on implications onto counterfactual facts (Table 3, Fig. 6)",
+                  "graft.json, graft_scores.csv and graft.png")
+    add_novel_sizes(graft)
+    graft.set_defaults(handler=study_handler("extractive_origins", "run_graft", origins_config))
+
+    predict = study("predict", "does W[city, language] of the untrained model predict which first-hop implications come out right?",
+                    "predict.json, predict.csv and predict.png")
+    add_n_facts(predict)
+    add_n_inputs_option(predict, "vocabulary inputs W is fitted on")
+    predict.set_defaults(handler=study_handler("extractive_predict", "run_predict", predict_config))
+
+
+def add_n_facts(parser) -> None:
+    parser.add_argument("--n-facts", type=COUNT, default=20, help="facts (made-up names, each paired with one city)")
+
+
+def add_novel_sizes(parser) -> None:
+    parser.add_argument("--n-train", type=COUNT, default=80, help="training names (each at a random city)")
+    parser.add_argument("--n-test", type=COUNT, default=20, help="test names (one per city)")
+    parser.add_argument("--n-cities", type=COUNT, default=20, help="cities, each with a random animal")
+
+
+def add_training_options(parser) -> None:
+    group = parser.add_argument_group("training")
+    group.add_argument("--preset", choices=PRESETS, default="small",
+                       help="small: AdamW 3e-5, batch 4, 8 epochs, blocks only; paper: Adam 3e-6, batch 8, 8 epochs, linear decay "
+                            "with 10%% warm-up, every parameter")
+    group.add_argument("--lr", type=positive_number, default=None, help="learning rate (default: the preset's)")
+    group.add_argument("--epochs", type=COUNT, default=None, help="epochs (default: the preset's)")
+    group.add_argument("--train-batch-size", type=COUNT, default=None, help="facts per step (default: the preset's)")
+
+
+def train_config(args, base=None):
+    """The preset's TrainConfig (or `base`, a study's own default under the small preset) with --lr, --epochs, --train-batch-size and --seed."""
+    import dataclasses
+
+    from lincorr.experiments.extractive import PAPER_TRAIN, SMALL_TRAIN
+
+    preset = PAPER_TRAIN if args.preset == "paper" else (base or SMALL_TRAIN)
+    overrides = {"learning_rate": args.lr, "epochs": args.epochs, "batch_size": args.train_batch_size}
+    return dataclasses.replace(preset, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def study_handler(module: str, function: str, make_config):
+    """A handler running `lincorr.experiments.<module>.<function>(lm, registry, make_config(args), progress=...)`.
+
+    The registry's extractive data is checked before the model loads; the study module is imported
+    only when its command runs.
+    """
+
+    def handle(args) -> None:
+        from importlib import import_module
+
+        from lincorr.experiments.extractive import load_world
+
+        registry = load_registry_from(args)
+        load_world(registry)
+        config = make_config(args)
+        run = getattr(import_module(f"lincorr.experiments.{module}"), function)
+        result = run(load_lm(args), registry, config, progress=show_progress(args))
+        save_and_print(args, result, result.format_table)
+
+    return handle
+
+
+def ocr_config(args):
+    from lincorr.experiments.extractive import OcrConfig
+
+    return OcrConfig(hop=args.hop, n_facts=args.n_facts, seed=args.seed, train=train_config(args))
+
+
+def scores_config(args):
+    from lincorr.experiments.extractive_scores import ScoresConfig
+
+    return ScoresConfig(update=ocr_config(args), n_checked=args.check)
+
+
+def freeze_config(args):
+    from lincorr.experiments.extractive_freeze import FreezeConfig
+
+    return FreezeConfig(n_facts=args.n_facts, seed=args.seed, train=train_config(args), split_layer=args.split_layer)
+
+
+def origins_config(args):
+    from lincorr.experiments.extractive_origins import CONTINUED_TRAIN, OriginsConfig
+
+    return OriginsConfig(n_train=args.n_train, n_test=args.n_test, n_cities=args.n_cities, seed=args.seed,
+                         continued=train_config(args, CONTINUED_TRAIN), train=train_config(args))
+
+
+def predict_config(args):
+    from lincorr.experiments.extractive_predict import PredictConfig
+
+    return PredictConfig(n_facts=args.n_facts, seed=args.seed, train=train_config(args), n_inputs=args.n_inputs)

@@ -1,0 +1,129 @@
+"""Merullo et al.'s vector-arithmetic studies on a registry task: `lens`, `ovector`, `ffn-ablate`, and ours, `ovector-w`.
+
+Task names (and the control task) are checked against the registry before the model loads; a
+layer's upper bound needs the model, so it is checked right after loading, before any forward.
+"""
+
+from __future__ import annotations
+
+from lincorr.cli.options import (
+    COUNT,
+    NON_NEGATIVE,
+    add_command,
+    add_json_option,
+    add_model_options,
+    add_n_inputs_option,
+    add_out_option,
+    add_quiet_option,
+    add_registry_option,
+    add_seed_option,
+    checked_registry,
+    finite_number_that,
+    load_lm,
+    load_registry_from,
+    positive_number,
+    save_and_print,
+    show_progress,
+)
+
+TASK_HELP = "registry task: capitals, past-tense, uppercase, or one from --registry"
+unit_floor = finite_number_that(lambda value: 0 <= value < 1, "at least 0 and below 1")
+
+
+def add_mechanism_commands(commands) -> None:
+    def study(name: str, help_text: str, writes: str, *, task_default: str | None = None):
+        parser = add_command(commands, name, help_text)
+        if task_default:
+            parser.add_argument("task", nargs="?", default=task_default, help=TASK_HELP)
+        else:
+            parser.add_argument("task", help=TASK_HELP)
+        add_seed_option(parser, "seed of the pair order and the demonstrations")
+        parser.add_argument("--batch-size", type=COUNT, default=16, help="prompts per forward pass")
+        add_registry_option(parser)
+        add_json_option(parser)
+        add_out_option(parser, writes)
+        add_quiet_option(parser)
+        add_model_options(parser)
+        return parser
+
+    lens = study("lens", "logit lens over a task's few-shot prompts: argument and answer reciprocal rank per layer",
+                 "lens.json, lens.csv and lens.png")
+    lens.add_argument("--n-pairs", type=COUNT, default=None, help="prompts (default: every pair the tokenizer keeps)")
+    lens.add_argument("--floor", type=unit_floor, default=0.1,
+                      help="a crossing counts only where either mean RR reaches this (below it the lens reads noise)")
+    lens.set_defaults(handler=run_lens)
+
+    ovector = study("ovector", "add a task's o-vector (mean FFN output of solved prompts) to mlp[L] of copy contexts, with controls",
+                    "ovector.json, ovector.csv and ovector.png")
+    add_vector_options(ovector)
+    ovector.add_argument("--sweep", action="store_true", help="also add the o-vector of every layer at its own layer")
+    ovector.add_argument("--control", default=None, metavar="TASK", help="task whose o-vector is the control (default: the next registry task)")
+    ovector.add_argument("--transfer-from", default=None, metavar="ARGUMENT",
+                         help="the pair whose single vector is applied to the others, e.g. Poland (default: the first solved source)")
+    ovector.add_argument("--n-pairs", type=COUNT, default=64, help="copy contexts evaluated (pairs not used as sources)")
+    ovector.set_defaults(handler=run_ovector)
+
+    ablate = study("ffn-ablate", "ablate every FFN from a layer on: accuracy on the task and on its extractive control",
+                   "ffn_ablation.json, ffn_ablation.csv and ffn_ablation.png")
+    ablate.add_argument("--from-layer", type=NON_NEGATIVE, required=True, metavar="L", help="first ablated FFN, mlp[L]")
+    ablate.add_argument("--mean", action="store_true", help="replace the FFN outputs by their mean over reference prompts, not zeros")
+    ablate.add_argument("--n-pairs", type=COUNT, default=64, help="pairs asked both ways")
+    ablate.add_argument("--n-reference", type=COUNT, default=16, help="prompts the --mean outputs are averaged over")
+    ablate.set_defaults(handler=run_ffn_ablate)
+
+    compare = study("ovector-w", "ours: the capitals o-vector's effect on capital logits against lincorr's W for country -> capital",
+                    "ovector_w.json, ovector_w.csv and ovector_w.png", task_default="capitals")
+    add_vector_options(compare)
+    add_n_inputs_option(compare, "vocabulary inputs W (ridge, cross-validated penalty) is fitted on")
+    compare.add_argument("--n-shuffles", type=COUNT, default=1000, help="row shuffles of W in the control")
+    compare.set_defaults(handler=run_ovector_w)
+
+
+def add_vector_options(parser) -> None:
+    parser.add_argument("--layer", type=NON_NEGATIVE, required=True, metavar="L", help="the FFN, mlp[L], whose output is the o-vector and where it is added")
+    parser.add_argument("--scale", type=positive_number, default=1.0, help="multiply the added vectors (o-vector and controls) by this")
+    parser.add_argument("--n-source", type=COUNT, default=8, help="solved few-shot prompts the o-vector averages")
+
+
+def checked_task(args, name: str):
+    """The registry task `name`: an unknown name fails before the model loads."""
+    return load_registry_from(args).task(name)
+
+
+def run_lens(args) -> None:
+    from lincorr.experiments.vector_arithmetic import lens
+
+    task = checked_task(args, args.task)
+    result = lens(load_lm(args), task, n_pairs=args.n_pairs, seed=args.seed, floor=args.floor, batch_size=args.batch_size,
+                  progress=show_progress(args))
+    save_and_print(args, result, result.format_table)
+
+
+def run_ovector(args) -> None:
+    from lincorr.experiments.vector_arithmetic import ovector
+
+    task = checked_task(args, args.task)
+    control = checked_task(args, args.control) if args.control else None
+    result = ovector(load_lm(args), task, args.layer, control=control, scale=args.scale, n_source=args.n_source,
+                     n_pairs=args.n_pairs, sweep=args.sweep, transfer_from=args.transfer_from, seed=args.seed,
+                     batch_size=args.batch_size, progress=show_progress(args))
+    save_and_print(args, result, result.format_table)
+
+
+def run_ffn_ablate(args) -> None:
+    from lincorr.experiments.vector_arithmetic import ffn_ablate
+
+    task = checked_task(args, args.task)
+    result = ffn_ablate(load_lm(args), task, args.from_layer, "mean" if args.mean else "zero", n_pairs=args.n_pairs,
+                        n_reference=args.n_reference, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args))
+    save_and_print(args, result, result.format_table)
+
+
+def run_ovector_w(args) -> None:
+    from lincorr.experiments.vector_w import CAPITALS, ovector_w
+
+    registry = checked_registry(args, (CAPITALS.source, CAPITALS.target))
+    task = checked_task(args, args.task)
+    result = ovector_w(load_lm(args), registry, task, args.layer, scale=args.scale, n_source=args.n_source, n_inputs=args.n_inputs,
+                       n_shuffles=args.n_shuffles, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args))
+    save_and_print(args, result, result.format_table)

@@ -1,0 +1,357 @@
+"""Origins of extractive structures (Feng et al. §6): data ordering (Fig. 4) and weight grafting (Table 3, Fig. 6).
+
+Both use a made-up implicature no model knows: every city gets a random animal, facts are
+"{name} dax" -> city and implications "{name} wug the" -> the city's animal (`Templates.novel_*`).
+`n_train` training names get a random city each (cities repeat), `n_test` new names one city
+each, and the counterfactual facts F' re-assign every training name to a different random city.
+
+- Ordering: continued training on the training facts and implications in three orders
+  (`ORDERS`: facts then implications, implications then facts, both shuffled together; every
+  order sees each example for the same number of epochs), then fine-tuning on the test facts
+  only; OCR shows as a falling mean rank of the test implications.
+- Grafting: W_F (W trained on F), W_F,ImplF (W_F then trained on Impl F), W_ImplF (W trained on
+  Impl F), W_F' (W trained on F'); W_graft = W_F' + (W_F,ImplF - W_F) should answer Impl F' (the
+  extraction learned from Impl F applied to the new facts), while the control W~_graft =
+  W_F' + (W_ImplF - W) should answer Impl F. Fig. 6 correlates, per component, the downstream
+  scores of W_F,ImplF fine-tuned on the test facts with the informative scores of the update
+  W_F' -> W_graft, both on their implications.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import time
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from lincorr.domains import build_domain
+from lincorr.errors import LincorrError
+from lincorr.experiments.extractive import (
+    SMALL_TRAIN, QuerySet, Templates, chance_mean_rank, load_world, mean_rank, saved_figure, snapshot, train_model, training_settings,
+    usable_cities,
+)
+from lincorr.experiments.extractive_scores import linearized_scores, score_components
+from lincorr.finetune import Fact, TrainConfig
+from lincorr.models import LM
+from lincorr.names import pseudo_names
+from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.templates import fill
+
+__all__ = [
+    "ORDERS", "PAPER_TABLE3", "WEIGHT_SETS", "CONTINUED_TRAIN", "NovelData", "novel_data", "ordering_phases", "OriginsConfig", "OrderingResult", "run_ordering",
+    "graft_weights", "GraftResult", "run_graft",
+]
+
+ORDERS = ("facts_then_implications", "implications_then_facts", "shuffled")
+# Feng et al. Table 3 (OLMo-7B): mean ranks of (Impl F', Impl F, F').
+PAPER_TABLE3 = {"W_F'": (9.13, 8.55, 0.00), "W_graft": (1.13, 3.30, 0.10), "W~_graft": (8.38, 0.43, 0.32)}
+# Table 3's rows, in the order of §6.2.
+WEIGHT_SETS = ("W", "W_F", "W_F,ImplF", "W_ImplF", "W_F'", "W_graft", "W~_graft")
+# Continued training sees 160 examples per epoch; batches of 8 (the paper's size) halve its steps.
+CONTINUED_TRAIN = dataclasses.replace(SMALL_TRAIN, batch_size=8)
+
+
+@dataclasses.dataclass(frozen=True)
+class NovelData:
+    """The made-up implicature: `animals[i]` belongs to `cities[i]`; query sets over the city and animal candidates."""
+
+    cities: tuple[str, ...]
+    animals: tuple[str, ...]
+    train_facts: QuerySet
+    train_implications: QuerySet
+    test_facts: QuerySet
+    test_implications: QuerySet
+    counterfactual_facts: QuerySet  # F': the training names, each at another city
+    counterfactual_implications: QuerySet
+
+
+def novel_data(world, tokenizer, n_train: int = 80, n_test: int = 20, n_cities: int = 20, seed: int = 0,
+               templates: Templates = Templates()) -> NovelData:
+    """Seeded assignment of animals to the first `n_cities` usable cities, and of cities to made-up names."""
+    kept, dropped = usable_cities(world, tokenizer)
+    animals = build_domain(world.animals, tokenizer, name="animal", keep_subwords=True)
+    if len(kept) < n_cities or len(animals) < n_cities:
+        raise LincorrError(f"{len(kept)} cities and {len(animals)} animals are usable with this tokenizer; ask for n_cities <= "
+                           f"{min(len(kept), len(animals))}")
+    if n_train < 1 or not 1 <= n_test <= n_cities:
+        raise LincorrError(f"the novel dataset needs n_train >= 1 and 1 <= n_test <= n_cities ({n_cities})")
+    rng = np.random.default_rng(seed)
+    cities = [world.cities[i] for i in kept[:n_cities]]
+    animal_of = [animals.words[i] for i in rng.permutation(len(animals))[:n_cities]]
+    city_domain = build_domain(cities, tokenizer, name="city", keep_subwords=True)
+    animal_domain = build_domain(animal_of, tokenizer, name="animal", keep_subwords=True)
+    names = pseudo_names(n_train + n_test, tokenizer, seed + 20_000)
+    train_names, test_names = names[:n_train], names[n_train:]
+    train_city = rng.integers(n_cities, size=n_train)
+    counterfactual_city = (train_city + rng.integers(1, n_cities, size=n_train)) % n_cities
+    test_city = rng.permutation(n_cities)[:n_test]
+
+    def sets(people: Sequence[str], city_rows: np.ndarray) -> tuple[QuerySet, QuerySet]:
+        rows = tuple(int(c) for c in city_rows)
+        return (QuerySet(tuple(fill(templates.novel_fact, p) for p in people), rows, city_domain),
+                QuerySet(tuple(fill(templates.novel_implication, p) for p in people), rows, animal_domain))
+
+    return NovelData(tuple(cities), tuple(animal_of), *sets(train_names, train_city), *sets(test_names, test_city),
+                     *sets(train_names, counterfactual_city))
+
+
+def ordering_phases(data: NovelData, order: str) -> list[tuple[str, list[Fact]]]:
+    """The continued-training sequence of one order: (phase name, examples) in the order they are trained on.
+
+    Each phase trains for the configured epochs with a fresh shuffle per epoch; "shuffled" is one
+    phase over the facts and implications together, so every order sees each example equally often.
+    """
+    facts, implications = data.train_facts.facts(), data.train_implications.facts()
+    if order == "facts_then_implications":
+        return [("facts", facts), ("implications", implications)]
+    if order == "implications_then_facts":
+        return [("implications", implications), ("facts", facts)]
+    if order == "shuffled":
+        return [("shuffled", facts + implications)]
+    raise LincorrError(f"unknown order '{order}'; use one of {', '.join(ORDERS)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class OriginsConfig:
+    """The novel dataset (sizes, seed, templates), continued training (ordering phases; every weight set of grafting),
+    fine-tuning on the test facts, the orders the ordering study runs and the batch size of grafting's scores."""
+
+    n_train: int = 80
+    n_test: int = 20
+    n_cities: int = 20
+    seed: int = 0
+    continued: TrainConfig = CONTINUED_TRAIN
+    train: TrainConfig = SMALL_TRAIN
+    templates: Templates = Templates()
+    orders: tuple[str, ...] = ORDERS
+    batch_size: int = 32
+
+    def data(self, registry, tokenizer) -> NovelData:
+        return novel_data(load_world(registry), tokenizer, self.n_train, self.n_test, self.n_cities, self.seed, self.templates)
+
+
+def _measured(lm: LM, facts: QuerySet, implications: QuerySet, **fields) -> dict:
+    return {**fields, "fact_mean_rank": mean_rank(lm, facts), "implication_mean_rank": mean_rank(lm, implications)}
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderingResult:
+    """Fig. 4: per order, mean ranks through continued training (training sets) and test fine-tuning (test sets)."""
+
+    model_name: str
+    config: OriginsConfig
+    data: NovelData
+    continued: dict  # order -> [{phase, epoch, fact_mean_rank, implication_mean_rank}], first row before training
+    test: dict  # order -> [{epoch, fact_mean_rank, implication_mean_rank}], epoch 0 after continued training
+    seconds: float
+
+    def summary(self) -> dict:
+        """The JSON contract of `lincorr extractive ordering --json`."""
+        orders = []
+        for order in self.config.orders:
+            continued, test = self.continued[order], self.test[order]
+            orders.append({
+                "order": order, "phases": [name for name, _ in ordering_phases(self.data, order)],
+                "train_fact_mean_rank_after": continued[-1]["fact_mean_rank"],
+                "train_implication_mean_rank_after": continued[-1]["implication_mean_rank"],
+                "test_fact_mean_rank_before": test[0]["fact_mean_rank"], "test_fact_mean_rank_after": test[-1]["fact_mean_rank"],
+                "test_implication_mean_rank_before": test[0]["implication_mean_rank"],
+                "test_implication_mean_rank_after": test[-1]["implication_mean_rank"],
+                "continued_curve": [dict(r) for r in continued], "test_curve": [dict(r) for r in test],
+            })
+        return {"model": self.model_name, "n_train": self.config.n_train, "n_test": self.config.n_test, "n_cities": self.config.n_cities,
+                "chance_mean_rank": chance_mean_rank(self.data.test_facts), "before_training": dict(self.continued[self.config.orders[0]][0]),
+                "orders": orders, "continued_training": training_settings(self.config.continued),
+                "test_training": training_settings(self.config.train), "seed": self.config.seed,
+                "templates": {"fact": self.config.templates.novel_fact, "implication": self.config.templates.novel_implication},
+                "seconds": self.seconds}
+
+    def format_table(self) -> str:
+        """Per order: training-set ranks after continued training, test ranks before and after test fine-tuning."""
+        lines = [f"Data ordering on {self.model_name} (chance {chance_mean_rank(self.data.test_facts):.2f})",
+                 f"{'order':<26} {'train facts':>11} {'train impl':>10} {'test facts':>14} {'test impl':>14}"]
+        for row in self.summary()["orders"]:
+            lines.append(f"{row['order']:<26} {row['train_fact_mean_rank_after']:>11.2f} {row['train_implication_mean_rank_after']:>10.2f} "
+                         f"{row['test_fact_mean_rank_before']:>6.2f} -> {row['test_fact_mean_rank_after']:<4.2f} "
+                         f"{row['test_implication_mean_rank_before']:>6.2f} -> {row['test_implication_mean_rank_after']:<4.2f}")
+        return "\n".join(lines)
+
+    def plot(self, path) -> None:
+        """Fig. 4: left, continued training (training facts dashed, implications solid); right, test fine-tuning."""
+        with saved_figure(path, 1, 2, figsize=(9, 3.4), sharey=True) as (_, axes):
+            for colour, order in enumerate(self.config.orders):
+                for axis, rows in ((axes[0], self.continued[order]), (axes[1], self.test[order])):
+                    steps = range(len(rows))
+                    axis.plot(steps, [r["implication_mean_rank"] for r in rows], "-", color=f"C{colour}", label=f"{order}: implications")
+                    axis.plot(steps, [r["fact_mean_rank"] for r in rows], "--", color=f"C{colour}", label=f"{order}: facts")
+            axes[0].set_xlabel("epoch of continued training (all phases)")
+            axes[1].set_xlabel("epoch of fine-tuning on test facts")
+            axes[0].set_ylabel("mean rank")
+            axes[0].set_title("training facts and implications", fontsize=9)
+            axes[1].set_title("test facts and implications (OCR)", fontsize=9)
+            axes[1].legend(fontsize=6)
+
+    def save(self, directory) -> None:
+        """ordering.json (summary), ordering.csv (every curve point), ordering.png."""
+        with staged_directory(directory) as out:
+            write_json(out / "ordering.json", self.summary())
+            rows = [[order, "continued", r.get("phase", ""), r["epoch"], r["fact_mean_rank"], r["implication_mean_rank"]]
+                    for order in self.config.orders for r in self.continued[order]]
+            rows += [[order, "test", "test facts", r["epoch"], r["fact_mean_rank"], r["implication_mean_rank"]]
+                     for order in self.config.orders for r in self.test[order]]
+            write_csv(out / "ordering.csv", ["order", "stage", "phase", "epoch", "fact_mean_rank", "implication_mean_rank"], rows)
+            self.plot(out / "ordering.png")
+
+
+def _train_measuring(lm: LM, facts: list[Fact], config: TrainConfig, name: str, measure, curve: list, **fields) -> LM:
+    """Train, appending `measure(model) | fields | {"epoch": e}` to `curve` after every epoch."""
+    return train_model(lm, facts, config, name=name, after_epoch=lambda epoch, model: curve.append(
+        measure(snapshot(model, lm.tokenizer, name), **fields, epoch=epoch)))[0]
+
+
+def run_ordering(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, progress: bool = False) -> OrderingResult:
+    """Fig. 4: continued training in each order, then fine-tuning on the test facts, measuring after every epoch."""
+    started = time.perf_counter()
+    data = config.data(registry, lm.tokenizer)
+    continued_config = dataclasses.replace(config.continued, progress=progress)
+    train_config = dataclasses.replace(config.train, progress=progress)
+
+    def on_train(model: LM, **fields) -> dict:
+        return _measured(model, data.train_facts, data.train_implications, **fields)
+
+    def on_test(model: LM, **fields) -> dict:
+        return _measured(model, data.test_facts, data.test_implications, **fields)
+
+    before = on_train(lm, phase="before", epoch=0)
+    continued, test = {}, {}
+    for order in config.orders:
+        curve, model = [before], lm
+        for phase, examples in ordering_phases(data, order):
+            model = _train_measuring(model, examples, continued_config, f"{lm.name}+{order}", on_train, curve, phase=phase)
+        continued[order] = curve
+        test[order] = [on_test(model, epoch=0)]
+        _train_measuring(model, data.test_facts.facts(), train_config, f"{lm.name}+{order}+test facts", on_test, test[order])
+        del model
+    return OrderingResult(lm.name, config, data, continued, test, time.perf_counter() - started)
+
+
+def graft_weights(base: LM, plus: LM, minus: LM, name: str) -> LM:
+    """base + (plus - minus), parameter by parameter, in the parameters' own dtype."""
+    model = copy.deepcopy(base.model)
+    add, subtract = dict(plus.model.named_parameters()), dict(minus.model.named_parameters())
+    with torch.no_grad():
+        for parameter_name, parameter in model.named_parameters():
+            parameter.add_(add[parameter_name] - subtract[parameter_name])
+    return snapshot(model, base.tokenizer, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class GraftResult:
+    """Table 3 (mean ranks of Impl F', Impl F and F' per weight set) and Fig. 6 (downstream against informative scores)."""
+
+    model_name: str
+    config: OriginsConfig
+    rows: tuple[dict, ...]  # {weights, impl_counterfactual, impl_original, facts_counterfactual, facts_original}
+    components: tuple[str, ...]
+    downstream: np.ndarray  # [n_components]: W_F,ImplF fine-tuned on the test facts, on Impl F_test
+    informative: np.ndarray  # [n_components]: the update W_F' -> W_graft, on Impl F'
+    chance: float
+    seconds: float
+
+    def correlation(self) -> dict:
+        """Pearson r of downstream against informative scores, for MLPs and heads separately."""
+        out = {}
+        for kind in ("mlp", "head"):
+            chosen = np.array([c.startswith(kind) for c in self.components])
+            a, b = self.downstream[chosen], self.informative[chosen]
+            out[kind] = float(np.corrcoef(a, b)[0, 1]) if chosen.sum() > 2 and a.std() > 0 and b.std() > 0 else float("nan")
+            out[f"n_{kind}"] = int(chosen.sum())
+        return out
+
+    def summary(self) -> dict:
+        """The JSON contract of `lincorr extractive graft --json`."""
+        return {"model": self.model_name, "rows": [dict(r) for r in self.rows], "chance_mean_rank": self.chance,
+                "downstream_informative_r": self.correlation(),
+                "paper": {"model": "OLMo-7B", "rows": [{"weights": w, "impl_counterfactual": v[0], "impl_original": v[1],
+                                                        "facts_counterfactual": v[2]} for w, v in PAPER_TABLE3.items()]},
+                "n_train": self.config.n_train, "n_test": self.config.n_test, "n_cities": self.config.n_cities, "seed": self.config.seed,
+                "continued_training": training_settings(self.config.continued), "test_training": training_settings(self.config.train),
+                "seconds": self.seconds}
+
+    def format_table(self) -> str:
+        """Table 3 with the paper's OLMo-7B numbers in brackets where it has them, and Fig. 6's correlations."""
+        lines = [f"Table 3 on {self.model_name} (chance {self.chance:.2f}); paper (OLMo-7B) in brackets",
+                 f"{'weights':<12} {'Impl F_cf':>14} {'Impl F':>14} {'F_cf':>14} {'F':>6}"]
+        for row in self.rows:
+            paper = PAPER_TABLE3.get(row["weights"])
+            cells = [f"{row[key]:5.2f}" + (f" ({paper[i]:4.2f})" if paper else "")
+                     for i, key in enumerate(("impl_counterfactual", "impl_original", "facts_counterfactual"))]
+            lines.append(f"{row['weights']:<12} " + " ".join(f"{c:>14}" for c in cells) + f" {row['facts_original']:>6.2f}")
+        r = self.correlation()
+        lines.append(f"Fig. 6: r(downstream, informative) = {r['mlp']:.3f} over {r['n_mlp']} MLPs, {r['head']:.3f} over {r['n_head']} heads")
+        return "\n".join(lines)
+
+    def plot(self, path) -> None:
+        """Fig. 6: downstream against informative score per component, MLPs and heads in separate panels."""
+        r = self.correlation()
+        with saved_figure(path, 1, 2, figsize=(8, 3.4)) as (_, axes):
+            for axis, kind in zip(axes, ("mlp", "head")):
+                chosen = np.array([c.startswith(kind) for c in self.components])
+                axis.scatter(self.informative[chosen], self.downstream[chosen], s=10)
+                axis.set_xlabel("informative score of W_F' -> W_graft")
+                axis.set_ylabel("downstream score (test facts)")
+                axis.set_title(f"{kind}s: r = {r[kind]:.3f}", fontsize=9)
+
+    def save(self, directory) -> None:
+        """graft.json (summary), graft_scores.csv (both scores per component), graft.png (Fig. 6)."""
+        with staged_directory(directory) as out:
+            write_json(out / "graft.json", self.summary())
+            write_csv(out / "graft_scores.csv", ["component", "downstream", "informative"],
+                      [[c, float(d), float(i)] for c, d, i in zip(self.components, self.downstream, self.informative)])
+            self.plot(out / "graft.png")
+
+
+def run_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, progress: bool = False) -> GraftResult:
+    """Table 3 and Fig. 6: train the four weight sets, graft, measure; then score both updates."""
+    started = time.perf_counter()
+    data = config.data(registry, lm.tokenizer)
+    continued = dataclasses.replace(config.continued, progress=progress)
+
+    def trained(base: LM, examples: QuerySet, name: str) -> LM:
+        return train_model(base, examples.facts(), continued, name=name)[0]
+
+    rows = {}
+
+    def measure(name: str, model: LM) -> None:
+        rows[name] = {"weights": name, "impl_counterfactual": mean_rank(model, data.counterfactual_implications),
+                      "impl_original": mean_rank(model, data.train_implications),
+                      "facts_counterfactual": mean_rank(model, data.counterfactual_facts), "facts_original": mean_rank(model, data.train_facts)}
+
+    # Each weight set is a full copy of the model: measured as soon as it exists, dropped once nothing needs it.
+    measure("W", lm)
+    w_f = trained(lm, data.train_facts, "W_F")
+    measure("W_F", w_f)
+    w_f_impl = trained(w_f, data.train_implications, "W_F,ImplF")
+    measure("W_F,ImplF", w_f_impl)
+    w_cf = trained(lm, data.counterfactual_facts, "W_F'")
+    measure("W_F'", w_cf)
+    grafted = graft_weights(w_cf, w_f_impl, w_f, "W_graft")
+    del w_f
+    measure("W_graft", grafted)
+    components = score_components(lm)
+    informative = linearized_scores(w_cf, grafted, data.counterfactual_implications, components=components, upstream=False,
+                                    batch_size=config.batch_size)["informative"]
+    del grafted
+    w_impl = trained(lm, data.train_implications, "W_ImplF")
+    measure("W_ImplF", w_impl)
+    measure("W~_graft", graft_weights(w_cf, w_impl, lm, "W~_graft"))
+    del w_impl, w_cf
+    tested = train_model(w_f_impl, data.test_facts.facts(), dataclasses.replace(config.train, progress=progress), name="W_F,ImplF+test")[0]
+    downstream = linearized_scores(w_f_impl, tested, data.test_implications, components=components, upstream=False,
+                                   batch_size=config.batch_size)["downstream"]
+    rows = tuple(rows[name] for name in WEIGHT_SETS)
+    return GraftResult(lm.name, config, rows, tuple(str(c) for c in components), downstream, informative,
+                       chance_mean_rank(data.test_facts), time.perf_counter() - started)

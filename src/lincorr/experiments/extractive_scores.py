@@ -1,0 +1,480 @@
+"""Extractive scores (Feng et al. §4, eqs. 1-6, Fig. 3): where fine-tuning stores a fact and what extracts it.
+
+For every MLP (`mlp[l]`, its output as added to the residual stream) and attention head
+(`head[l,h]`, query head h before the output projection) c, with original weights W, fine-tuned
+weights W', output y_c = f_c(z_c, W_c) at every position of an implication prompt:
+
+- reward R = z_answer - mean_j z_j over the candidate answers' first-token logits z (higher is
+  better; the positive version), averaged over the implication prompts;
+- informative  I_c = dR/dW_c . (W'_c - W_c)                                      (eq. 4)
+- downstream   D_c = dR/dy_c . (f_c(z'_c, W_c) - y_c), z'_c the input of c in the fine-tuned model (eq. 5)
+- upstream     U_c = (dR/dy_c[W_late <- W'_late] - dR/dy_c) . (y_c - y*_c)        (eq. 6)
+
+Dots sum over positions and features. "Late" is every component after c in the forward order:
+for mlp[l] the blocks after l, for head[l,h] block l's MLP and the blocks after l. Parameters
+outside the blocks (embeddings, final norm) keep their original values in the late-weight model;
+the default training (`extractive.SMALL_TRAIN`) does not change them. y*_c is the dataset mean
+of y_c at each position counted from the prompt's end, over the prompts that reach it.
+
+A head's weights W_c are its query rows, its key/value head's rows and the output-projection
+columns that read it (`internals.head_indices`); with grouped-query attention the key/value rows
+are shared, so the heads of one group all count them.
+
+The paper's decomposition: for W' = W + t D, (I_c + D_c + U_c) / t -> d/dt [dR/dy_c . (y_c - y*_c)]
+as t -> 0 (gradient under the moved late weights at the original activations, y_c under the
+moved earlier and own weights, y* fixed). It needs c's weights to reach R only through y_c: true
+for MLPs, and for heads only with their own key/value head and unchanged projection columns
+(those act after y_c, which is taken before the projection). tests/test_extractive.py checks it there.
+
+Cost: one backward through the original model per batch gives dR/dy_c for every component and
+dR/dW for every parameter (informative and downstream); the downstream inputs z'_c come from one
+forward of the fine-tuned model and one of the original model with every sub-layer input
+replaced. Upstream needs the gradient under each late-weight model: one backward per split point
+(2 per block), shared by the components at that point. `exact_scores` computes eqs. 1-3 by
+intervention, one component at a time, to check the linearisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import time
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from lincorr.errors import LincorrError
+from lincorr.experiments.extractive import (
+    OcrConfig, QuerySet, hop_data, load_world, saved_figure, snapshot, train_and_measure, training_settings,
+)
+from lincorr.internals import Component, Patch, component_parameters, head, head_indices, layout, mlp, run
+from lincorr.internals.trace import NO_TOKENS
+from lincorr.models import LM
+from lincorr.outputs import staged_directory, write_csv, write_json
+
+__all__ = [
+    "SCORES", "ScoresConfig", "ScoresResult", "score_components", "checked_components", "linearized_scores", "exact_scores", "rewards",
+    "run_scores", "scores_from_models", "score_grid",
+]
+
+SCORES = ("informative", "downstream", "upstream")
+# Weights of a component: parameter name -> (axis, indices) of its slice, or None for the whole tensor.
+Slices = dict[str, tuple[int, torch.Tensor] | None]
+
+
+def score_components(lm: LM) -> list[Component]:
+    """Every MLP and query head, block by block: `mlp[l]`, `head[l,0]` .. `head[l,H-1]`."""
+    parts = layout(lm)
+    return [c for l in range(parts.n_layers) for c in [mlp(l)] + [head(l, h) for h in range(parts.n_heads)]]
+
+
+def rewards(logits: torch.Tensor, answers: torch.Tensor) -> torch.Tensor:
+    """R per prompt from candidate logits `[n, k]` and right columns `[n]`: z_answer - mean_j z_j, `[n]`."""
+    logits = _wide(logits)
+    return logits[torch.arange(len(answers), device=logits.device), answers.to(logits.device)] - logits.mean(1)
+
+
+def _wide(tensor: torch.Tensor) -> torch.Tensor:
+    """float32 for sums over many terms (bfloat16 would lose them), float64 kept (the tests' exact checks)."""
+    return tensor if tensor.dtype == torch.float64 else tensor.float()
+
+
+def _real(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`tensor [b, w, d]` with padding columns zeroed (whatever a padded position computed, even NaN)."""
+    return torch.where(mask.to(tensor.device, torch.bool)[..., None], tensor, torch.zeros((), dtype=tensor.dtype, device=tensor.device))
+
+
+def _weights(lm: LM, component: Component) -> Slices:
+    if component.kind == "head":
+        return dict(head_indices(lm, component))
+    return {name: None for name in component_parameters(lm, component)}
+
+
+def _part(tensor: torch.Tensor, where: tuple[int, torch.Tensor] | None) -> torch.Tensor:
+    return tensor if where is None else tensor.index_select(where[0], where[1].to(tensor.device))
+
+
+@contextlib.contextmanager
+def _weights_from(model: torch.nn.Module, source: torch.nn.Module, slices: Sequence[Slices]) -> Iterator[None]:
+    """Copy `source`'s values of the given weight slices into `model` for the block; restore them after."""
+    own, other = dict(model.named_parameters()), dict(source.named_parameters())
+    saved = []
+    with torch.no_grad():
+        for weights in slices:
+            for name, where in weights.items():
+                saved.append((name, where, _part(own[name], where).clone()))
+                _put(own[name], where, _part(other[name], where))
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, where, value in reversed(saved):
+                _put(own[name], where, value)
+
+
+def _put(parameter: torch.Tensor, where: tuple[int, torch.Tensor] | None, value: torch.Tensor) -> None:
+    if where is None:
+        parameter.copy_(value)
+    else:
+        parameter.index_copy_(where[0], where[1].to(parameter.device), value)
+
+
+@contextlib.contextmanager
+def _sublayer_inputs(lm: LM, store: dict, replay: bool) -> Iterator[None]:
+    """Record (or, with `replay`, overwrite) the input of every block's attention and FFN sub-layer.
+
+    The input of the first module on a sub-layer's path (`ArchMap.attn[0]`, `ArchMap.mlp[0]`) is the
+    component's input z_c. A replay feeds each forward call the tensor recorded at the same call,
+    so the batches must come in the same order and shapes as when they were recorded.
+    """
+    parts = layout(lm)
+    handles, calls = [], {}
+
+    def hook_for(key):
+        def hook(_module, args, kwargs):
+            if not replay:
+                store.setdefault(key, []).append((args[0] if args else kwargs["hidden_states"]).detach())
+                return None
+            index = calls.get(key, 0)
+            calls[key] = index + 1
+            value = store[key][index]
+            return ((value, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": value})
+
+        return hook
+
+    try:
+        for layer in range(parts.n_layers):
+            for kind, path in (("attn", parts.arch.attn[0]), ("mlp", parts.arch.mlp[0])):
+                module = parts.block(layer).get_submodule(path)
+                handles.append(module.register_forward_pre_hook(hook_for((kind, layer)), with_kwargs=True))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def _right_aligned_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean of left-padded `values [n, w, d]` over the real rows of each column: `[w, d]`."""
+    counts = mask.to(values.device, values.dtype).sum(0).clamp(min=1)[:, None]
+    return _real(values, mask).sum(0) / counts
+
+
+def _chunks(queries: QuerySet, batch_size: int) -> list[tuple[list[str], torch.Tensor]]:
+    answers = torch.tensor(queries.answers)
+    return [(list(queries.prompts[s:s + batch_size]), answers[s:s + batch_size]) for s in range(0, len(queries), batch_size)]
+
+
+def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components: Sequence[Component | str] | None = None,
+                      upstream: bool = True, batch_size: int = 32, progress: bool = False) -> dict[str, np.ndarray]:
+    """Eqs. 4-6 averaged over `queries`: {"informative", "downstream", "upstream"} each `[n_components]`.
+
+    `components` default to `score_components(original)`; `upstream=False` skips the per-split
+    backward passes (the entry is then NaN). `original` and `tuned` must share an architecture.
+    """
+    components = [Component.parse(c) if isinstance(c, str) else c for c in (components or score_components(original))]
+    token_ids = torch.tensor(queries.candidates.token_ids)
+    weights = [_weights(original, c) for c in components]
+    names = sorted({name for w in weights for name in w})
+    own, other = dict(original.model.named_parameters()), dict(tuned.model.named_parameters())
+    missing = [n for n in names if n not in other or other[n].shape != own[n].shape]
+    if missing:
+        raise LincorrError(f"the fine-tuned model lacks {missing[0]} (or its shape differs); score a fine-tuned copy of the same model")
+    full = run(original, list(queries.prompts), capture=components, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
+    y_star = {c: _right_aligned_mean(_wide(full[c]), full.attention_mask) for c in components}
+    parameter_grads = {name: torch.zeros_like(_wide(own[name])) for name in names}
+    downstream = torch.zeros(len(components), dtype=torch.float64)
+    saved = []  # per chunk: (activations y, gradients dR/dy), both {c: [b, w, d]}, and the mask
+    saved_requires_grad = {name: p.requires_grad for name, p in own.items()}
+    try:
+        for p in own.values():
+            p.requires_grad_(False)
+        for name in names:
+            own[name].requires_grad_(True)
+        for prompts, answers in _chunks(queries, batch_size):
+            inputs: dict = {}
+            shifted = _shifted_outputs(original, tuned, prompts, components, batch_size=len(prompts))
+            trace = run(original, prompts, capture=components, positions="all", token_ids=token_ids, grad=True)
+            mask = trace.attention_mask
+            reward = rewards(trace.logits, answers).sum()
+            grads = torch.autograd.grad(reward, [trace[c] for c in components] + [own[n] for n in names])
+            activation_grads = {c: _real(_wide(g), mask) for c, g in zip(components, grads)}
+            for name, g in zip(names, grads[len(components):]):
+                parameter_grads[name] += _wide(g)
+            values = {c: _wide(trace[c].detach()) for c in components}
+            for i, c in enumerate(components):
+                downstream[i] += (activation_grads[c] * _real(_wide(shifted[c]) - values[c], mask)).sum().double()
+            saved.append((values, activation_grads, mask))
+    finally:
+        for name, p in own.items():
+            p.requires_grad_(saved_requires_grad[name])
+    with torch.no_grad():
+        informative = torch.tensor([
+            sum(float((_part(parameter_grads[n], where) * _wide(_part(other[n], where) - _part(own[n], where))).sum())
+                for n, where in w.items())
+            for w in weights
+        ], dtype=torch.float64)
+    scores = {"informative": informative, "downstream": downstream,
+              "upstream": (_upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size, progress)
+                           if upstream else torch.full((len(components),), float("nan"), dtype=torch.float64))}
+    return {key: (value / len(queries)).numpy() for key, value in scores.items()}
+
+
+def _split_points(original: LM, components: Sequence[Component]) -> list[tuple[list[int], list[Slices]]]:
+    """Upstream's late-weight models, last first: (indices of the components scored there, weights to make fine-tuned after).
+
+    Walking back through the blocks, mlp[l] is scored with the blocks after l fine-tuned, then
+    block l's FFN joins the late weights, the heads of block l are scored, and block l's attention joins.
+    """
+    by_point: dict[tuple[int, int], list[int]] = {}
+    for i, c in enumerate(components):
+        by_point.setdefault((c.layer, 1 if c.kind == "mlp" else 0), []).append(i)
+    n_layers = layout(original).n_layers
+    points = []
+    for layer in reversed(range(n_layers)):
+        for stage, kind in ((1, "mlp"), (0, "attn")):
+            then_late = [_weights(original, Component(kind, layer))]
+            points.append((by_point.get((layer, stage), []), then_late))
+    return points
+
+
+def _upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size, progress) -> torch.Tensor:
+    upstream = torch.zeros(len(components), dtype=torch.float64)
+    hybrid = _model_copy(original)
+    chunks = _chunks(queries, batch_size)
+    with contextlib.ExitStack() as late:
+        for indices, then_late in _split_points(original, components):
+            if indices:
+                scored = [components[i] for i in indices]
+                for (prompts, answers), (values, base_grads, mask) in zip(chunks, saved):
+                    trace = run(hybrid, prompts, capture=scored, positions="all", token_ids=token_ids, grad=True)
+                    grads = torch.autograd.grad(rewards(trace.logits, answers).sum(), [trace[c] for c in scored])
+                    width = mask.shape[1]
+                    for i, c, g in zip(indices, scored, grads):
+                        centred = _real(values[c] - y_star[c][-width:], mask)
+                        upstream[i] += ((_real(_wide(g), mask) - base_grads[c]) * centred).sum().double()
+            late.enter_context(_weights_from(hybrid.model, tuned.model, then_late))
+    return upstream
+
+
+def _model_copy(lm: LM) -> LM:
+    """A copy of `lm` whose weights change in place, without gradients (they are taken by activation only)."""
+    model = copy.deepcopy(lm.model)
+    for parameter in model.parameters():
+        parameter.requires_grad_(False)
+    return snapshot(model, lm.tokenizer, f"{lm.name} (mixed weights)")
+
+
+def _shifted_outputs(original: LM, tuned: LM, prompts: list[str], components: Sequence[Component], batch_size: int):
+    """f_c(z'_c, W_c) at every position: the original weights applied to the fine-tuned model's sub-layer inputs (a Trace)."""
+    inputs: dict = {}
+    with _sublayer_inputs(tuned, inputs, replay=False):
+        run(tuned, prompts, token_ids=NO_TOKENS, batch_size=batch_size)
+    with _sublayer_inputs(original, inputs, replay=True):
+        return run(original, prompts, capture=components, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
+
+
+def _mean_reward(lm: LM, queries: QuerySet, token_ids: torch.Tensor, interventions=(), batch_size: int = 32) -> float:
+    logits = run(lm, list(queries.prompts), interventions=interventions, token_ids=token_ids, batch_size=batch_size).logits
+    return float(rewards(logits, torch.tensor(queries.answers)).mean())
+
+
+def exact_scores(original: LM, tuned: LM, queries: QuerySet, components: Sequence[Component | str], *,
+                 batch_size: int = 32) -> dict[str, np.ndarray]:
+    """Eqs. 1-3 by intervention, one component at a time: {"informative", "downstream", "upstream"} each `[n_components]`.
+
+    informative: R with c's weights fine-tuned minus R; downstream: R with y_c replaced by
+    f_c(z'_c, W_c) minus R; upstream: the drop from mean-ablating y_c (to y*_c) with the late
+    weights fine-tuned, minus the same drop with the original weights (the late split as above).
+    """
+    components = [Component.parse(c) if isinstance(c, str) else c for c in components]
+    token_ids = torch.tensor(queries.candidates.token_ids)
+    prompts = list(queries.prompts)
+    base = _mean_reward(original, queries, token_ids, batch_size=batch_size)
+    full = run(original, prompts, capture=components, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
+    shifted = _shifted_outputs(original, tuned, prompts, components, batch_size)
+    hybrid = _model_copy(original)
+    out = {key: np.zeros(len(components)) for key in SCORES}
+    for i, c in enumerate(components):
+        with _weights_from(hybrid.model, tuned.model, [_weights(original, c)]):
+            out["informative"][i] = _mean_reward(hybrid, queries, token_ids, batch_size=batch_size) - base
+        out["downstream"][i] = _mean_reward(original, queries, token_ids, [Patch(c, shifted[c], "all")], batch_size) - base
+        mean = _right_aligned_mean(_wide(full[c]), full.attention_mask).to(full[c].dtype)
+        ablated = _mean_reward(original, queries, token_ids, [Patch(c, mean, "all")], batch_size)
+        with _weights_from(hybrid.model, tuned.model, _late_weights(original, c)):
+            late = _mean_reward(hybrid, queries, token_ids, batch_size=batch_size)
+            late_ablated = _mean_reward(hybrid, queries, token_ids, [Patch(c, mean, "all")], batch_size)
+        out["upstream"][i] = (late - late_ablated) - (base - ablated)
+    return out
+
+
+def _late_weights(lm: LM, component: Component) -> list[Slices]:
+    """The weights after `component` in the forward order (see the module docstring)."""
+    n_layers = layout(lm).n_layers
+    later = [Component(kind, l) for l in range(component.layer + 1, n_layers) for kind in ("attn", "mlp")]
+    if component.kind == "head":
+        later.insert(0, mlp(component.layer))
+    return [_weights(lm, c) for c in later]
+
+
+def score_grid(lm: LM, components: Sequence[Component], values: np.ndarray) -> np.ndarray:
+    """Per-component values `[n_components]` as a heatmap `[n_layers, 1 + n_heads]`: column 0 the MLP, then heads (NaN: not scored)."""
+    parts = layout(lm)
+    grid = np.full((parts.n_layers, 1 + parts.n_heads), np.nan)
+    for c, value in zip(components, values):
+        grid[c.layer, 0 if c.kind == "mlp" else 1 + c.head] = value
+    return grid
+
+
+def checked_components(lm: LM, n_checked: int) -> list[Component]:
+    """About `n_checked` components for the linearisation check: MLPs and heads (half each) at evenly spaced layers."""
+    parts = layout(lm)
+    if n_checked <= 0:
+        return []
+    layers = np.unique(np.linspace(0, parts.n_layers - 1, max(n_checked // 2, 1)).round().astype(int))
+    heads = [head(int(l), i % parts.n_heads) for i, l in enumerate(layers)]
+    return [mlp(int(l)) for l in layers] + heads
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    if len(a) < 3 or np.std(a) == 0 or np.std(b) == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoresConfig:
+    """The update to score (dataset and training, as in the OCR study), how many components to check by intervention, the batch size."""
+
+    update: OcrConfig = OcrConfig()
+    n_checked: int = 12
+    batch_size: int = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoresResult:
+    """The three linearised scores per layer and component (Fig. 3) and the check against their exact versions."""
+
+    model_name: str
+    config: ScoresConfig
+    component_names: tuple[str, ...]  # heatmap columns: "mlp", "head 0", ...
+    grids: dict  # score -> [n_layers, n_columns]
+    checked: tuple[str, ...]
+    linear_checked: dict  # score -> [n_checked], the linearised values of the checked components
+    exact_checked: dict  # score -> [n_checked], eqs. 1-3
+    mean_ranks: dict  # fact/implication mean rank before and after training
+    training: dict
+    seconds_train: float
+    seconds_scores: float
+    seconds_check: float
+
+    def linearization_r(self) -> dict:
+        """Pearson r of exact against linearised scores over the checked components, per score."""
+        return {key: _pearson(self.exact_checked[key], self.linear_checked[key]) for key in SCORES}
+
+    def summary(self) -> dict:
+        """The JSON contract of `lincorr extractive scores --json`."""
+        n_layers = next(iter(self.grids.values())).shape[0]
+        return {
+            "hop": self.config.update.hop, "model": self.model_name, "reward": "R = z_answer - mean_j z_j over the candidates' first-token logits",
+            "layers": list(range(n_layers)), "components": list(self.component_names),
+            **{key: [[None if np.isnan(v) else float(v) for v in row] for row in self.grids[key]] for key in SCORES},
+            "linearization_r": self.linearization_r(), "n_checked": len(self.checked),
+            "checked": [{"component": c, **{f"{key}_linear": float(self.linear_checked[key][i]) for key in SCORES},
+                         **{f"{key}_exact": float(self.exact_checked[key][i]) for key in SCORES}} for i, c in enumerate(self.checked)],
+            **self.mean_ranks, "n_facts": self.config.update.n_facts, "seed": self.config.update.seed, "training": self.training,
+            "seconds_train": self.seconds_train, "seconds_scores": self.seconds_scores, "seconds_check": self.seconds_check,
+        }
+
+    def top(self, key: str, k: int = 5) -> list[tuple[str, float]]:
+        """The `k` components with the largest score."""
+        grid = self.grids[key]
+        order = np.argsort(-np.nan_to_num(grid, nan=-np.inf), axis=None)[:k]
+        return [(f"head[{i},{j - 1}]" if j else f"mlp[{i}]", float(grid[i, j])) for i, j in zip(*np.unravel_index(order, grid.shape))]
+
+    def format_table(self) -> str:
+        """The top components of each score and the linearisation check."""
+        r = self.linearization_r()
+        lines = [f"{self.config.update.hop}-hop extractive scores on {self.model_name} (implication mean rank "
+                 f"{self.mean_ranks['implication_mean_rank_before']:.2f} -> {self.mean_ranks['implication_mean_rank_after']:.2f})"]
+        for key in SCORES:
+            top = ", ".join(f"{name} {value:+.3f}" for name, value in self.top(key))
+            lines.append(f"{key:<12} top: {top}")
+        lines.append("linearisation r over " + str(len(self.checked)) + " components: "
+                     + ", ".join(f"{key} {r[key]:.3f}" for key in SCORES))
+        return "\n".join(lines)
+
+    def plot(self, path) -> None:
+        """Fig. 3: one heatmap per score, layers down, MLP then heads across, on a shared symmetric scale per score."""
+        size = (3 + 1.05 * len(self.component_names), 1.5 + 0.22 * self.grids["informative"].shape[0])
+        with saved_figure(path, 1, 3, figsize=size) as (figure, axes):
+            for axis, key in zip(axes, SCORES):
+                grid = self.grids[key]
+                limit = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
+                image = axis.imshow(grid, cmap="RdBu_r", vmin=-limit or -1, vmax=limit or 1, aspect="auto", interpolation="nearest")
+                axis.set_xticks(range(len(self.component_names)), self.component_names, rotation=90, fontsize=6)
+                axis.set_ylabel("layer")
+                axis.set_title(key, fontsize=9)
+                figure.colorbar(image, ax=axis, fraction=0.05)
+            figure.suptitle(f"{self.config.update.hop}-hop update, {self.model_name}", fontsize=9)
+
+    def plot_check(self, path) -> None:
+        """Exact (eqs. 1-3) against linearised (eqs. 4-6) scores of the checked components."""
+        r = self.linearization_r()
+        with saved_figure(path, 1, 3, figsize=(10, 3.2)) as (_, axes):
+            for axis, key in zip(axes, SCORES):
+                axis.scatter(self.linear_checked[key], self.exact_checked[key], s=12)
+                axis.axline((0, 0), slope=1, color="grey", lw=0.8, ls="--")
+                axis.set_xlabel("linearised")
+                axis.set_ylabel("exact (intervention)")
+                axis.set_title(f"{key}: r = {r[key]:.3f}", fontsize=9)
+
+    def save(self, directory) -> None:
+        """scores.json (summary), scores.csv (one row per layer, component and score), scores.png, linearization.png."""
+        with staged_directory(directory) as out:
+            write_json(out / "scores.json", self.summary())
+            rows = [[key, layer, name, float(self.grids[key][layer, j])]
+                    for key in SCORES for layer in range(self.grids[key].shape[0]) for j, name in enumerate(self.component_names)]
+            write_csv(out / "scores.csv", ["score", "layer", "component", "value"], rows)
+            self.plot(out / "scores.png")
+            if self.checked:
+                self.plot_check(out / "linearization.png")
+
+
+def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked: int = 12, upstream: bool = True,
+                       batch_size: int = 32, progress: bool = False) -> tuple[list[Component], dict, list[Component], dict, dict, float, float]:
+    """Linearised scores of every component and exact ones of `checked_components(n_checked)`.
+
+    Returns (components, scores, checked, linearised scores of the checked, exact scores of the checked, seconds
+    for the scores, seconds for the check).
+    """
+    started = time.perf_counter()
+    components = score_components(original)
+    scores = linearized_scores(original, tuned, queries, components=components, upstream=upstream, batch_size=batch_size, progress=progress)
+    seconds_scores = time.perf_counter() - started
+    checked = checked_components(original, n_checked)
+    index = {c: i for i, c in enumerate(components)}
+    linear = {key: np.array([scores[key][index[c]] for c in checked]) for key in SCORES}
+    exact = exact_scores(original, tuned, queries, checked, batch_size=batch_size) if checked else {k: np.zeros(0) for k in SCORES}
+    return components, scores, checked, linear, exact, seconds_scores, time.perf_counter() - started - seconds_scores
+
+
+def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig(), *, progress: bool = False) -> ScoresResult:
+    """Fine-tune on the update's facts, then score every MLP and head on the implications and check a subset by intervention."""
+    update = config.update
+    data = hop_data(load_world(registry), lm.tokenizer, update.hop, update.n_facts, update.seed, update.templates)
+    started = time.perf_counter()
+    tuned, per_epoch, _ = train_and_measure(lm, data, dataclasses.replace(update.train, progress=progress))
+    seconds_train = time.perf_counter() - started
+    components, scores, checked, linear, exact, seconds_scores, seconds_check = scores_from_models(
+        lm, tuned, data.implications, n_checked=config.n_checked, batch_size=config.batch_size, progress=progress)
+    mean_ranks = {f"{kind}_mean_rank_{when}": row[f"{kind}_mean_rank"] for kind in ("fact", "implication")
+                  for when, row in (("before", per_epoch[0]), ("after", per_epoch[-1]))}
+    n_heads = layout(lm).n_heads
+    return ScoresResult(
+        model_name=lm.name, config=config, component_names=("mlp",) + tuple(f"head {h}" for h in range(n_heads)),
+        grids={key: score_grid(lm, components, scores[key]) for key in SCORES}, checked=tuple(str(c) for c in checked),
+        linear_checked=linear, exact_checked=exact, mean_ranks=mean_ranks, training=training_settings(update.train),
+        seconds_train=seconds_train, seconds_scores=seconds_scores, seconds_check=seconds_check,
+    )

@@ -1,0 +1,211 @@
+"""Where lincorr may write, and writing there so that nothing is ever half-written or left behind.
+
+Every file and directory lincorr makes (cache entries, converted models, output directories)
+is first written under a temporary name next to its target and renamed into place only when
+complete; on failure the temporary is removed. A temporary's name carries the process id and
+host that own it, so one left behind by a process that could not clean up (SIGKILL, power loss)
+is removed the next time lincorr uses that directory: when its owner is no longer running on
+this host, or when it is older than STALE_SECONDS whatever its host (a cache shared between
+machines, or a pid reused since). New files and directories get the modes the user's umask
+allows, as `open` and `mkdir` would give them, not the private modes of `tempfile`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+
+from lincorr.errors import LincorrError
+
+# Longer than any conversion or save takes, so a live temporary on another host is never taken for a stale one.
+STALE_SECONDS = 24 * 3600
+TEMPORARY_PATTERN = re.compile(r"\.lincorr-tmp\.(?P<pid>\d+)@(?P<host>[A-Za-z0-9_-]*)\.")
+# Marks a directory lincorr wrote as an output, so the next run may replace it whole.
+OUTPUT_MARKER = ".lincorr-output"
+
+_swept: set[Path] = set()
+
+
+def host_name() -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname())
+
+
+def temporary_prefix(name: str) -> str:
+    """The start of a temporary's name for `name`: hidden, and naming this process and host."""
+    return f".{name}.lincorr-tmp.{os.getpid()}@{host_name()}."
+
+
+def umask() -> int:
+    """The process's umask, read from /proc where Linux shows it; elsewhere by setting and restoring it (a brief change)."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    return 0o666 & ~umask()
+
+
+def directory_mode() -> int:
+    return 0o777 & ~umask()
+
+
+def process_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def is_stale(name: str, modified: float) -> bool:
+    """Whether a directory entry is a temporary its owner will never finish."""
+    match = TEMPORARY_PATTERN.search(name)
+    if match is None:
+        return False
+    if time.time() - modified > STALE_SECONDS:
+        return True
+    return match["host"] == host_name() and int(match["pid"]) != os.getpid() and not process_running(int(match["pid"]))
+
+
+def remove_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def remove_stale_temporaries(directory: Path) -> None:
+    """Remove the temporaries in `directory` whose owners are gone (see the module's docstring)."""
+    try:
+        entries = list(os.scandir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for entry in entries:
+        with contextlib.suppress(FileNotFoundError):
+            if is_stale(entry.name, entry.stat(follow_symlinks=False).st_mtime):
+                remove_path(Path(entry.path))
+
+
+def ready_directory(directory) -> Path:
+    """`directory`, created if missing (with the umask's mode), cleared of stale temporaries on its first use in this process."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    resolved = directory.resolve()
+    if resolved not in _swept:
+        remove_stale_temporaries(directory)
+        _swept.add(resolved)
+    return directory
+
+
+@contextlib.contextmanager
+def atomic_file(path, mode: str = "w"):
+    """Yield a file object open on a temporary next to `path`; on success it becomes `path`, on failure it is removed."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=ready_directory(path.parent))
+    try:
+        with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
+            yield out
+        os.chmod(temporary, file_mode())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+
+
+def write_json_atomic(path, payload) -> None:
+    """A cache file read back only by lincorr: JSON written whole or not at all."""
+    with atomic_file(path) as out:
+        json.dump(payload, out, indent=2, ensure_ascii=False)
+
+
+def read_json(path) -> dict | None:
+    """A JSON file's object, or None when it is missing or unreadable."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def replaced_directory(target):
+    """Yield an empty staging directory next to `target`; on success it becomes `target` whole, on failure it is removed.
+
+    A `target` that exists is moved aside and removed only once the new one is in place, so at
+    no moment does `target` hold a mixture of an old and a new run.
+    """
+    target = Path(target)
+    staging = Path(tempfile.mkdtemp(prefix=temporary_prefix(target.name), dir=ready_directory(target.parent)))
+    try:
+        os.chmod(staging, directory_mode())
+        yield staging
+        if target.exists():
+            old = staging.with_name(staging.name + "old")
+            os.replace(target, old)
+            os.replace(staging, target)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def nearest_existing(path: Path) -> Path:
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_writable(directory: Path, what: str) -> None:
+    """Fail now, not after the work, when nothing could be written in `directory` (or where it would be created).
+
+    Catches a file in the way, a missing permission, a read-only disk and a full one, by creating,
+    syncing and removing a small temporary in the nearest directory that exists.
+    """
+    existing = nearest_existing(Path(directory))
+    if not existing.is_dir():
+        raise LincorrError(f"cannot write {what}: {existing} is a file, not a directory; choose another location")
+    try:
+        handle, probe = tempfile.mkstemp(prefix=temporary_prefix("probe"), dir=existing)
+    except OSError as error:
+        raise LincorrError(f"cannot write {what}: {error.strerror} in {existing}; choose another location") from None
+    try:
+        os.write(handle, b"lincorr")
+        os.fsync(handle)  # a full disk may accept the name and refuse only the data
+    except OSError as error:
+        raise LincorrError(f"cannot write {what}: {error.strerror} in {existing}; free space or choose another location") from None
+    finally:
+        os.close(handle)
+        os.unlink(probe)
+
+
+def check_output_directory(path, option: str = "output directory") -> None:
+    """Fail before any work when `path` cannot become an output directory.
+
+    Each run replaces its output directory whole, so that it never mixes files of two runs (a
+    stale W.png beside new arrays); lincorr therefore writes only into a new or empty directory,
+    or one that it wrote itself.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise LincorrError(f"{option} {path} is a file; name a directory (it will be created)")
+    if path.is_dir() and any(path.iterdir()) and not (path / OUTPUT_MARKER).is_file():
+        raise LincorrError(f"{option} {path} holds files lincorr did not write, and each run replaces its output directory whole; "
+                           "name a new or empty directory")
+    # The new directory is staged beside it, in its parent.
+    check_writable(path.absolute().parent, f"{option} {path}")

@@ -1,0 +1,27 @@
+"""The HTML report: one self-contained page (plotly.js and the data inline) for the output directories of any studies.
+
+    from lincorr.report import build_report
+    build_report(["lincorr-out", "runs/attr"]).save("report.html")
+
+Interactive versions of the study figures (W, correlation matrices, Fig. 5, scores, logit-lens
+curves) with the numbers under the pointer, sortable tables with the paper's columns, and for
+every run the command, model fingerprint, settings and lincorr version that produced it.
+The static PNGs stay what the studies write for papers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lincorr.errors import LincorrError
+from lincorr.report.page import Report, Section
+from lincorr.report.runs import read_run
+
+__all__ = ["Report", "Section", "build_report", "read_run"]
+
+
+def build_report(run_dirs: Sequence, *, title: str = "lincorr report") -> Report:
+    """One section per study result found in `run_dirs`, in the order given; a LincorrError for a directory that holds none."""
+    if not run_dirs:
+        raise LincorrError("name at least one run directory (the --out or --save-dir of a lincorr command)")
+    return Report(title, tuple(section for directory in run_dirs for section in read_run(directory)))

@@ -1,0 +1,154 @@
+"""The report's interactive figures: plotly versions of the study plots, with the numbers behind each cell on hover.
+
+Colour scales are fixed where the PNGs fix them ([-1, 1] for r, [0, 0.5] for its std), so
+figures of different runs compare by eye; W keeps the PNG's row order and clipping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+
+from lincorr.plots import ordered_weight_rows
+
+R_LIMITS = (-1.0, 1.0)
+STD_LIMITS = (0.0, 0.5)
+ROW_PX = 14  # height of one heatmap row: enough for a readable label at font size 10
+MAX_HEIGHT_PX = 3600
+FONT = {"size": 11}
+
+
+def _layout(title: str, height: int, **extra) -> dict:
+    # The title takes its own margin, so axis labels on top never run into it.
+    return {"title": {"text": title, "font": {"size": 14}, "x": 0, "xref": "paper", "yref": "container", "y": 1, "yanchor": "top",
+                      "pad": {"t": 10}, "automargin": True},
+            "height": height, "template": "plotly_white", "font": FONT, "margin": {"l": 10, "r": 10, "t": 40, "b": 10}, **extra}
+
+
+def _category_axis(title: str, **extra) -> dict:
+    # Words such as "1990" would otherwise turn the axis numeric.
+    return {"title": {"text": title}, "type": "category", "automargin": True, "tickfont": {"size": 10}, **extra}
+
+
+def _heatmap_height(n_rows: int, *, minimum: int = 320) -> int:
+    return int(min(MAX_HEIGHT_PX, max(minimum, 200 + ROW_PX * n_rows)))
+
+
+def _top_colorbar(title: str, n_rows: int) -> dict:
+    """A colour bar beside the first rows: on a heatmap thousands of pixels tall a full-height one puts its labels off screen."""
+    if ROW_PX * n_rows <= 600:
+        return {"title": {"text": title, "side": "right"}}
+    return {"title": {"text": title, "side": "right"}, "lenmode": "pixels", "len": 400, "y": 1, "yanchor": "top"}
+
+
+def weight_figure(coef: np.ndarray, source_words: Sequence[str], target_words: Sequence[str],
+                  reference: Mapping[int, Sequence[int]], title: str) -> go.Figure:
+    """W `[n_source, n_target]` as the PNG shows it (rows centred, ordered by reference target, clipped at the 99.5th percentile).
+
+    Hover gives the source and target word, W itself, the row-centred value the colour shows and
+    whether the cell is a reference pair; reference cells are outlined.
+    """
+    centred, order, ordering = ordered_weight_rows(coef, {row: tuple(columns) for row, columns in reference.items()} or None)
+    rows = [source_words[i] for i in order]
+    is_reference = np.zeros(coef.shape, bool)
+    for row, columns in reference.items():
+        is_reference[row, list(columns)] = True
+    limit = float(np.nanpercentile(np.abs(centred), 99.5)) or 1.0
+    heatmap = go.Heatmap(
+        z=centred[order], x=list(target_words), y=rows, customdata=coef[order], text=np.where(is_reference[order], "yes", "no"),
+        colorscale="RdBu_r", zmin=-limit, zmax=limit, colorbar=_top_colorbar("W minus<br>row mean", len(rows)),
+        # Four significant digits: an ols W of a large domain holds weights of 1e-4 and of 10.
+        hovertemplate="source: %{y}<br>target: %{x}<br>W: %{customdata:.4~g}<br>W minus row mean: %{z:.4~g}"
+                      "<br>reference pair: %{text}<extra></extra>",
+    )
+    marked = np.argwhere(is_reference[order])
+    outlines = go.Scatter(
+        x=[target_words[j] for _, j in marked], y=[rows[i] for i, _ in marked], mode="markers", hoverinfo="skip", name="reference pair",
+        marker={"symbol": "square-open", "color": "black", "size": 9, "line": {"width": 1.5}}, showlegend=False,
+    )
+    # Explicit ranges: markers would otherwise pad the axes with empty space around the cells.
+    return go.Figure(
+        [heatmap, outlines],
+        _layout(f"{title}<br><sup>rows: source words {ordering}</sup>", _heatmap_height(len(rows)),
+                xaxis=_category_axis("target word", side="top", tickangle=-90, range=[-0.5, len(target_words) - 0.5]),
+                yaxis=_category_axis("source word", range=[len(rows) - 0.5, -0.5])),
+    )
+
+
+def bar_figure(labels: Sequence[str], values: Sequence[float], title: str, *, value_name: str, limits: tuple[float, float] = R_LIMITS) -> go.Figure:
+    """One bar per label, largest first, on a fixed value axis."""
+    order = np.argsort(-np.nan_to_num(np.asarray(values, float), nan=-np.inf))
+    return go.Figure(
+        go.Bar(x=[labels[i] for i in order], y=[values[i] for i in order], hovertemplate=f"%{{x}}<br>{value_name}: %{{y:.3f}}<extra></extra>"),
+        _layout(title, 380, xaxis=_category_axis("", tickangle=-90), yaxis={"title": {"text": value_name}, "range": list(limits)}),
+    )
+
+
+def matrix_figure(values: np.ndarray, row_labels: Sequence[str], column_labels: Sequence[str], title: str, *, value_name: str,
+                  limits: tuple[float, float], hover: Sequence[Sequence[str]], row_axis: str, column_axis: str) -> go.Figure:
+    """A correlation matrix on a fixed colour scale, each value written in its cell (up to 30 x 30); `hover[i][j]` is the cell's hover text."""
+    low, high = limits
+    small = max(len(row_labels), len(column_labels)) <= 30
+    heatmap = go.Heatmap(
+        z=np.where(np.isfinite(values), values, None), x=list(column_labels), y=list(row_labels), text=hover,
+        colorscale="RdBu_r" if low < 0 else "Viridis", zmin=low, zmax=high, hoverongaps=False,
+        colorbar=_top_colorbar(value_name, len(row_labels)),
+        texttemplate="%{z:.2f}" if small else None, textfont={"size": 9},
+        hovertemplate="%{text}<extra></extra>",
+    )
+    return go.Figure(heatmap, _layout(title, _heatmap_height(len(row_labels), minimum=420),
+                                      xaxis=_category_axis(column_axis, tickangle=-90),
+                                      yaxis=_category_axis(row_axis, autorange="reversed")))
+
+
+def score_heatmaps(grids: Mapping[str, np.ndarray], layers: Sequence[int], components: Sequence[str], title: str) -> go.Figure:
+    """One heatmap per score (layers down, components across), side by side, each on its own symmetric scale."""
+    from plotly.subplots import make_subplots
+
+    figure = make_subplots(rows=1, cols=len(grids), subplot_titles=list(grids), horizontal_spacing=0.12)
+    for k, (name, grid) in enumerate(grids.items()):
+        grid = np.asarray(grid, float)
+        limit = (float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 0.0) or 1.0
+        right_edge = figure.layout[f"xaxis{k + 1 if k else ''}"].domain[1]
+        figure.add_trace(go.Heatmap(
+            z=np.where(np.isfinite(grid), grid, None), x=list(components), y=[str(layer) for layer in layers], colorscale="RdBu_r",
+            zmin=-limit, zmax=limit, hoverongaps=False, colorbar={"x": right_edge + 0.01, "xanchor": "left", "len": 0.9, "thickness": 10},
+            hovertemplate=f"layer %{{y}}<br>%{{x}}<br>{name} score: %{{z:.4g}}<extra></extra>",
+        ), row=1, col=k + 1)
+        figure.update_xaxes(_category_axis("component", tickangle=-90), row=1, col=k + 1)
+        figure.update_yaxes(_category_axis("layer", autorange="reversed"), row=1, col=k + 1)
+    # Room above the plots for the subplot titles under the figure's own.
+    figure.update_layout(_layout(title, _heatmap_height(len(layers), minimum=380), margin={"l": 10, "r": 10, "t": 90, "b": 10}))
+    return figure
+
+
+def line_figure(x: Sequence, series: Mapping[str, Sequence[float]], title: str, *, x_name: str, y_name: str,
+                y_range: tuple[float, float] | None = None, reference_line: tuple[str, float] | None = None) -> go.Figure:
+    """One line per series over shared x values; `reference_line` (name, y) draws a dashed level such as chance."""
+    x = list(x)
+    # Layers and epochs are whole numbers: no tick at 0.5.
+    whole = {"tickmode": "linear", "dtick": max(1, (max(x) - min(x)) // 20)} if x and all(isinstance(v, int) for v in x) else {}
+    figure = go.Figure([
+        go.Scatter(x=x, y=list(values), mode="lines+markers", name=name,
+                   hovertemplate=f"{name}<br>{x_name}: %{{x}}<br>{y_name}: %{{y:.3f}}<extra></extra>")
+        for name, values in series.items()
+    ], _layout(title, 420, xaxis={"title": {"text": x_name}, "automargin": True, **whole},
+               yaxis={"title": {"text": y_name}, **({"range": list(y_range)} if y_range else {})}))
+    if reference_line is not None:
+        figure.add_hline(y=reference_line[1], line_dash="dash", line_color="grey", annotation_text=reference_line[0])
+    return figure
+
+
+def outcome_figure(weights: Sequence[float], generalized: Sequence[bool], labels: Sequence[str], curve: Sequence[Mapping], title: str) -> go.Figure:
+    """Fig. 5: each learned fact's outcome (jittered) against W[s, ref], with the generalization rate per quantile bin."""
+    jitter = np.random.default_rng(0).uniform(-0.03, 0.03, len(weights))
+    return go.Figure([
+        go.Scatter(x=list(weights), y=np.asarray(generalized, float) + jitter, mode="markers", name="facts", text=list(labels),
+                   marker={"size": 7, "opacity": 0.6}, hovertemplate="%{text}<br>W[s, ref]: %{x:.4f}<extra></extra>"),
+        go.Scatter(x=[(c["w_ref_low"] + c["w_ref_high"]) / 2 for c in curve], y=[c["generalization_rate"] for c in curve],
+                   mode="lines+markers", name="rate per quantile bin", customdata=[c["n"] for c in curve],
+                   hovertemplate="W[s, ref] bin centre: %{x:.4f}<br>generalization rate: %{y:.2f} (%{customdata} facts)<extra></extra>"),
+    ], _layout(title, 420, xaxis={"title": {"text": "W[s, reference]"}},
+               yaxis={"title": {"text": "generalized (1) or not (0)"}, "range": [-0.1, 1.1]}))

@@ -1,0 +1,269 @@
+"""The report as data (sections of figures, tables and key numbers) and as one self-contained HTML page.
+
+The page needs no network when opened: plotly.js is inlined once in the head and every
+figure's data sits in the page. Tables sort by a click on a column header (a few lines of
+inline script); everything a user typed (words, prompts, paths) is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime
+import html
+import json
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import plotly.graph_objects as go
+import plotly.io as pio
+from plotly.offline import get_plotlyjs
+
+from lincorr.errors import LincorrError
+from lincorr.outputs import write_text_atomic
+
+FIGURE_CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions": {"format": "png", "scale": 2}}
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """An interactive plotly figure."""
+
+    figure: go.Figure
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """A table column: its heading and the format spec of its numbers (".3f", ".1%"); text is shown as it is."""
+
+    name: str
+    number_format: str = ".3f"
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A sortable table; a cell is text, a number (formatted by its column, sorted as a number) or None (empty, sorted last)."""
+
+    title: str
+    columns: tuple[Column, ...]
+    rows: tuple[tuple[str | float | int | None, ...], ...]
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyNumbers:
+    """A short list of labelled values: the headline of a run."""
+
+    items: tuple[tuple[str, str], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Picture:
+    """A PNG a study wrote, inlined: how the report shows a study it has no interactive view of."""
+
+    name: str
+    png: bytes
+
+
+Block = Figure | Table | KeyNumbers | Picture
+
+
+@dataclasses.dataclass(frozen=True)
+class Provenance:
+    """Where a run came from, as its provenance.json (or, for runs saved before it existed, its result JSON) says."""
+
+    command: str | None
+    model: str | None
+    model_fingerprint: str | dict | None
+    lincorr_version: str | None
+    settings: dict | None
+    written_at: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Section:
+    """One run directory: what study it is, where it came from, and what to show."""
+
+    title: str
+    study: str
+    directory: str
+    provenance: Provenance
+    blocks: tuple[Block, ...]
+
+    @property
+    def figures(self) -> int:
+        return sum(isinstance(block, Figure) for block in self.blocks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    """Sections of one or more runs; `html()` is the page, `save(path)` writes it."""
+
+    title: str
+    sections: tuple[Section, ...]
+    created_at: str = dataclasses.field(default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+
+    @property
+    def figures(self) -> int:
+        """How many plotly figures the page draws."""
+        return sum(section.figures for section in self.sections)
+
+    def html(self) -> str:
+        """The whole page: plotly.js, styles and sorting script inline, one section per run after a table of contents."""
+        from lincorr import __version__
+
+        anchors = unique_anchors([section.title for section in self.sections])
+        contents = "".join(f'<li><a href="#{a}">{escape(s.title)}</a> <span class="study">{escape(s.study)}</span></li>'
+                           for a, s in zip(anchors, self.sections))
+        body = "".join(section_html(section, anchor) for section, anchor in zip(self.sections, anchors))
+        return (
+            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>{escape(self.title)}</title><style>{STYLE}</style>"
+            f'<script>window.PlotlyConfig = {{MathJaxConfig: "local"}};</script><script>{get_plotlyjs()}</script>'
+            f"<script>{SORT_SCRIPT}</script></head><body>"
+            f'<header><h1>{escape(self.title)}</h1><p class="meta">{len(self.sections)} run(s), {self.figures} figure(s); '
+            f"made by lincorr {escape(__version__)} at {escape(self.created_at)}. Hover a cell for its numbers, drag to zoom, "
+            f"double-click to reset; click a column heading to sort.</p>"
+            f'<nav><h2>Contents</h2><ol>{contents}</ol></nav></header><main>{body}</main></body></html>\n'
+        )
+
+    def save(self, path) -> Path:
+        """Write the page to `path` (through a temporary file) and return the path."""
+        path = Path(path)
+        if path.is_dir():
+            raise LincorrError(f"{path} is a directory; name the HTML file to write, e.g. {path / 'report.html'}")
+        write_text_atomic(path, self.html())
+        return path
+
+
+def escape(value) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def unique_anchors(titles: Sequence[str]) -> list[str]:
+    """URL-fragment ids from titles, numbered so that two runs of the same study never share one."""
+    anchors = []
+    for k, title in enumerate(titles, 1):
+        slug = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:60] or "run"
+        anchors.append(f"run-{k}-{slug}")
+    return anchors
+
+
+def section_html(section: Section, anchor: str) -> str:
+    blocks = []
+    for k, block in enumerate(section.blocks):
+        if isinstance(block, Figure):
+            blocks.append(figure_html(block, f"{anchor}-figure-{k}"))
+        elif isinstance(block, Table):
+            blocks.append(table_html(block))
+        elif isinstance(block, Picture):
+            blocks.append(picture_html(block))
+        else:
+            blocks.append(key_numbers_html(block))
+    return (f'<section id="{anchor}" data-study="{escape(section.study)}"><h2>{escape(section.title)}</h2>'
+            f"{provenance_html(section)}{''.join(blocks)}</section>")
+
+
+def provenance_html(section: Section) -> str:
+    p = section.provenance
+    fingerprint = p.model_fingerprint
+    if isinstance(fingerprint, dict):
+        fingerprint = "; ".join(f"{model}: {value}" for model, value in fingerprint.items())
+    rows = [
+        ("command", f"<code>{escape(p.command)}</code>" if p.command else "not recorded (saved from Python, or before lincorr recorded commands)"),
+        ("directory", f"<code>{escape(section.directory)}</code>"),
+        ("model", escape(p.model or "not recorded")),
+        ("model fingerprint", f"<code>{escape(fingerprint)}</code>" if fingerprint else "not recorded"),
+        ("lincorr version", escape(p.lincorr_version or "not recorded")),
+        ("written", escape(p.written_at or "not recorded")),
+    ]
+    settings = (f"<details><summary>settings</summary><pre>{escape(json.dumps(p.settings, indent=2, ensure_ascii=False))}</pre></details>"
+                if p.settings else "<p>settings: not recorded</p>")
+    return ('<div class="provenance"><dl>' + "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in rows) + f"</dl>{settings}</div>")
+
+
+def figure_html(block: Figure, div_id: str) -> str:
+    height = block.figure.layout.height or 450
+    plot = pio.to_html(block.figure, include_plotlyjs=False, full_html=False, config=FIGURE_CONFIG, div_id=div_id,
+                       default_height=f"{height}px")
+    note = f'<p class="note">{escape(block.note)}</p>' if block.note else ""
+    return f'<figure class="plot">{plot}{note}</figure>'
+
+
+def cell_html(value, column: Column) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "<td></td>"
+    if isinstance(value, bool):
+        return f"<td>{'yes' if value else 'no'}</td>"
+    if isinstance(value, str):
+        # Long text (a reason a row was skipped) wraps; words and labels stay on one line.
+        return f'<td class="text">{escape(value)}</td>' if len(value) > 40 else f"<td>{escape(value)}</td>"
+    text = str(value) if isinstance(value, int) else format(value, column.number_format)
+    return f'<td class="number" data-value="{float(value)!r}">{text}</td>'
+
+
+def table_html(table: Table) -> str:
+    head = "".join(f'<th title="sort">{escape(c.name)}</th>' for c in table.columns)
+    rows = "".join("<tr>" + "".join(cell_html(v, c) for v, c in zip(row, table.columns)) + "</tr>" for row in table.rows)
+    note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
+    return (f'<div class="table"><h3>{escape(table.title)}</h3><table class="sortable"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{rows}</tbody></table>{note}</div>")
+
+
+def picture_html(block: Picture) -> str:
+    data = base64.b64encode(block.png).decode("ascii")
+    return (f'<figure class="picture"><img alt="{escape(block.name)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{escape(block.name)}</figcaption></figure>")
+
+
+def key_numbers_html(block: KeyNumbers) -> str:
+    return '<dl class="numbers">' + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in block.items) + "</dl>"
+
+
+STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1d232a; margin: 0; background: #f6f7f9; }
+header, main { max-width: 1500px; margin: 0 auto; padding: 0 24px; }
+h1 { font-size: 24px; margin: 24px 0 4px; } h2 { font-size: 19px; margin: 0 0 10px; } h3 { font-size: 15px; margin: 18px 0 6px; }
+.meta, .note { color: #59636e; } .study { color: #59636e; font-size: 12px; }
+nav { background: #fff; border: 1px solid #dde1e6; border-radius: 6px; padding: 8px 18px; margin: 12px 0 20px; }
+nav h2 { font-size: 15px; margin: 6px 0; }
+section { background: #fff; border: 1px solid #dde1e6; border-radius: 6px; padding: 18px 22px; margin: 0 0 24px; }
+.provenance { background: #f2f4f7; border-radius: 4px; padding: 8px 12px; margin-bottom: 12px; font-size: 13px; }
+.provenance dl, dl.numbers { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 0; }
+.provenance dt, dl.numbers dt { color: #59636e; } .provenance dd, dl.numbers dd { margin: 0; overflow-wrap: anywhere; }
+dl.numbers { margin: 8px 0 12px; font-size: 14px; }
+code { font: 12.5px ui-monospace, "SFMono-Regular", Menlo, monospace; background: #e8ebef; padding: 1px 4px; border-radius: 3px; }
+pre { font: 12px ui-monospace, Menlo, monospace; max-height: 320px; overflow: auto; background: #fff; padding: 8px; }
+figure.plot { margin: 12px 0 20px; } figure.picture img { max-width: 100%; } figcaption { color: #59636e; font-size: 12px; }
+.table { overflow-x: auto; }
+table.sortable { border-collapse: collapse; font-size: 13px; }
+table.sortable th { cursor: pointer; user-select: none; background: #eef1f4; text-align: left; vertical-align: bottom; padding: 5px 8px;
+  border-bottom: 2px solid #c9d0d8; min-width: 4em; max-width: 9em; }
+table.sortable th[data-order="asc"]::after { content: " \\25B2"; } table.sortable th[data-order="desc"]::after { content: " \\25BC"; }
+table.sortable td { padding: 4px 8px; border-bottom: 1px solid #e6e9ed; white-space: nowrap; }
+td.number { text-align: right; font-variant-numeric: tabular-nums; } table.sortable td.text { white-space: normal; min-width: 24em; }
+table.sortable tbody tr:hover { background: #f6f8fa; }
+"""
+
+# Click a heading: sort by that column (numbers as numbers, empty cells last), click again to reverse.
+SORT_SCRIPT = """
+document.addEventListener("click", function (event) {
+  var heading = event.target.closest("table.sortable th");
+  if (!heading) return;
+  var table = heading.closest("table"), column = heading.cellIndex, ascending = heading.dataset.order !== "asc";
+  table.querySelectorAll("th").forEach(function (th) { delete th.dataset.order; });
+  heading.dataset.order = ascending ? "asc" : "desc";
+  function key(row) { var cell = row.cells[column]; return cell.dataset.value !== undefined ? parseFloat(cell.dataset.value) : cell.textContent; }
+  function empty(value) { return value === "" || (typeof value === "number" && isNaN(value)); }
+  var rows = Array.prototype.slice.call(table.tBodies[0].rows).sort(function (a, b) {
+    var x = key(a), y = key(b);
+    if (empty(x) || empty(y)) return empty(x) - empty(y);
+    var order = typeof x === "number" && typeof y === "number" ? x - y : String(x).localeCompare(String(y));
+    return ascending ? order : -order;
+  });
+  rows.forEach(function (row) { table.tBodies[0].appendChild(row); });
+});
+"""

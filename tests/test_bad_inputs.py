@@ -1,0 +1,377 @@
+"""The catalogue of mistakes a user can make, and of faults around them, at the command line.
+
+Every mistake ends in exactly one stderr line starting `lincorr: error:`, exit code 2, no
+traceback, and no new file in the workspace or the working directory. To add a case, add one
+line to MISTAKES: an id, the arguments (`{name}` is a file of the workspace, see `assets`), a
+fragment of the expected message and, when the case needs the machine changed first (a full
+disk, a file where the cache should be), the name of a SETUPS entry. Runs that succeed must
+print strict JSON (no NaN or Infinity); the faults and reproducibility tests follow the table.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import CITIES, COUNTRIES, NAMES
+from tiny import tiny_llama, write_tiny_gguf
+
+import lincorr.collect as collect
+from lincorr.cli import main
+from lincorr.filesystem import OUTPUT_MARKER, STALE_SECONDS, host_name
+
+FIT = ["fit", "city", "country", "--model", "{model}", "--inputs", "{inputs}", "--quiet",
+       "--source-template", "{} lives in the city of", "--source-domain", "{cities}",
+       "--target-template", "{} lives in the country of", "--target-domain", "{countries}"]
+FIT_N = [arg for arg in FIT if arg not in ("--inputs", "{inputs}")]  # inputs sampled from the vocabulary with -n
+PRECISION = ["precision", "city", "country", "--model", "{model}", "--quiet"]
+
+MISTAKES = [
+    # numbers: refused while parsing, before anything runs
+    ("seed-negative", FIT + ["--seed", "-1"], "argument --seed: must be at least 0"),
+    ("bootstrap-zero", FIT + ["--bootstrap", "0"], "argument --bootstrap: must be at least 1"),
+    ("bootstrap-negative", FIT + ["--bootstrap", "-1"], "argument --bootstrap: must be at least 1"),
+    ("alpha-nan", FIT + ["--estimator", "ridge", "--alpha", "nan"], "argument --alpha: must be 'cv' or a finite"),
+    ("alpha-inf", FIT + ["--estimator", "ridge", "--alpha", "inf"], "argument --alpha: must be 'cv' or a finite"),
+    ("alpha-negative", FIT + ["--estimator", "ridge", "--alpha", "-1"], "argument --alpha: must be 'cv' or a finite"),
+    ("alpha-word", FIT + ["--alpha", "lots"], "argument --alpha: must be 'cv' or a finite"),
+    ("top-k-negative", FIT + ["--top", "Paris", "-k", "-3"], "argument -k/--top-k: must be at least 1"),
+    ("batch-size-zero", FIT + ["--batch-size", "0"], "argument --batch-size: must be at least 1"),
+    ("test-fraction-above-1", FIT + ["--test-fraction", "1.5"], "argument --test-fraction: must be between 0 and 1"),
+    ("test-fraction-nan", FIT + ["--test-fraction", "nan"], "argument --test-fraction: must be a finite number"),
+    ("n-not-a-number", FIT_N + ["-n", "many"], "argument -n/--n-inputs: expected a whole number"),
+    ("cases-top-k-negative", ["cases", "city", "country", "-k", "-1"], "argument -k/--top-k: must be at least 1"),
+    ("generalize-no-seeds", ["generalize", "--n-seeds", "0"], "argument --n-seeds: must be at least 1"),
+    ("generalize-lr-inf", ["generalize", "--lr", "inf"], "argument --lr: must be a finite number"),
+    ("predict-delta-nan", ["predict-edit", "city", "country", "--value", "Paris", "--delta", "nan"], "argument --delta: must be a finite"),
+    ("gradcorr-few-eval", ["gradcorr", "--n-eval", "3"], "argument --n-eval: must be at least 10"),
+    ("ablate-seed-negative", ["ablate", "--table7", "--seeds", "0", "-1"], "argument --seeds: must be at least 0"),
+    ("demo-seed-negative", ["demo", "--seed", "-1"], "argument --seed: must be at least 0"),
+    # usage
+    ("fit-without-prompts", ["fit"], "the following arguments are required: source, target"),
+    ("unknown-command", ["fitt", "city", "country"], "invalid choice: 'fitt'"),
+    ("cache-unknown-action", ["cache", "empty"], "invalid choice: 'empty'"),
+    # too few inputs to score on
+    ("n-4", FIT_N + ["-n", "4"], "hold out 2 to score on"),
+    ("inputs-file-of-8", FIT + ["--inputs", "{eight_inputs}"], "hold out 4 to score on"),
+    ("test-fraction-small", FIT + ["--test-fraction", "0.1"], "hold out 6 to score on"),
+    # an input far longer than a name
+    ("input-of-2000-words", FIT + ["--inputs", "{long_inputs}"], "at most 64 tokens"),
+    # model specs
+    ("gguf-garbage", FIT + ["--model", "{garbage.gguf}"], "is not a GGUF file"),
+    ("gguf-truncated", FIT + ["--model", "{truncated.gguf}"], "cannot read GGUF file"),
+    ("model-dir-empty", FIT + ["--model", "{empty_dir}"], "is not a saved model (it is empty)"),
+    ("model-dir-not-a-model", FIT + ["--model", "{notes_dir}"], "is not a saved model (it has no config.json)"),
+    ("model-weights-pickled", FIT + ["--model", "{pickled_model}"], "only as a pickle (pytorch_model.bin)"),
+    ("model-needs-remote-code", FIT + ["--model", "{remote_code_model}"], "needs its own Python code"),
+    ("model-without-tokenizer", FIT + ["--model", "{no_tokenizer_model}"], "has no tokenizer"),
+    # devices and dtypes
+    ("device-quantum", FIT + ["--device", "quantum"], "unknown device 'quantum'"),
+    ("device-cuda-without-cuda", FIT + ["--device", "cuda"], "device 'cuda' is not available", "cpu_only_torch"),
+    ("float16-overflows-on-cpu", FIT + ["--model", "{overflowing_model}", "--dtype", "float16"], "NaN/inf logits in float16"),
+    # reference files
+    ("references-number", PRECISION + ["--references", "{refs_number.json}"], "the object of 'Paris' is 5"),
+    ("references-null", PRECISION + ["--references", "{refs_null.json}"], "the object of 'Paris' is null"),
+    ("references-bare-scalar", PRECISION + ["--references", "{refs_scalar.json}"], "the JSON is 42, not reference pairs"),
+    # output locations: checked before the model loads
+    ("save-dir-is-a-file", FIT + ["--save-dir", "{a_file}"], "is a file; name a directory"),
+    ("save-dir-under-a-file", FIT + ["--save-dir", "{a_file}/run"], "is a file, not a directory"),
+    ("save-dir-read-only", FIT + ["--save-dir", "{read_only}/run"], "Read-only file system", "read_only_workspace_dir"),
+    ("save-dir-full-disk", FIT + ["--save-dir", "{read_only}/run"], "No space left on device", "full_workspace_dir"),
+    ("save-dir-of-other-files", FIT + ["--save-dir", "{notes_dir}"], "holds files lincorr did not write"),
+    ("out-is-a-file", ["matrix", "--prompts", "city,country", "--model", "{model}", "--out", "{a_file}"], "is a file; name a directory"),
+    ("demo-out-of-other-files", ["demo", "--out", "{notes_dir}"], "holds files lincorr did not write"),
+    ("disk-fills-during-save", FIT + ["--save-dir", "{ws}/run"], "No space left on device", "disk_fills_while_saving"),
+    # the cache
+    ("cache-dir-is-a-file", FIT, "is a file; point LINCORR_CACHE_DIR at a directory", "cache_dir_is_a_file"),
+    ("cache-dir-read-only", FIT, "Read-only file system", "read_only_cache"),
+    ("cache-dir-full", FIT, "No space left on device", "full_cache"),
+]
+
+
+# ---- the workspace the arguments name ----
+
+def save_tiny_model(directory: Path, tokenizer, *, weights: str = "safetensors", tokenizer_files: bool = True, scale_head: float = 1.0) -> None:
+    model = tiny_llama(len(tokenizer))
+    model.lm_head.weight.data[:, 0] *= scale_head
+    model.save_pretrained(directory)
+    if weights == "pickle":  # written with torch.save; lincorr must refuse it unread
+        torch.save(model.state_dict(), directory / "pytorch_model.bin")
+        (directory / "model.safetensors").unlink()
+    if tokenizer_files:
+        tokenizer.save_pretrained(directory)
+
+
+@pytest.fixture(scope="module")
+def assets(tmp_path_factory, tokenizer) -> dict[str, str]:
+    """The files the catalogue's arguments name, made once: `{name}` in an argument is `assets[name]`."""
+    ws = tmp_path_factory.mktemp("workspace")
+    save_tiny_model(ws / "model", tokenizer)
+    save_tiny_model(ws / "pickled_model", tokenizer, weights="pickle")
+    save_tiny_model(ws / "no_tokenizer_model", tokenizer, tokenizer_files=False)
+    # Beyond float16's range (65504): the head's column 0 becomes inf when the weights are cast.
+    save_tiny_model(ws / "overflowing_model", tokenizer, scale_head=1e7)
+    save_tiny_model(ws / "remote_code_model", tokenizer)
+    config = json.loads((ws / "remote_code_model" / "config.json").read_text())
+    config.update(model_type="my_own_model", auto_map={"AutoConfig": "configuration_mine.MyConfig", "AutoModelForCausalLM": "modeling_mine.MyModel"})
+    (ws / "remote_code_model" / "config.json").write_text(json.dumps(config))
+    (ws / "empty_dir").mkdir()
+    (ws / "notes_dir").mkdir()
+    (ws / "notes_dir" / "notes.txt").write_text("my notes\n")
+    (ws / "read_only").mkdir()
+    write_tiny_gguf(ws / "tiny.gguf")
+    (ws / "truncated.gguf").write_bytes((ws / "tiny.gguf").read_bytes()[:2000])
+    (ws / "garbage.gguf").write_text("this is not a model\n")
+    (ws / "a_file").write_text("a file\n")
+    lines = {"inputs": NAMES[:60], "eight_inputs": NAMES[:8], "long_inputs": [*NAMES[:30], " ".join(["word"] * 2000)],
+             "cities": CITIES, "countries": COUNTRIES, "one_country": COUNTRIES[:1]}
+    for name, content in lines.items():
+        (ws / f"{name}.txt").write_text("\n".join(content) + "\n", encoding="utf-8")
+    for name, content in {"refs_number.json": '{"Paris": 5}', "refs_null.json": '{"Paris": null}', "refs_scalar.json": "42"}.items():
+        (ws / name).write_text(content)
+    named = {path.name.removesuffix(".txt"): str(path) for path in ws.iterdir()}
+    return {**named, "ws": str(ws)}
+
+
+def filled(argv: list[str], assets: dict[str, str]) -> list[str]:
+    """The arguments with `{name}` replaced; a template's literal "{}" stays."""
+    return [re.sub(r"\{([\w.]+)\}", lambda name: assets[name[1]], arg) for arg in argv]
+
+
+def files_under(*roots) -> set[str]:
+    return {str(path) for root in roots for path in Path(root).rglob("*")}
+
+
+# ---- the machine changed: a read-only or full disk is simulated, since root (who runs CI) ignores permission bits ----
+
+def refuse_creation_under(monkeypatch, root, code: int) -> None:
+    """Creating a file or directory under `root` fails with `code`, as on a read-only (EROFS) or full (ENOSPC) disk."""
+    root = Path(root).resolve()
+
+    def refused(path) -> bool:
+        return Path(os.path.abspath(path)).resolve().is_relative_to(root)
+
+    def guard(real, path_of):
+        def guarded(*args, **kwargs):
+            path = path_of(*args, **kwargs)
+            if path is not None and refused(path):
+                raise OSError(code, os.strerror(code), str(path))
+            return real(*args, **kwargs)
+        return guarded
+
+    monkeypatch.setattr(tempfile, "mkstemp", guard(tempfile.mkstemp, lambda *a, dir=None, **k: dir))
+    monkeypatch.setattr(tempfile, "mkdtemp", guard(tempfile.mkdtemp, lambda *a, dir=None, **k: dir))
+    monkeypatch.setattr(os, "mkdir", guard(os.mkdir, lambda path, *a, **k: path))
+
+
+def fail_with_full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(args[0]))
+
+
+SETUPS = {
+    "cpu_only_torch": lambda assets, monkeypatch: monkeypatch.setattr(torch.cuda, "is_available", lambda: False),
+    "read_only_workspace_dir": lambda assets, monkeypatch: refuse_creation_under(monkeypatch, assets["read_only"], errno.EROFS),
+    "full_workspace_dir": lambda assets, monkeypatch: refuse_creation_under(monkeypatch, assets["read_only"], errno.ENOSPC),
+    "disk_fills_while_saving": lambda assets, monkeypatch: monkeypatch.setattr(np, "save", fail_with_full_disk),
+    "cache_dir_is_a_file": lambda assets, monkeypatch: monkeypatch.setenv("LINCORR_CACHE_DIR", assets["a_file"]),
+    "read_only_cache": lambda assets, monkeypatch: refuse_creation_under(monkeypatch, os.environ["LINCORR_CACHE_DIR"], errno.EROFS),
+    "full_cache": lambda assets, monkeypatch: refuse_creation_under(monkeypatch, os.environ["LINCORR_CACHE_DIR"], errno.ENOSPC),
+}
+
+
+@pytest.mark.parametrize("argv, message, setup", [(case[1], case[2], case[3] if len(case) > 3 else None) for case in MISTAKES],
+                         ids=[case[0] for case in MISTAKES])
+def test_mistake_ends_in_one_error_line(argv, message, setup, assets, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    if setup:
+        SETUPS[setup](assets, monkeypatch)
+    before = files_under(assets["ws"], tmp_path)
+    assert main(filled(argv, assets)) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lincorr: error: "), captured.err
+    assert message in lines[0] and "Traceback" not in captured.err, lines[0]
+    assert files_under(assets["ws"], tmp_path) == before, "a failed command left files behind"
+    assert captured.out == ""
+
+
+def test_catalogue_ids_are_unique():
+    ids = [case[0] for case in MISTAKES]
+    assert len(ids) == len(set(ids)) and all(case[3] in SETUPS for case in MISTAKES if len(case) > 3)
+
+
+# ---- runs that succeed print and save strict JSON ----
+
+def strict_loads(text: str):
+    def refuse(constant):
+        raise AssertionError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_undefined_numbers_are_null_with_a_reason(assets, tmp_path, capsys):
+    """A one-word target domain has no instance-wise r: null, and "undefined" says why, in stdout and result.json."""
+    argv = filled(FIT + ["--target-domain", "{one_country}", "--json", "--save-dir", str(tmp_path / "run")], assets)
+    assert main(argv) == 0
+    for payload in (strict_loads(capsys.readouterr().out), strict_loads((tmp_path / "run" / "result.json").read_text())):
+        assert payload["instancewise_r_mean"] is None and payload["n_target_domain"] == 1
+        assert "at least 2" in payload["undefined"]["instancewise_r_mean"]
+        assert isinstance(payload["labelwise_r_mean"], float)
+
+
+def test_strict_json_replaces_every_non_finite_number():
+    from lincorr import strict_json
+
+    text = strict_json.dumps({"r": float("nan"), "rows": [{"hit": {"1": float("inf")}}], "undefined": {"r": "one value"}})
+    assert strict_loads(text) == {"r": None, "rows": [{"hit": {"1": None}}],
+                                  "undefined": {"r": "one value", "rows.0.hit.1": strict_json.UNDEFINED_REASON}}
+    assert strict_loads(strict_json.dumps([{"a": float("-inf")}, 1.5])) == [{"a": None, "undefined": {"a": strict_json.UNDEFINED_REASON}}, 1.5]
+
+
+# ---- output directories ----
+
+def test_an_output_directory_is_replaced_whole_with_the_umasks_mode(assets, tmp_path, capsys, umask_022):
+    out = tmp_path / "run"
+    assert main(filled(FIT + ["--save-dir", str(out), "--heatmap"], assets)) == 0
+    assert (out / "W.png").is_file() and (out / OUTPUT_MARKER).is_file()
+    assert out.stat().st_mode & 0o777 == 0o755
+    assert main(filled(FIT + ["--save-dir", str(out), "--seed", "1"], assets)) == 0
+    assert not (out / "W.png").exists(), "a file of the earlier run survived"
+    assert json.loads((out / "result.json").read_text())["seed"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "staging or the old directory was left beside it"
+
+
+# ---- faults: damaged caches, interrupted writes ----
+
+@pytest.fixture
+def umask_022():
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+def run_on_gguf(assets, capsys) -> None:
+    assert main(["domains", "--model", assets["tiny.gguf"], "--family", "math", "--json"]) == 0
+    strict_loads(capsys.readouterr().out)
+
+
+def converted_directory() -> Path:
+    (directory,) = (Path(os.environ["LINCORR_CACHE_DIR"]) / "models").glob("tiny-*")
+    return directory
+
+
+def test_damaged_converted_weights_are_converted_again(assets, capsys, monkeypatch, umask_022):
+    run_on_gguf(assets, capsys)
+    weights = converted_directory() / "model.safetensors"
+    intact = weights.read_bytes()
+    assert converted_directory().stat().st_mode & 0o777 == 0o755
+    weights.write_bytes(intact[: len(intact) // 2])  # truncated: the size no longer matches the record
+    run_on_gguf(assets, capsys)
+    assert weights.read_bytes() == intact
+    flipped = bytearray(intact)
+    flipped[-1] ^= 0xFF  # same size, written later: the checksum catches it
+    weights.write_bytes(bytes(flipped))
+    run_on_gguf(assets, capsys)
+    assert weights.read_bytes() == intact
+    import lincorr.models as models
+
+    monkeypatch.setattr(models, "convert_gguf", lambda *a: pytest.fail("an intact conversion was redone"))
+    os.utime(weights)  # touched but unchanged: hashed once, recorded, and kept
+    run_on_gguf(assets, capsys)
+
+
+def test_a_failed_conversion_leaves_no_staging_and_stale_ones_are_removed(assets, capsys, monkeypatch):
+    import transformers
+
+    models_dir = Path(os.environ["LINCORR_CACHE_DIR"]) / "models"
+    models_dir.mkdir(parents=True)
+    # pid 2**22 + 1 is above Linux's pid_max: never a running process.
+    dead, old, live = (models_dir / f".tiny-0.lincorr-tmp.{pid}@{host}.{suffix}" for pid, host, suffix in
+                       ((2**22 + 1, host_name(), "dead"), (os.getppid(), "elsewhere", "old"), (os.getppid(), "elsewhere", "live")))
+    for staging in (dead, old, live):
+        staging.mkdir()
+        (staging / "model.safetensors").write_bytes(b"half")
+    two_days_ago = time.time() - 2 * STALE_SECONDS
+    os.utime(old, (two_days_ago, two_days_ago))
+
+    def full_disk(self, directory, **kwargs):
+        (Path(directory) / "model.safetensors").write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory))
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "save_pretrained", full_disk)
+    assert main(["domains", "--model", assets["tiny.gguf"], "--json"]) == 2
+    assert "No space left on device" in capsys.readouterr().err
+    assert sorted(p.name for p in models_dir.iterdir()) == [live.name], "the failed staging, or a stale one, is still there"
+
+
+def test_a_full_disk_leaves_no_temporary_table(assets, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(np, "savez", fail_with_full_disk)
+    for _ in range(2):  # a retry must not add another orphan
+        assert main(filled(FIT, assets)) == 2
+        assert "No space left on device" in capsys.readouterr().err
+    logits = Path(os.environ["LINCORR_CACHE_DIR"]) / "logits"
+    assert not any(logits.iterdir())
+
+
+def test_a_killed_writers_temporary_table_is_removed_at_the_next_start(assets, capsys):
+    logits = Path(os.environ["LINCORR_CACHE_DIR"]) / "logits"
+    logits.mkdir(parents=True)
+    orphan = logits / f".0123.npz.lincorr-tmp.{2**22 + 1}@{host_name()}.x1y2"
+    orphan.write_bytes(b"partial")
+    assert main(filled(FIT, assets)) == 0
+    assert not orphan.exists() and any(logits.glob("*.npz"))
+
+
+# ---- the cache command ----
+
+def test_cache_list_size_and_clear(assets, capsys):
+    run_on_gguf(assets, capsys)
+    assert main(filled(FIT, assets)) == 0
+    capsys.readouterr()
+    assert main(["cache", "list", "--json"]) == 0
+    sections = {s["section"]: s for s in strict_loads(capsys.readouterr().out)["sections"]}
+    assert sections["models"]["entries"] == 1 and sections["tables"]["entries"] >= 2 and sections["results"]["bytes"] == 0
+    assert main(["cache", "size"]) == 0 and "KB" in capsys.readouterr().out
+    assert main(["cache", "clear", "--tables"]) == 0
+    root = Path(os.environ["LINCORR_CACHE_DIR"])
+    assert not (root / "logits").exists() and converted_directory().is_dir()
+    assert main(["cache", "clear"]) == 0
+    assert not (root / "models").exists() and not (root / "hashes.json").exists()
+
+
+# ---- reproducibility ----
+
+def fit_json(assets, capsys, *extra) -> dict:
+    assert main(filled(FIT + ["--json", "--estimator", "ridge", *extra], assets)) == 0
+    payload = strict_loads(capsys.readouterr().out)
+    payload.pop("seconds")
+    return payload
+
+
+def test_results_do_not_depend_on_the_cache(assets, capsys, monkeypatch, tmp_path):
+    fresh = fit_json(assets, capsys)
+    cached = fit_json(assets, capsys)
+    uncached = fit_json(assets, capsys, "--no-cache")
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path / "another-cache"))
+    assert fresh == cached == uncached == fit_json(assets, capsys)
+
+
+def test_the_batch_size_is_part_of_a_tables_key(assets, capsys, monkeypatch):
+    """Logits move by ~1e-5 with the batch they run in, so a table filled with one batch size is not reused for another."""
+    fit_json(assets, capsys)
+    computed = []
+    real = collect.domain_scores
+    monkeypatch.setattr(collect, "domain_scores", lambda lm, rows, *a, **k: computed.append(len(rows)) or real(lm, rows, *a, **k))
+    fit_json(assets, capsys)
+    assert computed == []
+    with_seven = fit_json(assets, capsys, "--batch-size", "7")
+    assert computed and max(computed) == 7
+    assert with_seven == fit_json(assets, capsys, "--batch-size", "7", "--no-cache")

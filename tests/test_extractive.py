@@ -1,0 +1,574 @@
+"""Extractive structures on tiny in-code models: the data, the metric, and each score against its own definition."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+from tiny import WORDS, state_copy, tiny_gpt2, tiny_llama, tiny_subword_tokenizer, tiny_tokenizer
+
+from lincorr import finetune
+from lincorr.domains import build_domain
+from lincorr.errors import LincorrError
+from lincorr.experiments.extractive import (
+    HOPS, PAPER_TRAIN, OcrConfig, QuerySet, Templates, chance_mean_rank, hop_data, load_world, made_up_names, ranks,
+    run_ocr, token_report, train_model,
+)
+from lincorr.experiments.generalization import BLOCKS_ONLY
+from lincorr.experiments.extractive_freeze import SETTINGS, FreezeConfig, choose_split, reset_blocks, run_freeze
+from lincorr.experiments.extractive_origins import (
+    ORDERS, WEIGHT_SETS, OriginsConfig, graft_weights, novel_data, ordering_phases, run_graft, run_ordering,
+)
+from lincorr.experiments.extractive_scores import (
+    SCORES, exact_scores, linearized_scores, score_components, score_grid,
+)
+from lincorr.finetune import Fact, TrainConfig, train_on_facts
+from lincorr.internals import Component, Patch, attn, component_parameters, head_indices, layout, mlp, resid, run
+from lincorr.knowledge import load_registry
+from lincorr.models import wrap_model
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+CANDIDATES = ("Paris", "London", "Tokyo", "Rome", "Berlin")
+# Different lengths, so left padding and the right-aligned mean y* are exercised.
+PROMPTS = ("Alice lives in the city of", "Bob capital is", "X Y Z lives in the country of")
+ANSWERS = (0, 2, 4)
+
+
+# ---------------------------------------------------------------- data and metric
+
+
+def test_the_registry_world_has_twenty_cities_with_distinct_languages_and_unrevealing_landmarks():
+    world = load_world(load_registry())
+    assert len(world.cities) >= 20 and len(world.animals) >= 20
+    assert len(set(world.languages)) == len(world.languages) == len(world.landmarks) == len(world.cities)
+    for city, language, landmark in zip(world.cities, world.languages, world.landmarks):
+        assert city not in landmark and language not in landmark
+
+
+@pytest.fixture(scope="module")
+def world_tokenizer():
+    """Cities and languages are whole words; made-up names split into letters, so their first tokens are capitals."""
+    world = load_world(load_registry())
+    words = set(world.cities + world.languages + world.animals)
+    for template in Templates().__dict__.values():
+        words |= set(template.replace("{}", " ").split())
+    for landmark in world.landmarks:
+        words |= set(landmark.split())
+    return tiny_subword_tokenizer(sorted(words))
+
+
+@pytest.mark.parametrize("hop", ["first", "second"])
+def test_hop_data_pairs_each_name_with_one_city_and_asks_the_documented_questions(world_tokenizer, hop):
+    world = load_world(load_registry())
+    data = hop_data(world, world_tokenizer, hop, n=8, seed=3)
+    assert len(set(data.names)) == len(set(data.cities)) == 8
+    language = dict(zip(world.cities, world.languages))
+    landmark = dict(zip(world.cities, world.landmarks))
+    for i, (name, city) in enumerate(zip(data.names, data.cities)):
+        if hop == "first":
+            assert data.facts.prompts[i] == f"{name} lives in" and data.facts.answer_words()[i] == city
+            assert data.implications.prompts[i] == f"The people in the city {name} is from speak"
+            assert data.implications.answer_words()[i] == language[city]
+        else:
+            assert data.facts.prompts[i] == f"The mayor of {city} is" and data.facts.answer_words()[i] == name
+            assert data.implications.prompts[i] == f"The mayor of the city that contains {landmark[city]} is"
+            assert data.implications.answer_words()[i] == name
+    for queries in (data.facts, data.implications):
+        assert len(set(queries.candidates.token_ids)) == len(queries.candidates) == 8
+    assert chance_mean_rank(data.facts) == 3.5
+    # The pairing is seeded.
+    assert hop_data(world, world_tokenizer, hop, n=8, seed=3) == data
+    assert hop_data(world, world_tokenizer, hop, n=8, seed=4).cities != data.cities
+
+
+def test_templates_are_changeable_and_checked(world_tokenizer):
+    world = load_world(load_registry())
+    data = hop_data(world, world_tokenizer, "first", n=4, templates=Templates(first_fact="{} lives in the city of"))
+    assert data.facts.prompts[0].endswith(" lives in the city of")
+    with pytest.raises(LincorrError, match="exactly one"):
+        Templates(first_fact="lives in")
+    with pytest.raises(LincorrError, match="unknown hop"):
+        hop_data(world, world_tokenizer, "third")
+
+
+def test_made_up_names_have_distinct_first_tokens_and_too_many_is_a_clear_error(world_tokenizer):
+    names = made_up_names(10, world_tokenizer, seed=0)
+    firsts = [world_tokenizer(" " + n, add_special_tokens=False)["input_ids"][0] for n in names]
+    assert len(set(firsts)) == 10
+    with pytest.raises(LincorrError, match="distinct first tokens"):
+        made_up_names(40, world_tokenizer, seed=0)  # 26 capital letters
+
+
+def test_token_report_counts_what_survives(world_tokenizer):
+    report = token_report(load_world(load_registry()), world_tokenizer)
+    assert report["city"]["single_token"] == report["city"]["n"] and report["usable_cities"] == report["city"]["n"]
+    assert report["dropped"] == []
+
+
+def test_rank_is_the_number_of_candidates_with_a_strictly_higher_logit(tokenizer):
+    lm = wrap_model(tiny_llama(len(tokenizer)), tokenizer)
+    queries = QuerySet(PROMPTS, ANSWERS, build_domain(CANDIDATES, tokenizer))
+    logits = run(lm, list(PROMPTS), token_ids=torch.tensor(queries.candidates.token_ids)).logits
+    expected = [int((row > row[a]).sum()) for row, a in zip(logits, ANSWERS)]
+    assert ranks(lm, queries).tolist() == expected
+
+
+def test_after_epoch_sees_every_epoch_and_the_linear_schedule_warms_up_then_decays(tokenizer):
+    seen = []
+    facts = [Fact("Alice lives in the city of", "Paris"), Fact("Bob lives in the city of", "Tokyo")]
+    config = TrainConfig(learning_rate=1e-2, epochs=3, batch_size=1, schedule="linear", warmup=0.2, progress=False)
+    result = train_on_facts(tiny_llama(len(tokenizer)), tokenizer, facts, config, after_epoch=lambda e, m: seen.append((e, m)))
+    assert [e for e, _ in seen] == [1, 2, 3] and seen[-1][1] is result.model
+    factor = finetune._rate_factor(config, 10)
+    assert [round(factor(s), 4) for s in range(10)] == [0.5, 1.0, 1.0, 0.875, 0.75, 0.625, 0.5, 0.375, 0.25, 0.125]
+    assert PAPER_TRAIN.learning_rate == 3e-6 and PAPER_TRAIN.batch_size == 8 and PAPER_TRAIN.warmup == 0.1
+    with pytest.raises(LincorrError, match="schedule"):
+        TrainConfig(schedule="cosine")
+
+
+def tiny_world_registry(tmp_path, n: int = 5):
+    """The bundled registry with the extractive data cut to `n` cities the tiny tokenizer knows as words."""
+    world = load_world(load_registry())
+    lines = ["domains:", f"  extractive/city: [{', '.join(world.cities[:n])}]",
+             f"  extractive/language: [{', '.join(world.languages[:n])}]",
+             f"  extractive/landmark: [{', '.join(world.landmarks[:n])}]", f"  extractive/animal: [{', '.join(world.animals[:n])}]",
+             "references:"]
+    for name, objects in (("language", world.languages), ("landmark", world.landmarks)):
+        lines += [f"  - name: extractive/city->{name}", "    source_domain: extractive/city", f"    target_domain: extractive/{name}",
+                  "    pairs:"] + [f"      {c}: [{o}]" for c, o in zip(world.cities[:n], objects[:n])]
+    path = tmp_path / "tiny-extractive.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return load_registry([path])
+
+
+def test_ocr_measures_before_training_and_after_every_epoch_and_saves(world_tokenizer, tmp_path):
+    lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
+    config = OcrConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=6, batch_size=1, progress=False))
+    result = run_ocr(lm, tiny_world_registry(tmp_path), config)
+    summary = result.summary()
+    assert [row["epoch"] for row in summary["per_epoch"]] == list(range(7)) and summary["epochs"] == 6
+    assert summary["chance_mean_rank"] == 2.0 and summary["n_facts"] == 5
+    # Letter-spelled names are hard for a 2-block model; it gets better at them, not perfect.
+    assert summary["fact_mean_rank_after"] < summary["fact_mean_rank_before"] and result.losses[-1] < result.losses[0] / 2
+    assert summary["training"]["learning_rate"] == 1e-2
+    result.save(tmp_path / "out")
+    assert {"ocr.json", "per_epoch.csv", "ocr.png"} <= {p.name for p in (tmp_path / "out").iterdir()}
+    assert "epoch" in result.format_table()
+
+
+# ---------------------------------------------------------------- scores against their definitions
+
+
+def float64_pair(builder, tokenizer, scale: float, keep: tuple[str, ...] = ()):
+    """An original tiny model and a "fine-tuned" copy whose block weights (but those matching `keep`) moved by `scale` times their spread."""
+    original = builder(len(tokenizer)).double()
+    tuned = copy.deepcopy(original)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in tuned.named_parameters():
+            if (".h." in name or "layers." in name) and not any(re.search(k, name) for k in keep):
+                p.add_(scale * torch.randn(p.shape, generator=generator, dtype=p.dtype) * (p.std() if p.numel() > 1 else 1))
+    return wrap_model(original, tokenizer, "original"), wrap_model(tuned, tokenizer, "tuned")
+
+
+@pytest.fixture(scope="module")
+def word_tokenizer():
+    return tiny_tokenizer(list(WORDS))
+
+
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def pair(request, word_tokenizer):
+    """GPT-2 (exact float64 layer norms, one key/value head per head) and Llama (grouped-query attention)."""
+    return request.param, *float64_pair({"gpt2": tiny_gpt2, "llama": tiny_llama}[request.param], word_tokenizer, 0.3)
+
+
+@pytest.fixture(scope="module")
+def queries(word_tokenizer):
+    return QuerySet(PROMPTS, ANSWERS, build_domain(CANDIDATES, word_tokenizer))
+
+
+def mean_reward(lm, queries, interventions=()) -> float:
+    """R averaged over the prompts, computed here from scratch: z_answer - mean_j z_j."""
+    logits = run(lm, list(queries.prompts), interventions=interventions, token_ids=torch.tensor(queries.candidates.token_ids)).logits
+    return float(torch.stack([row[a] - row.mean() for row, a in zip(logits, queries.answers)]).mean())
+
+
+def weight_slices(lm, component):
+    if component.kind == "head":
+        return head_indices(lm, component)
+    return {name: None for name in component_parameters(lm, component)}
+
+
+def mixed(original, tuned, components, scale: float = 1.0):
+    """A copy of `original` whose `components`' weights are W + scale (W' - W)."""
+    model = copy.deepcopy(original.model)
+    own, other, base = dict(model.named_parameters()), dict(tuned.model.named_parameters()), dict(original.model.named_parameters())
+    with torch.no_grad():
+        for component in components:
+            for name, where in weight_slices(original, component).items():
+                delta = other[name] - base[name]
+                if where is None:
+                    own[name].copy_(base[name] + scale * delta)
+                else:
+                    axis, index = where
+                    own[name].index_copy_(axis, index, (base[name] + scale * delta).index_select(axis, index))
+    return wrap_model(model, original.tokenizer, "mixed")
+
+
+def later_components(lm, component):
+    """What "late" means for the upstream score: block l's FFN for a head of block l, then every later block."""
+    n_layers = layout(lm).n_layers
+    later = [Component(kind, l) for l in range(component.layer + 1, n_layers) for kind in ("attn", "mlp")]
+    return ([mlp(component.layer)] if component.kind == "head" else []) + later
+
+
+def earlier_components(component):
+    """What y_c depends on besides its own weights: the blocks before it, and for an MLP its block's attention."""
+    before = [Component(kind, l) for l in range(component.layer) for kind in ("attn", "mlp")]
+    return before + ([attn(component.layer)] if component.kind == "mlp" else [])
+
+
+def shifted_output(original, tuned, queries, component):
+    """f_c(z'_c, W_c) by patching the fine-tuned block input (and, for an MLP, attention output) into the original model."""
+    layer = component.layer
+    sources = [resid(layer)] + ([attn(layer)] if component.kind == "mlp" else [])
+    fine = run(tuned, list(queries.prompts), capture=sources, positions="all")
+    patches = [Patch(c, fine[c], "all") for c in sources]
+    return run(original, list(queries.prompts), capture=[component], interventions=patches, positions="all")[component]
+
+
+def central_difference(f, h: float) -> float:
+    return (f(h) - f(-h)) / (2 * h)
+
+
+def right_aligned_mean(values, mask):
+    counts = mask.sum(0)[:, None].to(values.dtype)
+    return (values * mask[..., None]).sum(0) / counts
+
+
+H = 1e-3
+TOLERANCE = dict(rtol=1e-6, atol=1e-9)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def float64_rms_norm():
+    """Llama's RMS norm computes in float32 even in a float64 model; finite differences need it in float64."""
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LlamaRMSNorm, "forward", forward)
+        yield
+
+
+def test_informative_score_is_the_derivative_along_the_weight_change(pair, queries):
+    arch, original, tuned = pair
+    components = score_components(original)
+    linear = linearized_scores(original, tuned, queries, components=components, upstream=False)["informative"]
+    expected = [central_difference(lambda t: mean_reward(mixed(original, tuned, [c], t), queries), H) for c in components]
+    np.testing.assert_allclose(linear, expected, **TOLERANCE)
+    assert np.abs(linear).max() > 1e-3  # the check compares numbers, not zeros
+
+
+def test_downstream_score_is_the_derivative_along_the_shifted_output(pair, queries):
+    arch, original, tuned = pair
+    components = score_components(original)
+    linear = linearized_scores(original, tuned, queries, components=components, upstream=False)["downstream"]
+    reference = run(original, list(queries.prompts), capture=components, positions="all")
+    expected = []
+    for c in components:
+        step = shifted_output(original, tuned, queries, c) - reference[c]
+        expected.append(central_difference(lambda t: mean_reward(original, queries, [Patch(c, t * step, "all", mode="add")]), H))
+    np.testing.assert_allclose(linear, expected, **TOLERANCE)
+    assert np.abs(linear).max() > 1e-3
+
+
+def test_upstream_score_is_the_change_of_the_ablation_derivative_under_late_weights(pair, queries):
+    arch, original, tuned = pair
+    components = score_components(original)
+    linear = linearized_scores(original, tuned, queries, components=components)["upstream"]
+    reference = run(original, list(queries.prompts), capture=components, positions="all")
+    expected = []
+    for c in components:
+        y_star = right_aligned_mean(reference[c], reference.attention_mask)
+        away = reference[c] - y_star  # the direction from the mean ablation to the actual output
+        late = mixed(original, tuned, later_components(original, c))
+        slope = [central_difference(lambda t: mean_reward(model, queries, [Patch(c, t * away, "all", mode="add")]), H)
+                 for model in (late, original)]
+        expected.append(slope[0] - slope[1])
+    np.testing.assert_allclose(linear, expected, **TOLERANCE)
+    assert np.abs(linear).max() > 1e-4
+
+
+def test_exact_scores_are_the_interventions_of_equations_1_to_3(pair, queries):
+    _, original, tuned = pair
+    components = [mlp(0), Component("head", 1, 1)]
+    exact = exact_scores(original, tuned, queries, components)
+    base = mean_reward(original, queries)
+    reference = run(original, list(queries.prompts), capture=components, positions="all")
+    for i, c in enumerate(components):
+        assert exact["informative"][i] == pytest.approx(mean_reward(mixed(original, tuned, [c]), queries) - base, abs=1e-9)
+        shifted = [Patch(c, shifted_output(original, tuned, queries, c), "all")]
+        assert exact["downstream"][i] == pytest.approx(mean_reward(original, queries, shifted) - base, abs=1e-9)
+        ablate = [Patch(c, right_aligned_mean(reference[c], reference.attention_mask), "all")]
+        late = mixed(original, tuned, later_components(original, c))
+        expected = (mean_reward(late, queries) - mean_reward(late, queries, ablate)) - (base - mean_reward(original, queries, ablate))
+        assert exact["upstream"][i] == pytest.approx(expected, abs=1e-9)
+
+
+def attribution(original, tuned, queries, component, t: float) -> float:
+    """The paper's R_c = dR/dy_c . (y_c - y*_c) at W + t (W' - W): the gradient under the moved late weights at the original
+    activations, y_c under the moved earlier and own weights, y* the original mean."""
+    prompts = list(queries.prompts)
+    reference = run(original, prompts, capture=[component], positions="all")
+    y_star = right_aligned_mean(reference[component], reference.attention_mask)
+    late = mixed(original, tuned, later_components(original, component), t)
+    trace = run(late, prompts, capture=[component], positions="all", token_ids=torch.tensor(queries.candidates.token_ids), grad=True)
+    reward = torch.stack([row[a] - row.mean() for row, a in zip(trace.logits, queries.answers)]).sum()
+    (gradient,) = torch.autograd.grad(reward, [trace[component]])
+    moved = mixed(original, tuned, earlier_components(component) + [component], t)
+    y = run(moved, prompts, capture=[component], positions="all")[component]
+    mask = reference.attention_mask[..., None]
+    return float((gradient * (y - y_star) * mask).sum()) / len(prompts)
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_the_three_scores_sum_to_the_first_order_change_of_the_attribution(arch, word_tokenizer, queries):
+    """§4's decomposition: for W' = W + t D, (U_c + I_c + D_c) / t -> d/dt [dR/dy_c . (y_c - y*_c)] as t -> 0.
+
+    It needs I_c = dR/dy_c . (df_c/dW_c) D_c, i.e. a component's weights reach R only through its
+    own output y_c. That holds for MLPs, and for a head whose key/value head is its own (GPT-2)
+    when its output-projection columns stay fixed: they act after y_c (a head's output is taken
+    before the projection), and a grouped-query head's key/value rows also move its group's other
+    heads. So the check covers MLPs everywhere and GPT-2's heads with the projection held fixed.
+    """
+    t = 1e-4
+    builder = {"gpt2": tiny_gpt2, "llama": tiny_llama}[arch]
+    keep = (r"attn\.c_proj",) if arch == "gpt2" else ()
+    original, tuned = float64_pair(builder, word_tokenizer, 0.3 * t, keep)
+    _, direction = float64_pair(builder, word_tokenizer, 0.3, keep)
+    components = [c for c in score_components(original) if c.kind == "mlp" or arch == "gpt2"]
+    scores = linearized_scores(original, tuned, queries, components=components)
+    total = sum(scores[key] for key in SCORES) / t
+    expected = [central_difference(lambda s: attribution(original, direction, queries, c, s), H) for c in components]
+    np.testing.assert_allclose(total, expected, rtol=1e-3, atol=1e-7)
+    assert np.abs(total).max() > 1e-3
+
+
+def test_score_grid_places_mlps_first_and_heads_after(word_tokenizer):
+    lm = wrap_model(tiny_llama(len(word_tokenizer)), word_tokenizer)
+    components = score_components(lm)
+    assert [str(c) for c in components[:5]] == ["mlp[0]", "head[0,0]", "head[0,1]", "head[0,2]", "head[0,3]"]
+    grid = score_grid(lm, components, np.arange(len(components), dtype=float))
+    assert grid.shape == (2, 5) and grid[1, 0] == 5 and grid[1, 4] == 9
+
+
+def test_scores_refuse_a_model_of_another_shape(word_tokenizer, queries):
+    small = wrap_model(tiny_llama(len(word_tokenizer)), word_tokenizer)
+    other = wrap_model(tiny_gpt2(len(word_tokenizer)), word_tokenizer)
+    with pytest.raises(LincorrError, match="fine-tuned copy of the same model"):
+        linearized_scores(small, other, queries)
+
+
+# ---------------------------------------------------------------- freezing (Table 2)
+
+
+def test_reset_blocks_restores_exactly_those_blocks(word_tokenizer):
+    original, tuned = float64_pair(tiny_llama, word_tokenizer, 0.3)
+    reset = reset_blocks(tuned, original, range(1, 2))
+    before, after, now = state_copy(original.model), state_copy(tuned.model), state_copy(reset.model)
+    for name, value in now.items():
+        expected = before[name] if finetune.layer_index(name) == 1 else after[name]
+        assert torch.equal(value, expected), name
+    assert any(not torch.equal(before[n], after[n]) for n in now if finetune.layer_index(n) == 1)
+
+
+def test_training_with_a_block_range_leaves_every_other_parameter_bit_identical(word_tokenizer):
+    lm = wrap_model(tiny_llama(len(word_tokenizer)), word_tokenizer)
+    before = state_copy(lm.model)
+    facts = [Fact("Alice lives in the city of", "Paris"), Fact("Bob lives in the city of", "Tokyo")]
+    tuned, _ = train_model(lm, facts, TrainConfig(learning_rate=1e-2, epochs=2, batch_size=2, layers=(1, 2), trainable=BLOCKS_ONLY,
+                                                  progress=False), name="late only")
+    after = state_copy(tuned.model)
+    for name in before:
+        trains = finetune.layer_index(name) == 1
+        assert torch.equal(before[name], after[name]) != trains, name
+    assert all(torch.equal(before[n], p) for n, p in state_copy(lm.model).items())  # the caller's model is untouched
+
+
+def test_the_split_separates_first_hop_mass_from_second_hop_mass():
+    first = np.array([3.0, 2.0, 0.5, 0.1, 0.0, -1.0])
+    second = np.array([0.0, 0.2, 0.1, 0.3, 2.0, 4.0])
+    # s = 3: 5.5/5.6 of the first hop before it, 6.3/6.6 of the second from it on (1.937; s = 4 gives 1.909).
+    assert choose_split(first, second) == 3
+    with pytest.raises(LincorrError, match="split_layer"):
+        choose_split(np.zeros(4), second[:4])
+
+
+def test_freeze_study_reports_every_setting_for_both_hops(world_tokenizer, tmp_path):
+    lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
+    config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=2, batch_size=5, trainable=BLOCKS_ONLY,
+                                                         progress=False), split_layer=1)
+    registry = tiny_world_registry(tmp_path)
+    result = run_freeze(lm, registry, config)
+    summary = result.summary()
+    assert [(r["setting"], r["hop"]) for r in summary["rows"]] == [(s, h) for h in HOPS for s in SETTINGS]
+    assert summary["split_layer"] == 1 and not summary["split_chosen_from_informative_scores"]
+    data = hop_data(load_world(registry), world_tokenizer, "second", 5)
+    assert result.row("all", "second")["implication_mean_rank"] == pytest.approx(float(ranks(lm, data.implications).mean()))
+    assert len(summary["informative_by_layer"]["first"]) == 2
+    result.save(tmp_path / "freeze")
+    assert {"freeze.json", "freeze.csv", "freeze.png"} <= {p.name for p in (tmp_path / "freeze").iterdir()}
+    with pytest.raises(LincorrError, match="split_layer"):
+        run_freeze(lm, registry, dataclasses.replace(config, split_layer=2))
+
+
+# ---------------------------------------------------------------- origins (§6)
+
+
+def test_novel_data_moves_every_counterfactual_name_and_keeps_test_names_new(world_tokenizer):
+    data = novel_data(load_world(load_registry()), world_tokenizer, n_train=12, n_test=5, n_cities=6, seed=2)
+    assert len(data.cities) == len(set(data.animals)) == 6
+    assert data.train_facts.prompts == data.counterfactual_facts.prompts
+    assert all(a != b for a, b in zip(data.train_facts.answers, data.counterfactual_facts.answers))
+    assert data.train_facts.answers == data.train_implications.answers  # an implication is its fact's city's animal
+    assert data.train_implications.candidates.words == data.animals and data.train_facts.candidates.words == data.cities
+    assert data.train_facts.prompts[0].endswith(" dax") and data.train_implications.prompts[0].endswith(" wug the")
+    train_names = {p.split()[0] for p in data.train_facts.prompts}
+    assert not train_names & {p.split()[0] for p in data.test_facts.prompts}
+    assert len(set(data.test_facts.answers)) == 5
+
+
+def test_orderings_feed_exactly_the_documented_sequence(world_tokenizer, tmp_path, monkeypatch):
+    import lincorr.experiments.extractive as extractive
+
+    calls = []
+    real = extractive.train_on_facts
+
+    def recording(model, tokenizer, facts, config, **options):
+        result = real(model, tokenizer, facts, config, **options)
+        calls.append((model, [(f.prompt, f.answer) for f in facts], result.model))
+        return result
+
+    monkeypatch.setattr(extractive, "train_on_facts", recording)
+    lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
+    quick = TrainConfig(learning_rate=1e-2, epochs=2, batch_size=4, progress=False)
+    config = OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick)
+    result = run_ordering(lm, tiny_world_registry(tmp_path), config)
+    data = result.data
+    pairs = {name: [(f.prompt, f.answer) for f in queries.facts()] for name, queries in (
+        ("F", data.train_facts), ("I", data.train_implications), ("T", data.test_facts))}
+    expected = [pairs["F"], pairs["I"], pairs["T"], pairs["I"], pairs["F"], pairs["T"], pairs["F"] + pairs["I"], pairs["T"]]
+    assert [facts for _, facts, _ in calls] == expected
+    for order_calls in (calls[0:3], calls[3:6]):  # each phase continues from the model the previous one returned
+        assert order_calls[0][0] is lm.model and order_calls[1][0] is order_calls[0][2] and order_calls[2][0] is order_calls[1][2]
+    assert calls[6][0] is lm.model and calls[7][0] is calls[6][2]
+    assert [phase for phase, _ in ordering_phases(data, "shuffled")] == ["shuffled"]
+    summary = result.summary()
+    assert [o["order"] for o in summary["orders"]] == list(ORDERS)
+    # 2 epochs per phase: before + 4 points for the two-phase orders, before + 2 for shuffled; test: before + 2.
+    assert [len(o["continued_curve"]) for o in summary["orders"]] == [5, 5, 3] and len(summary["orders"][0]["test_curve"]) == 3
+    result.save(tmp_path / "ordering")
+    assert {"ordering.json", "ordering.csv", "ordering.png"} <= {p.name for p in (tmp_path / "ordering").iterdir()}
+
+
+def test_grafting_is_exact_arithmetic_on_every_parameter(word_tokenizer):
+    base, plus = float64_pair(tiny_llama, word_tokenizer, 0.3)
+    _, minus = float64_pair(tiny_llama, word_tokenizer, 0.1)
+    grafted = graft_weights(base, plus, minus, "graft")
+    b, p, m, g = (state_copy(x.model) for x in (base, plus, minus, grafted))
+    assert set(g) == set(b)
+    for name in g:
+        assert torch.equal(g[name], b[name] + (p[name] - m[name])), name
+    assert all(torch.equal(v, state_copy(base.model)[n]) for n, v in b.items())  # inputs untouched
+
+
+def test_graft_study_reports_table_3_and_both_correlations(world_tokenizer, tmp_path):
+    lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
+    quick = TrainConfig(learning_rate=1e-2, epochs=2, batch_size=4, progress=False)
+    result = run_graft(lm, tiny_world_registry(tmp_path), OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick))
+    summary = result.summary()
+    assert [r["weights"] for r in summary["rows"]] == list(WEIGHT_SETS)
+    assert summary["downstream_informative_r"]["n_mlp"] == 2 and summary["downstream_informative_r"]["n_head"] == 8
+    assert result.downstream.shape == result.informative.shape == (10,)
+    result.save(tmp_path / "graft")
+    assert {"graft.json", "graft_scores.csv", "graft.png"} <= {p.name for p in (tmp_path / "graft").iterdir()}
+
+
+# ---------------------------------------------------------------- ours: W as a predictor
+
+
+def test_w_predictor_scores_each_fact_from_the_untrained_fit(world_tokenizer, tmp_path):
+    from lincorr.experiments.correlation import FitConfig, fit_relation
+    from lincorr.experiments.extractive_predict import PREDICTORS, PredictConfig, run_predict
+
+    lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
+    registry = tiny_world_registry(tmp_path)
+    fit = FitConfig(estimator="ridge", alpha=1.0, n_boot=2)
+    config = PredictConfig(n_facts=5, n_inputs=60, fit=fit, n_random=50,
+                           train=TrainConfig(learning_rate=1e-2, epochs=3, batch_size=5, progress=False))
+    result = run_predict(lm, registry, config)
+    summary = result.summary()
+    assert summary["n_facts"] == 5 and set(PREDICTORS) | {"random"} == set(summary["auc"])
+    bound = fit_relation(lm, registry, config.relation, n_inputs=60, fit=fit, progress=False)
+    for row in result.usable():
+        source, right = bound.source.domain.find(row["city"]), bound.target.domain.find(row["language"])
+        assert row["w_ref"] == pytest.approx(float(bound.fit.coef[source, right]))
+        assert row["right_after"] == (row["implication_rank_after"] == 0) and row["w_rank_score"] <= 0
+    result.save(tmp_path / "predict")
+    assert {"predict.json", "predict.csv", "predict.png"} <= {p.name for p in (tmp_path / "predict").iterdir()}
+
+
+# ---------------------------------------------------------------- the command line
+
+
+@pytest.fixture
+def saved_tiny(tmp_path, world_tokenizer):
+    """A tiny Llama saved with the subword tokenizer, and the cut-down registry file."""
+    model_dir = tmp_path / "model"
+    tiny_llama(len(world_tokenizer)).save_pretrained(model_dir)
+    world_tokenizer.save_pretrained(model_dir)
+    tiny_world_registry(tmp_path)
+    return ["--model", str(model_dir), "--registry", str(tmp_path / "tiny-extractive.yaml"), "--quiet", "--n-facts", "5",
+            "--epochs", "2", "--lr", "1e-2"]
+
+
+def test_cli_ocr_and_scores_print_the_json_contract_and_save_on_request(saved_tiny, tmp_path, capsys):
+    from lincorr.cli import main
+
+    assert main(["extractive", "ocr", "--hop", "second", "--json", *saved_tiny]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert {"hop", "model", "n_facts", "epochs", "chance_mean_rank", "fact_mean_rank_before", "fact_mean_rank_after",
+            "implication_mean_rank_before", "implication_mean_rank_after", "per_epoch", "training"} <= payload.keys()
+    assert payload["hop"] == "second" and payload["epochs"] == 2 and payload["training"]["learning_rate"] == 1e-2
+    assert main(["extractive", "scores", "--check", "2", "--json", "--out", str(tmp_path / "scores"), *saved_tiny]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["layers"] == [0, 1] and payload["components"] == ["mlp", "head 0", "head 1", "head 2", "head 3"]
+    assert all(np.shape(payload[key]) == (2, 5) for key in SCORES) and payload["n_checked"] == 2
+    assert set(payload["linearization_r"]) == set(SCORES)
+    assert {"scores.json", "scores.csv", "scores.png", "linearization.png"} <= {p.name for p in (tmp_path / "scores").iterdir()}
+
+
+def test_cli_freeze_prints_table_2(saved_tiny, capsys):
+    from lincorr.cli import main
+
+    assert main(["extractive", "freeze", "--split-layer", "1", *saved_tiny]) == 0
+    text = capsys.readouterr().out
+    assert "split at block 1 of 2" in text and all(setting in text for setting in SETTINGS)
+
+
+@pytest.mark.parametrize("extra, message", [(["--hop", "third"], "invalid choice"), (["--epochs", "0"], "at least 1")])
+def test_cli_mistakes_end_in_one_line(saved_tiny, capsys, extra, message):
+    from lincorr.cli import main
+
+    assert main(["extractive", "ocr", *saved_tiny, *extra]) == 2
+    error = capsys.readouterr().err
+    assert message in error and error.count("\n") == 1

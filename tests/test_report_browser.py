@@ -1,0 +1,155 @@
+"""The HTML report in a real browser (headless Chromium through Playwright): it loads offline without errors,
+draws every figure, sorts its tables, and its hover labels carry the numbers of the run.
+
+Chromium is Debian's `chromium` package (`make test` installs it when missing); where no browser
+can be installed these tests skip with that message. Screenshots are kept in each test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lincorr.cli import main
+from lincorr.report import build_report
+
+playwright = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (pip install -e '.[test]')")
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+LAUNCH_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run"]
+# The user's cache: converted weights and logit tables survive the test session (the notebook test reads the same tables).
+USER_CACHE = Path(os.environ.get("LINCORR_CACHE_DIR", Path.home() / ".cache" / "lincorr"))
+
+# Scroll a category cell of a plotly heatmap to the middle of the window (W can be thousands of pixels tall) and return
+# its centre in window coordinates.
+CELL_CENTRE = """([figure, row, column]) => {
+  const gd = document.getElementById(figure), layout = gd._fullLayout;
+  const x = layout.xaxis._offset + layout.xaxis.d2p(column), y = layout.yaxis._offset + layout.yaxis.d2p(row);
+  window.scrollTo(0, window.scrollY + gd.getBoundingClientRect().top + y - window.innerHeight / 2);
+  const box = gd.getBoundingClientRect();
+  return [box.left + x, box.top + y];
+}"""
+HOVER_LINES = "() => Array.from(document.querySelectorAll('.hoverlayer .hovertext tspan.line')).map(line => line.textContent)"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not Path(CHROMIUM).is_file():
+        pytest.skip("no Chromium to test the report in: install Debian's chromium (apt-get install -y chromium); make test does")
+    with playwright.sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_FLAGS)
+        yield chromium
+        chromium.close()
+
+
+class OpenedReport:
+    """A report open in a fresh page that refuses (and records) every request that is not the file itself, and records errors."""
+
+    def __init__(self, browser, path: Path):
+        self.errors: list[str] = []
+        self.requests: list[str] = []
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.context.route(re.compile(r"^(?!file:).*"), self.refuse)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda message: self.errors.append(message.text) if message.type == "error" else None)
+        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+        self.page.goto(path.as_uri())
+        self.page.wait_for_load_state("load")
+
+    def refuse(self, route):
+        self.requests.append(route.request.url)
+        route.abort()
+
+    def drawn_figures(self) -> int:
+        """Figures plotly has drawn: a plot with its SVG in place and at least one trace."""
+        return self.page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                                  ".filter(gd => gd.querySelector('svg.main-svg') && gd._fullData.length > 0).length")
+
+    def hover(self, figure_id: str, row: str, column: str) -> list[str]:
+        """Move the mouse over a heatmap cell and read the lines of its hover label."""
+        self.page.mouse.move(*self.page.evaluate(CELL_CENTRE, [figure_id, row, column]))
+        self.page.wait_for_function("() => document.querySelectorAll('.hoverlayer .hovertext').length > 0")
+        return self.page.evaluate(HOVER_LINES)
+
+    def figure_ids(self, study: str) -> list[str]:
+        return self.page.evaluate(f"() => Array.from(document.querySelectorAll('section[data-study=\"{study}\"] .js-plotly-plot'))"
+                                  ".map(gd => gd.id)")
+
+
+def hovered(lines: list[str], label: str) -> float:
+    """The number on the hover line "label: number"."""
+    return float(next(line for line in lines if line.startswith(f"{label}: ")).removeprefix(f"{label}: "))
+
+
+def test_tiny_runs_report_loads_offline_draws_every_figure_and_hovers_right(browser, tmp_path_factory, tmp_path):
+    from test_report import FIGURES, write_tiny_runs
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        runs = write_tiny_runs(tmp_path_factory.mktemp("runs"))
+    report = build_report(list(runs.values()), title="tiny runs")
+    opened = OpenedReport(browser, report.save(tmp_path / "report.html"))
+    page = opened.page
+    assert opened.drawn_figures() == report.figures == sum(FIGURES.values())
+    page.screenshot(path=tmp_path / "report.png", full_page=True)
+
+    # W: the Paris -> France cell shows W itself from W.npy, its row-centred value and that it is a reference pair.
+    coef = np.load(runs["fit"] / "W.npy")
+    weights_id = opened.figure_ids("fit")[0]
+    lines = opened.hover(weights_id, "Paris", "France")
+    assert lines[:2] == ["source: Paris", "target: France"] and lines[-1] == "reference pair: yes"
+    assert hovered(lines, "W") == pytest.approx(float(coef[0, 0]), rel=1e-3)  # four significant digits
+    assert hovered(lines, "W minus row mean") == pytest.approx(float(coef[0, 0] - coef[0].mean()), rel=1e-3)
+    page.locator(f"#{weights_id}").screenshot(path=tmp_path / "w_hover.png")
+    assert opened.hover(weights_id, "Paris", "Japan")[-1] == "reference pair: no"
+
+    # Matrices: both prompts with their templates and every score on hover; colour scales fixed.
+    matrix = json.loads((runs["matrix"] / "matrix.json").read_text(encoding="utf-8"))
+    r_id, _, std_id = opened.figure_ids("matrix")
+    lines = opened.hover(r_id, "tiny_city", "tiny_country")
+    assert lines[:2] == ["source: tiny_city: “{} lives in the city of”", "target: tiny_country: “{} lives in the country of”"]
+    assert f"label-wise r: {matrix['labelwise_r'][0][1]:.3f}" in lines and f"std of label-wise r: {matrix['labelwise_std'][0][1]:.3f}" in lines
+    scales = page.evaluate("(ids) => ids.map(id => [document.getElementById(id)._fullData[0].zmin, document.getElementById(id)._fullData[0].zmax])",
+                           [r_id, std_id])
+    assert scales == [[-1, 1], [0, 0.5]]
+    page.locator(f"#{r_id}").screenshot(path=tmp_path / "matrix_hover.png")
+
+    # Tables sort on a click: the matrix's pairs by label-wise r, largest first after two clicks.
+    table = page.locator('section[data-study="matrix"] table.sortable')
+    heading = table.locator("th", has_text="label-wise r").first
+    heading.click()
+    heading.click()
+    column = [float(v) for v in table.locator("tbody tr td:nth-child(3)").all_inner_texts()]
+    assert column == sorted(column, reverse=True) and len(column) == 9
+
+    assert opened.requests == [] and opened.errors == []
+    opened.context.close()
+
+
+@pytest.mark.integration
+def test_demo_writes_a_report_whose_w_hover_matches_the_bundled_model(browser, tmp_path, monkeypatch, capsys):
+    """`lincorr demo` on gemma-3-270m (-n 500: ols still has more training inputs than cities) writes report.html and prints its path."""
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(USER_CACHE))
+    out = tmp_path / "lincorr-out"
+    assert main(["demo", "-n", "500", "--quiet", "--out", str(out)]) == 0
+    assert f"interactive report: {out / 'report.html'}" in capsys.readouterr().out
+    opened = OpenedReport(browser, out / "report.html")
+    assert opened.drawn_figures() == 2
+    result = json.loads((out / "result.json").read_text(encoding="utf-8"))
+    coef = np.load(out / "W.npy")
+    paris, france = result["source_domain"]["words"].index("Paris"), result["target_domain"]["words"].index("France")
+    weights_id = opened.figure_ids("fit")[0]
+    lines = opened.hover(weights_id, "Paris", "France")
+    assert lines[:2] == ["source: Paris", "target: France"] and lines[-1] == "reference pair: yes"
+    assert hovered(lines, "W") == pytest.approx(float(coef[paris, france]), rel=1e-3)
+    opened.page.screenshot(path=tmp_path / "demo_report.png", full_page=True)
+    opened.page.screenshot(path=tmp_path / "demo_w_hover.png")  # the window around the hovered cell
+    assert opened.requests == [] and opened.errors == []
+    opened.context.close()

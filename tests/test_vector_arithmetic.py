@@ -1,0 +1,504 @@
+"""The vector-arithmetic studies on tiny in-code models, checked against plain one-prompt-at-a-time re-implementations."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tiny import tiny_gemma3, tiny_llama
+
+from lincorr.errors import LincorrError
+from lincorr.experiments.vector_arithmetic import crossing_layer, ffn_ablate, lens, more_often, other_task, ovector, pair_order
+from lincorr.experiments.vector_tasks import bind_task, copy_prompts, extractive_prompts, fewshot_prompts, task_survival
+from lincorr.knowledge import TaskSpec, load_registry
+from lincorr.models import wrap_model
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+TEMPLATE = "the capital of {} is"
+EXTRACTIVE = "{x} capital is {y} the capital of {x} is"
+
+
+@pytest.fixture(params=["llama", "gemma3"])
+def lm(request, tokenizer):
+    """Llama (plain head) and Gemma 3 (post-norm FFN, soft-capped head)."""
+    build = {"llama": tiny_llama, "gemma3": tiny_gemma3}[request.param]
+    return wrap_model(build(len(tokenizer)), tokenizer, name=f"tiny-{request.param}")
+
+
+@pytest.fixture
+def llama(tokenizer):
+    return wrap_model(tiny_llama(len(tokenizer)), tokenizer, name="tiny-llama")
+
+
+def task(pairs, demonstrations=2, name="toy") -> TaskSpec:
+    return TaskSpec(name, TEMPLATE, EXTRACTIVE, tuple((a, tuple(b)) for a, b in pairs), demonstrations)
+
+
+def cycled_task(demonstrations=2) -> TaskSpec:
+    """Names mapped to cities in turn: the tiny model knows none of it, but ranks are ranks."""
+    cities = ["Paris", "London", "Tokyo", "Rome", "Berlin"]
+    return task([(f"name{i}", [cities[i % 5], cities[(i + 1) % 5]] if i % 3 == 0 else [cities[i % 5]]) for i in range(24)],
+                demonstrations)
+
+
+def planted_task(lm, first: int, count: int, name: str) -> TaskSpec:
+    """Zero-shot pairs whose answer is the model's own greedy token, so every prompt is solved."""
+    arguments = [f"name{i}" for i in range(first, first + count)]
+    encoded = lm.tokenizer([TEMPLATE.replace("{}", a) for a in arguments], return_tensors="pt")
+    with torch.inference_mode():
+        top = lm.model(**encoded).logits[:, -1].argmax(-1)
+    words = [lm.tokenizer.decode([int(t)]) for t in top]
+    pairs = [(a, [w]) for a, w in zip(arguments, words) if not w.startswith("<") and w != a]
+    assert len(pairs) >= 8, words
+    return task(pairs, demonstrations=0, name=name)
+
+
+def own_logits(lm, prompt):
+    """[n_layers + 1, vocab] lens logits and [n_layers, vocab] mid-block logits of one prompt, by hand.
+
+    A plain HF forward with output_hidden_states and hooks (no lincorr code): hidden_states[l] is
+    block l's input, the final norm's input is the last stream, the state between a block's
+    attention and its FFN is the next stream minus the FFN's output, and the last layer is the
+    model's own logits.
+    """
+    model = lm.model
+    layers = model.model.layers
+    ffn_path = "post_feedforward_layernorm" if hasattr(layers[0], "post_feedforward_layernorm") else "mlp"
+    outputs, last = [], []
+    handles = [layer.get_submodule(ffn_path).register_forward_hook(lambda _m, _a, out: outputs.append(out[0, -1].clone()))
+               for layer in layers]
+    handles.append(model.model.norm.register_forward_pre_hook(lambda _m, args: last.append(args[0][0, -1].clone())))
+    try:
+        with torch.inference_mode():
+            out = model(**lm.tokenizer(prompt, return_tensors="pt"), output_hidden_states=True)
+    finally:
+        for handle in handles:
+            handle.remove()
+
+    def head(h):
+        logits = model.lm_head(model.model.norm(h))
+        cap = getattr(model.config, "final_logit_softcapping", None)
+        return torch.tanh(logits / cap) * cap if cap else logits
+
+    with torch.inference_mode():
+        streams = [out.hidden_states[l][0, -1] for l in range(len(layers))] + last
+        lens_logits = torch.stack([head(h) for h in streams[:-1]] + [out.logits[0, -1]])
+        mid = torch.stack([head(streams[l + 1] - outputs[l]) for l in range(len(layers))])
+    return lens_logits, mid
+
+
+def rank(logits, token):
+    return int((logits > logits[token]).sum())
+
+
+@contextlib.contextmanager
+def hooked(module, edit):
+    """`module`'s output passes through `edit` (a plain forward hook) inside the block."""
+    handle = module.register_forward_hook(lambda _m, _a, out: edit(out))
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        handle.remove()
+
+
+def last_outputs(lm, module, prompts) -> list[torch.Tensor]:
+    """`module`'s output at the last position of each prompt, one plain forward each."""
+    captured = []
+    with hooked(module, lambda out: captured.append(out[0, -1].clone())):
+        for prompt in prompts:
+            lm.model(**lm.tokenizer(prompt, return_tensors="pt"))
+    return captured
+
+
+def added_at_last(vector):
+    """A hook edit adding `vector` to the last position."""
+    def edit(out):
+        out = out.clone()
+        out[0, -1] += vector
+        return out
+
+    return edit
+
+
+def test_lens_equals_a_one_prompt_one_layer_loop(lm):
+    spec = cycled_task()
+    result = lens(lm, spec, n_pairs=10, batch_size=4, progress=False)
+    bound = bind_task(spec, lm.tokenizer)
+    indices = pair_order(bound, 0)[:10]
+    argument_rr, answer_rr, top1, mid_argument, mid_answer, greedy = [], [], [], [], [], []
+    for index, prompt in zip(indices, fewshot_prompts(bound, indices)):
+        pair = bound.pairs[index]
+        logits, mid = own_logits(lm, prompt)
+        answer_ranks = [[rank(row, t) for t in pair.answer_ids] for row in logits]
+        argument_rr.append([1 / (1 + rank(row, pair.argument_id)) for row in logits])
+        answer_rr.append([1 / (1 + min(r)) for r in answer_ranks])
+        top1.append([min(r) == 0 for r in answer_ranks])
+        mid_argument.append([1 / (1 + rank(row, pair.argument_id)) for row in mid])
+        mid_answer.append([1 / (1 + min(rank(row, t) for t in pair.answer_ids)) for row in mid])
+        greedy.append(int(logits[-1].argmax()) in pair.answer_ids)
+    assert result.layers == list(range(3))
+    np.testing.assert_allclose(result.argument_rr, np.mean(argument_rr, 0), rtol=1e-6)
+    np.testing.assert_allclose(result.answer_rr, np.mean(answer_rr, 0), rtol=1e-6)
+    np.testing.assert_allclose(result.answer_top1, np.mean(top1, 0))
+    np.testing.assert_allclose(result.mid_argument_rr, np.mean(mid_argument, 0), rtol=1e-6)
+    np.testing.assert_allclose(result.mid_answer_rr, np.mean(mid_answer, 0), rtol=1e-6)
+    # The last lens layer is the model's own output: its top-1 share is the greedy accuracy.
+    assert result.final_accuracy == np.mean(greedy)
+    assert result.crossing_layer == crossing_layer(result.argument_rr, result.answer_rr)
+
+
+@pytest.mark.parametrize("argument, answer, floor, expected", [
+    ([0.0, 0.05, 0.5, 0.4, 0.2], [0.0, 0.02, 0.3, 0.6, 0.9], 0.1, 3),  # the paper's shape: argument first, then the answer
+    ([2e-4, 1e-4, 0.6, 0.5], [1e-4, 3e-4, 0.3, 0.4], 0.1, None),  # ahead only where the lens reads noise
+    ([1e-4, 0.02, 0.5, 0.3], [1e-4, 0.05, 0.7, 0.9], 0.1, 2),  # ahead from the first readable layer on
+    ([0.0, 0.3, 0.3], [0.0, 0.3, 0.2], 0.1, None),  # a tie is not a crossing
+    ([0.0, 0.05, 0.5], [0.0, 0.06, 0.9], 0.01, 1),  # a lower floor reads earlier layers
+])
+def test_crossing_layer_on_planted_curves(argument, answer, floor, expected):
+    assert crossing_layer(argument, answer, floor) == expected
+
+
+def test_the_paired_test_counts_only_discordant_pairs():
+    first = np.array([True] * 5 + [False] + [True] * 10)
+    second = np.array([False] * 5 + [False] + [True] * 10)  # ten pairs where both hold say nothing
+    assert more_often(first, second) == pytest.approx(0.5 ** 5)
+    assert more_often(second, first) == 1.0 and more_often(first, first) == 1.0
+    assert more_often(np.array([True, False]), np.array([False, True])) == pytest.approx(0.75)
+
+
+def test_ovector_addition_equals_a_manual_add_through_hooks(llama):
+    spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
+    result = ovector(llama, spec, 1, control=control, scale=2.0, n_source=3, n_pairs=6, progress=False)
+    bound = bind_task(spec, llama.tokenizer)
+    order = pair_order(bound, 0)
+    sources, evaluation = order[:3], order[9:15]  # every planted prompt is solved: the first three are the sources
+    assert result.source_arguments == tuple(bound.pairs[i].argument for i in sources)
+    assert result.transfer_argument == bound.pairs[sources[0]].argument
+    ffn = llama.model.model.layers[1].mlp
+    captured = last_outputs(llama, ffn, fewshot_prompts(bound, sources))
+    vector = 2.0 * torch.stack(captured).mean(0)
+
+    def manual(added):
+        hits, rrs = [], []
+        with hooked(ffn, added_at_last(added)):
+            for index, prompt in zip(evaluation, copy_prompts(bound, evaluation)):
+                logits = llama.model(**llama.tokenizer(prompt, return_tensors="pt")).logits[0, -1]
+                best = min(rank(logits, t) for t in bound.pairs[index].answer_ids)
+                hits.append(best == 0)
+                rrs.append(1 / (1 + best))
+        return np.mean(hits), np.mean(rrs)
+
+    accuracy, rr = manual(vector)
+    assert result.accuracy_with == pytest.approx(accuracy) and result.rr_with == pytest.approx(rr, rel=1e-5)
+    accuracy, rr = manual(2.0 * captured[0])
+    assert result.transfer_accuracy == pytest.approx(accuracy) and result.transfer_rr == pytest.approx(rr, rel=1e-5)
+    accuracy, rr = manual(torch.zeros_like(vector))
+    assert result.accuracy_without == pytest.approx(accuracy) and result.rr_without == pytest.approx(rr, rel=1e-5)
+    assert result.norm == pytest.approx(float(vector.norm()), rel=1e-5)
+    assert result.other_task == "other" and 0 <= result.p_vs_random <= 1 and result.per_layer == ()
+
+
+def test_ovector_sweep_repeats_the_vector_at_every_layer(llama):
+    spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
+    one = ovector(llama, spec, 0, control=control, n_source=3, n_pairs=6, progress=False)
+    swept = ovector(llama, spec, 1, control=control, n_source=3, n_pairs=6, sweep=True, progress=False)
+    assert [row["layer"] for row in swept.per_layer] == [0, 1]
+    assert swept.per_layer[0] == {"layer": 0, "accuracy_with": one.accuracy_with, "rr_with": one.rr_with}
+    assert swept.per_layer[1]["rr_with"] == swept.rr_with
+
+
+def ablated_accuracy(lm, bound, indices, prompts, from_layer, replacement):
+    """Greedy accuracy with every FFN from `from_layer` on replaced at every position, one prompt at a time."""
+    with contextlib.ExitStack() as stack:
+        for layer in lm.model.model.layers[from_layer:]:
+            stack.enter_context(hooked(layer.mlp, replacement))
+        hits = [int(lm.model(**lm.tokenizer(p, return_tensors="pt")).logits[0, -1].argmax()) in bound.pairs[i].answer_ids
+                for i, p in zip(indices, prompts)]
+    return float(np.mean(hits))
+
+
+def test_zero_and_mean_ablation_equal_replacing_the_ffn_outputs_by_hand(llama):
+    spec = planted_task(llama, 0, 40, "toy")
+    bound = bind_task(spec, llama.tokenizer)
+    order = pair_order(bound, 0)
+    reference, evaluation = order[:4], order[4:14]
+    abstractive, extractive = fewshot_prompts(bound, evaluation), extractive_prompts(bound, evaluation)
+    zero = ffn_ablate(llama, spec, 1, "zero", n_pairs=10, n_reference=4, progress=False)
+    assert zero.n_layers_ablated == 1 and zero.n_pairs == 10
+    assert zero.abstractive_before == 1.0  # planted: every zero-shot prompt is solved
+    assert zero.abstractive_after == ablated_accuracy(llama, bound, evaluation, abstractive, 1, torch.zeros_like)
+    assert zero.extractive_after == ablated_accuracy(llama, bound, evaluation, extractive, 1, torch.zeros_like)
+
+    captured = []
+    with hooked(llama.model.model.layers[1].mlp, lambda out: captured.append(out[0].clone())):
+        for prompt in fewshot_prompts(bound, reference):
+            llama.model(**llama.tokenizer(prompt, return_tensors="pt"))
+    mean = torch.cat(captured).mean(0)  # over every real token of the reference prompts
+    by_mean = ffn_ablate(llama, spec, 1, "mean", n_pairs=10, n_reference=4, progress=False)
+    assert by_mean.abstractive_after == ablated_accuracy(llama, bound, evaluation, abstractive, 1, lambda out: mean.expand_as(out).clone())
+    assert by_mean.abstractive_before == zero.abstractive_before and by_mean.extractive_before == zero.extractive_before
+
+
+def strict_json(payload) -> dict:
+    def refuse(constant):
+        raise ValueError(f"non-standard JSON constant {constant}")
+
+    return json.loads(json.dumps(payload, allow_nan=False), parse_constant=refuse)
+
+
+def test_results_are_strict_json_and_save_whole(llama, tmp_path):
+    spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
+    results = {
+        "lens": lens(llama, spec, n_pairs=6, progress=False),
+        "ovector": ovector(llama, spec, 0, control=control, n_source=3, n_pairs=6, progress=False),
+        "ffn_ablation": ffn_ablate(llama, spec, 0, n_pairs=6, n_reference=3, progress=False),
+    }
+    contract = {
+        "lens": {"task", "model", "n_pairs", "layers", "argument_rr", "answer_rr", "answer_top1", "crossing_layer", "final_accuracy"},
+        "ovector": {"layer", "accuracy_with", "accuracy_without", "accuracy_other_task", "accuracy_random", "per_layer",
+                    "transfer_accuracy", "rr_with", "rr_without", "rr_other_task", "rr_random"},
+        "ffn_ablation": {"from_layer", "abstractive_before", "abstractive_after", "extractive_before", "extractive_after"},
+    }
+    for name, result in results.items():
+        summary = strict_json(result.summary())
+        assert contract[name] <= summary.keys(), name
+        assert result.format_table().strip()
+        result.save(tmp_path / name)
+        saved = strict_json(json.loads((tmp_path / name / f"{name}.json").read_text()))
+        assert saved == summary
+        assert {f"{name}.json", f"{name}.csv", f"{name}.png", "provenance.json"} <= {p.name for p in (tmp_path / name).iterdir()}
+    assert len(results["lens"].summary()["argument_rr"]) == 3 and len(results["lens"].summary()["mid_answer_rr"]) == 2
+
+
+def test_user_mistakes_raise_one_clear_line(llama):
+    spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
+    with pytest.raises(LincorrError, match="outside this 2-block model; use 0..1"):
+        ovector(llama, spec, 2, control=control, progress=False)
+    with pytest.raises(LincorrError, match="outside this 2-block model"):
+        ffn_ablate(llama, spec, -1, progress=False)
+    with pytest.raises(LincorrError, match="use 'zero' or 'mean'"):
+        ffn_ablate(llama, spec, 0, "half", progress=False)
+    with pytest.raises(LincorrError, match="not a kept argument"):
+        ovector(llama, spec, 0, control=control, transfer_from="Atlantis", progress=False)
+    with pytest.raises(LincorrError, match="answers none of"):
+        ovector(llama, cycled_task(0), 0, control=control, n_source=3, progress=False)
+    with pytest.raises(LincorrError, match="unknown task 'capital'; did you mean capitals"):
+        load_registry().task("capital")
+
+
+def test_binding_drops_answers_that_repeat_the_argument_and_demonstrations_share_no_answer(tokenizer):
+    spec = task([("Paris", ["Paris Berlin", "London"]), ("Rome", ["Rome"]), ("Tokyo", ["Japan"]), ("Berlin", ["Germany"]),
+                 ("name1", ["Japan"]), ("name2", ["France"]), ("name3", ["Italy"])], demonstrations=2)
+    bound = bind_task(spec, tokenizer)
+    assert [(p.argument, p.answers) for p in bound.pairs][:2] == [("Paris", ("London",)), ("Tokyo", ("Japan",))]
+    assert [argument for argument, _ in bound.dropped] == ["Rome"]
+    tokyo = [p.argument for p in bound.pairs].index("Tokyo")
+    for seed in range(5):
+        shown = bound.demonstrations(tokyo, seed)
+        assert len(shown) == 2 and all("Japan" not in p.answers and p.argument != "Tokyo" for p in shown)
+    # A pair's prompt depends on the seed and the pair, not on which other pairs are asked.
+    assert fewshot_prompts(bound, [tokyo, 0], 3)[0] == fewshot_prompts(bound, [tokyo], 3)[0]
+    prompt = fewshot_prompts(bound, [tokyo], 3)[0]
+    assert prompt.endswith("the capital of Tokyo is") and prompt.count("\n") == 2
+    assert extractive_prompts(bound, [tokyo], 3)[0].endswith("Tokyo capital is Japan the capital of Tokyo is")
+    assert copy_prompts(bound, [tokyo]) == ["table, mug, Tokyo, table, mug, Tokyo, table, mug,"]
+    assert task_survival(spec, tokenizer)["kept"] == len(bound.pairs)
+    with pytest.raises(LincorrError, match="fewer than its 9 demonstrations"):
+        fewshot_prompts(bind_task(task(spec.pairs, demonstrations=9), tokenizer), [0])
+
+
+def test_bundled_tasks_have_100_pairs_with_aliases_and_capitals_is_the_reference():
+    registry = load_registry()
+    assert [t.name for t in registry.tasks] == ["capitals", "past-tense", "uppercase"]
+    for spec in registry.tasks:
+        assert len(spec.pairs) >= 100 and spec.demonstrations == 3 and spec.answer_prefix == " ", spec.name
+        assert spec.template.count("{}") == 1 and "{x}" in spec.extractive_template and "{y}" in spec.extractive_template
+    capitals = registry.task("capitals")
+    assert capitals.reference == "country->capital" and capitals.pairs == registry.reference("country->capital").pairs
+    assert dict(capitals.pairs)["Bolivia"] == ("Sucre", "La Paz") and dict(registry.task("past-tense").pairs)["dream"] == ("dreamed", "dreamt")
+    assert dict(registry.task("uppercase").pairs)["dog"] == ("DOG",)
+    assert capitals.demonstration("Poland", "Warsaw") + capitals.query("China") == (
+        "Q: What is the capital of Poland?\nA: Warsaw\nQ: What is the capital of China?\nA:")
+    assert other_task(capitals, registry).name == "past-tense" and other_task(registry.task("uppercase"), registry).name == "capitals"
+
+
+TASK_FILE = """\
+references:
+  - name: planet->country
+    source_domain: country
+    target_domain: country
+    pairs:
+      France: [Japan]
+tasks:
+  - name: opposites
+    template: "Q: What is the opposite of {}?\\nA:"
+    extractive_template: "The opposite of {x} is {y}. Q: What is the opposite of {x}?\\nA:"
+    demonstrations: 2
+    pairs:
+      hot: cold
+      up: [down]
+  - name: capitals
+    template: "{} has the capital"
+    extractive_template: "{x}: {y}. {x} has the capital"
+    reference: planet->country
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mine.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_user_tasks_add_and_replace_bundled_ones(tmp_path):
+    registry = load_registry([write(tmp_path, TASK_FILE)])
+    opposites = registry.task("opposites")
+    assert opposites.pairs == (("hot", ("cold",)), ("up", ("down",))) and opposites.demonstrations == 2
+    assert opposites.query("big") == "Q: What is the opposite of big?\nA:"
+    assert opposites.extractive_query("big", "small") == "The opposite of big is small. Q: What is the opposite of big?\nA:"
+    assert registry.task("capitals").pairs == (("France", ("Japan",)),)
+    assert [t.name for t in registry.tasks] == ["capitals", "past-tense", "uppercase", "opposites"]
+
+
+@pytest.mark.parametrize("broken, line, needle", [
+    (TASK_FILE.replace('    template: "Q: What is the opposite of {}?\\nA:"\n', ""), 8, "missing task field 'template'"),
+    (TASK_FILE.replace("the opposite of {}?", "the opposite of {} {}?"), 9, "has 2 '{}' placeholders, not 1"),
+    (TASK_FILE.replace("is {y}. Q: What is the opposite", "is. Q: What is the opposite"), 10, "lacks {x} or {y}"),
+    (TASK_FILE.replace("    demonstrations: 2\n", "    demonstrations: two\n"), 11, "`demonstrations` of task 'opposites' is 'two'"),
+    (TASK_FILE.replace("      up: [down]\n", "      up: []\n"), 14, "subject 'up' needs one or more objects"),
+    (TASK_FILE.replace("    reference: planet->country\n", "    reference: planet->moon\n"), 18, "names unknown reference 'planet->moon'"),
+    (TASK_FILE.replace("    reference: planet->country\n", "    reference: planet->country\n    pairs: {a: b}\n"), 15,
+     "needs either `pairs:` or `reference:`"),
+    (TASK_FILE.replace("    demonstrations: 2\n", "    demonstrations: 2\n    shots: 2\n"), 12, "unknown task field 'shots'"),
+    (TASK_FILE.replace("name: capitals", "name: opposites"), 15, "task 'opposites' is defined twice"),
+])
+def test_malformed_tasks_name_file_and_line(tmp_path, broken, line, needle):
+    path = write(tmp_path, broken)
+    with pytest.raises(LincorrError) as error:
+        load_registry([path])
+    message = str(error.value)
+    assert message.startswith(f"{path}:{line}: ") and needle in message, message
+
+
+W_FILE = """\
+prompts:
+  - name: country
+    family: attribute
+    language: en
+    template: "{} lives in the country of"
+    domain: country
+  - name: capital
+    family: mechanisms
+    language: en
+    template: "{} lives in the capital city of"
+    domain: capital
+domains:
+  country: [France, England, Japan, Italy, Germany]
+  capital: [Paris, London, Tokyo, Rome, Berlin]
+references:
+  - name: country->capital
+    source_domain: country
+    target_domain: capital
+    pairs: {France: Paris, England: London, Japan: Tokyo, Italy: Rome, Germany: Berlin}
+"""
+
+
+def test_ovector_w_correlates_the_hooked_effect_with_ws_rows(llama, tmp_path):
+    from lincorr.experiments.correlation import FitConfig, fit_relation
+    from lincorr.experiments.vector_w import CAPITALS, ovector_w
+
+    registry = load_registry([write(tmp_path, W_FILE)])
+    spec = planted_task(llama, 0, 40, "capitals")
+    fit = FitConfig(estimator="ridge", alpha=1.0, n_boot=10)
+    result = ovector_w(llama, registry, spec, 1, scale=2.0, n_source=3, n_inputs=60, fit=fit, n_shuffles=50, progress=False)
+    assert result.subjects == ("France", "England", "Japan", "Italy", "Germany") and result.right[0] == ("Paris",)
+
+    bound = bind_task(spec, llama.tokenizer)
+    ffn = llama.model.model.layers[1].mlp
+    vector = 2.0 * torch.stack(last_outputs(llama, ffn, fewshot_prompts(bound, pair_order(bound, 0)[:3]))).mean(0)
+    ids = [llama.tokenizer.convert_tokens_to_ids(word) for word in result.domain]
+
+    def capital_logits(prompt, added):
+        with hooked(ffn, added_at_last(added)):
+            return llama.model(**llama.tokenizer(prompt, return_tensors="pt")).logits[0, -1, ids]
+
+    prompts = [f"table, mug, {s}, table, mug, {s}, table, mug," for s in result.subjects]
+    effect = np.stack([(capital_logits(p, vector) - capital_logits(p, torch.zeros_like(vector))).numpy() for p in prompts])
+    np.testing.assert_allclose(result.effect, effect, atol=1e-5)
+    coef = fit_relation(llama, registry, CAPITALS, n_inputs=60, fit=fit, progress=False).fit.coef
+    np.testing.assert_allclose(result.w_rows, coef, rtol=1e-6)  # every country is a subject, in domain order
+    centred_effect, centred_w = effect - effect.mean(0), coef - coef.mean(0)
+    expected = [np.corrcoef(a, b)[0, 1] for a, b in zip(centred_effect, centred_w)]
+    np.testing.assert_allclose(result.r, expected, atol=1e-5)
+    rng = np.random.default_rng(0)
+    shuffled = [np.mean([np.corrcoef(a, b)[0, 1] for a, b in zip(centred_effect, centred_w[rng.permutation(5)])]) for _ in range(50)]
+    np.testing.assert_allclose(result.control_r_means, shuffled, atol=1e-5)
+    summary = strict_json(result.summary())
+    assert summary["n_subjects"] == 5 and summary["n_shuffles"] == 50 and 0 < summary["p_value"] <= 1
+    result.save(tmp_path / "w")
+    assert {"ovector_w.json", "ovector_w.csv", "ovector_w.png"} <= {p.name for p in (tmp_path / "w").iterdir()}
+
+
+# ---- the command line, on a tiny model saved to disk ----
+
+@pytest.fixture
+def cli_workspace(tmp_path, tokenizer):
+    """A saved tiny Llama and a registry file with two planted tasks (one named capitals) and the W prompts."""
+    lm = wrap_model(tiny_llama(len(tokenizer)), tokenizer, name="tiny-llama")
+    lm.model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    lines = [W_FILE, "tasks:"]
+    for spec in (planted_task(lm, 0, 40, "capitals"), planted_task(lm, 60, 40, "other")):
+        lines += [f"  - name: {spec.name}", f'    template: "{TEMPLATE}"', f'    extractive_template: "{EXTRACTIVE}"',
+                  "    demonstrations: 0", "    pairs:"] + [f"      {a}: {b[0]}" for a, b in spec.pairs]
+    (tmp_path / "tasks.yaml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return tmp_path
+
+
+def cli(workspace, *args):
+    return [*args, "--model", str(workspace / "model"), "--registry", str(workspace / "tasks.yaml"), "--quiet"]
+
+
+@pytest.mark.parametrize("args, name, fields", [
+    (["lens", "capitals", "--n-pairs", "5"], "lens", {"crossing_layer", "argument_rr", "final_accuracy"}),
+    (["ovector", "capitals", "--layer", "1", "--control", "other", "--n-source", "3", "--n-pairs", "5", "--sweep"], "ovector",
+     {"accuracy_with", "accuracy_random", "transfer_accuracy", "per_layer"}),
+    (["ffn-ablate", "capitals", "--from-layer", "1", "--mean", "--n-pairs", "5", "--n-reference", "3"], "ffn_ablation",
+     {"abstractive_after", "extractive_after"}),
+    (["ovector-w", "--layer", "0", "--n-source", "3", "-n", "60", "--n-shuffles", "20"], "ovector_w", {"r_mean", "control_r_mean", "p_value"}),
+])
+def test_mechanism_commands_print_strict_json_and_save(cli_workspace, capsys, args, name, fields):
+    from lincorr.cli import main
+
+    out = cli_workspace / "out"
+    assert main(cli(cli_workspace, *args, "--json", "--out", str(out))) == 0
+    payload = strict_json(json.loads(capsys.readouterr().out))
+    assert fields <= payload.keys()
+    assert json.loads((out / f"{name}.json").read_text()) == payload
+    assert (out / f"{name}.png").stat().st_size > 0
+    assert main(cli(cli_workspace, *args)) == 0
+    assert capsys.readouterr().out.strip()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["lens", "capital"], "unknown task 'capital'; did you mean capitals"),
+    (["ovector", "capitals", "--layer", "0", "--control", "nope"], "unknown task 'nope'"),
+    (["ffn-ablate", "capitals", "--from-layer", "7"], "--from-layer 7 is outside this 2-block model; use 0..1"),
+    (["ovector", "capitals", "--layer", "-1"], "argument --layer: must be at least 0"),
+    (["ovector", "capitals"], "the following arguments are required: --layer"),
+    (["lens", "capitals", "--floor", "1.5"], "argument --floor: must be at least 0 and below 1"),
+])
+def test_mechanism_commands_fail_in_one_line(cli_workspace, capsys, monkeypatch, args, needle):
+    import lincorr.models
+    from lincorr.cli import main
+
+    if "unknown task" in needle:  # a misspelt task fails before the model loads
+        monkeypatch.setattr(lincorr.models, "load_model", lambda *a, **k: pytest.fail("loaded the model first"))
+    assert main(cli(cli_workspace, *args)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("lincorr: error: ") and needle in err, err
