@@ -147,3 +147,22 @@ def bar_plot(labels: Sequence[str], series: dict[str, Sequence[float]], path, ti
     figure.tight_layout()
     figure.savefig(path, dpi=130)
     plt.close(figure)
+
+
+def layer_curves(curves: dict[str, tuple[Sequence[float], Sequence[float]]], path, title: str, *, y_label: str,
+                 x_label: str = "layer", dashed: Sequence[str] = (), mark: float | None = None, mark_label: str = "") -> None:
+    """Curves over numeric layer positions, y in [0, 1]: `curves[name] = (x, y)`; names in `dashed` dashed; a vertical line at `mark`."""
+    figure, axes = plt.subplots(figsize=(7.5, 4.2))
+    for name, (x, y) in curves.items():
+        axes.plot(x, y, marker="o", markersize=3, linestyle="--" if name in dashed else "-", label=name)
+    if mark is not None:
+        axes.axvline(mark, color="grey", linewidth=0.8, linestyle=":", label=mark_label or None)
+    axes.set_ylim(0, 1.02)
+    axes.set_xlabel(x_label)
+    axes.set_ylabel(y_label)
+    axes.set_title(title, fontsize=9)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=130)
+    plt.close(figure)

@@ -140,18 +140,27 @@ class LensResult:
         return "\n".join(lines)
 
     def save(self, directory) -> None:
-        """lens.json, lens.csv and lens.png (both curves and the answer's top-1 share); written whole or not at all."""
-        from lincorr.plots import line_plot
+        """lens.json, lens.csv and lens.png (both curves, dashed between attention and FFN, and the answer's top-1 share); written whole or not at all."""
+        from lincorr.plots import layer_curves
 
         with staged_directory(directory) as out:
             write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "lens.json", self.summary())
             write_csv(out / "lens.csv", ["layer", "argument_rr", "answer_rr", "answer_top1", "mid_argument_rr", "mid_answer_rr"],
                       self.rows())
-            line_plot([str(layer) for layer in self.layers],
-                      {"argument RR": self.argument_rr, "answer RR": self.answer_rr, "answer top-1": self.answer_top1},
-                      out / "lens.png", f"logit lens, {self.task} on {self.model} ({self.n_pairs} prompts)",
-                      y_label="mean reciprocal rank / share", x_label="layer (resid[l]; the last is the output)")
+            # The state between block l's attention and its FFN sits at l + 0.5: from l to l + 0.5 a
+            # curve shows what the attention did, from l + 0.5 to l + 1 what the FFN did.
+            x = [position / 2 for position in range(2 * len(self.mid_argument_rr) + 1)]
+
+            def interleaved(at_block, mid):
+                return [value for pair in zip(at_block, mid) for value in pair] + [at_block[-1]]
+
+            layer_curves({"argument RR": (x, interleaved(self.argument_rr, self.mid_argument_rr)),
+                          "answer RR": (x, interleaved(self.answer_rr, self.mid_answer_rr)),
+                          "answer top-1": (self.layers, self.answer_top1)},
+                         out / "lens.png", f"logit lens, {self.task} on {self.model} ({self.n_pairs} prompts)",
+                         y_label="mean reciprocal rank / share", x_label="layer l of resid[l] (l + 0.5: after block l's attention)",
+                         dashed=("answer top-1",), mark=self.crossing_layer, mark_label="crossing")
 
 
 def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, floor: float = FLOOR, batch_size: int = 16,
@@ -175,8 +184,8 @@ def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, f
                      for part in (slice(0, n_layers + 1), slice(n_layers + 1, None)))
     argument_rr, answer_rr = at_block.argument_rr(), at_block.answer_rr()
     crossing = crossing_layer(argument_rr, answer_rr, floor)
-    component = None
-    if crossing:
+    component = None  # also at a crossing in resid[0]: the embeddings, before any block
+    if crossing is not None and crossing > 0:
         block = crossing - 1
         component = "mlp" if mid.answer_rr()[block] <= mid.argument_rr()[block] else "attn"
     return LensResult(
@@ -317,7 +326,7 @@ class OVectorResult:
 
     def save(self, directory) -> None:
         """ovector.json, ovector.csv (conditions, then the sweep) and ovector.png; written whole or not at all."""
-        from lincorr.plots import bar_plot, line_plot
+        from lincorr.plots import bar_plot, layer_curves
 
         with staged_directory(directory) as out:
             write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
@@ -327,11 +336,12 @@ class OVectorResult:
             write_csv(out / "ovector.csv", ["condition", "layer", "accuracy", "answer_rr"], rows)
             title = f"{self.task} o-vector x {self.scale:g} on copy contexts, {self.model}"
             if self.per_layer:
-                line_plot([str(row["layer"]) for row in self.per_layer],
-                          {"accuracy with": [row["accuracy_with"] for row in self.per_layer],
-                           "answer RR with": [row["rr_with"] for row in self.per_layer],
-                           "answer RR without": [self.rr_without] * len(self.per_layer)},
-                          out / "ovector.png", title, y_label="accuracy / mean RR", x_label="layer L of mlp[L]")
+                layers = [row["layer"] for row in self.per_layer]
+                layer_curves({"accuracy with the o-vector": (layers, [row["accuracy_with"] for row in self.per_layer]),
+                              "answer RR with the o-vector": (layers, [row["rr_with"] for row in self.per_layer]),
+                              "answer RR without": (layers, [self.rr_without] * len(layers))},
+                             out / "ovector.png", title, y_label="accuracy / mean RR", x_label="layer L: the o-vector of mlp[L], added there",
+                             dashed=("answer RR without",), mark=self.layer, mark_label=f"layer of the controls ({self.layer})")
             else:
                 labels = [label for _, label in self.CONDITIONS]
                 values = [self.condition(key) for key, _ in self.CONDITIONS]
