@@ -1,6 +1,6 @@
 """Extractive structures on gemma-3-270m: one fine-tuned model per hop, shared by the tests of this file.
 
-Margins are set from measured runs (seed 0, `SMALL_TRAIN`, docs/extractive-draft.md): first hop,
+Margins are set from measured runs (seed 0, `SMALL_TRAIN`, docs/mechanisms.md): first hop,
 facts 9.60 -> 0.00 and implications 9.75 -> 1.05; second hop, facts 9.65 -> 0.00 and
 implications 9.70 -> 5.35 (OCR, but weaker). Training is seeded, so a rerun repeats them up to
 floating-point order effects.

@@ -52,7 +52,7 @@ HOPS = ("first", "second")
 PAPER_TRAIN = TrainConfig(learning_rate=3e-6, epochs=8, batch_size=8, schedule="linear", warmup=0.1, max_grad_norm=None)
 # At the paper's rate gemma-3-270m does not learn 20 facts in 8 epochs (fact mean rank 3.50); at 10x it
 # does, and batch 4 with a constant rate on the blocks alone gave the strongest OCR of the settings tried
-# (docs/extractive-draft.md; smollm2-135m-instruct needs --lr 1e-4). Blocks only: embeddings stay as they
+# (docs/mechanisms.md; smollm2-135m-instruct needs --lr 1e-4). Blocks only: embeddings stay as they
 # are, so "early" and "late" in the freezing and scoring studies partition everything that trains.
 SMALL_TRAIN = TrainConfig(learning_rate=3e-5, epochs=8, batch_size=4, trainable=BLOCKS_ONLY)
 
