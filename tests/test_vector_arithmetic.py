@@ -12,7 +12,16 @@ import torch
 from tiny import tiny_gemma3, tiny_llama
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.vector_arithmetic import crossing_layer, ffn_ablate, lens, more_often, other_task, ovector, pair_order
+from lincorr.experiments.vector_arithmetic import (
+    crossing_component,
+    crossing_layer,
+    ffn_ablate,
+    lens,
+    more_often,
+    other_task,
+    ovector,
+    pair_order,
+)
 from lincorr.experiments.vector_tasks import bind_task, copy_prompts, extractive_prompts, fewshot_prompts, task_survival
 from lincorr.knowledge import TaskSpec, load_registry
 from lincorr.models import wrap_model
@@ -150,6 +159,8 @@ def test_lens_equals_a_one_prompt_one_layer_loop(lm):
     # The last lens layer is the model's own output: its top-1 share is the greedy accuracy.
     assert result.final_accuracy == np.mean(greedy)
     assert result.crossing_layer == crossing_layer(result.argument_rr, result.answer_rr)
+    assert result.crossing_component == crossing_component(result.crossing_layer, result.argument_rr, result.answer_rr,
+                                                           result.mid_argument_rr, result.mid_answer_rr)
 
 
 @pytest.mark.parametrize("argument, answer, floor, expected", [
@@ -161,6 +172,18 @@ def test_lens_equals_a_one_prompt_one_layer_loop(lm):
 ])
 def test_crossing_layer_on_planted_curves(argument, answer, floor, expected):
     assert crossing_layer(argument, answer, floor) == expected
+
+
+@pytest.mark.parametrize("argument, answer, mid_argument, mid_answer, expected", [
+    ([0.0, 0.3, 0.2], [0.0, 0.1, 0.6], [0.0, 0.5], [0.0, 0.2], "mlp"),  # after block 1's attention the argument still leads
+    ([0.0, 0.3, 0.2], [0.0, 0.1, 0.6], [0.0, 0.2], [0.0, 0.5], "attn"),  # the attention already put the answer ahead
+    ([0.0, 0.05, 0.2], [0.0, 0.08, 0.6], [0.0, 0.5], [0.0, 0.2], "mlp"),  # led below the floor, but the attention brought the argument
+    ([0.0, 0.05, 0.2], [0.0, 0.08, 0.6], [0.0, 0.1], [0.0, 0.2], None),  # the answer led before block 1 and after its attention
+])
+def test_crossing_component_names_the_sub_layer_that_flipped_the_order(argument, answer, mid_argument, mid_answer, expected):
+    crossing = crossing_layer(argument, answer)
+    assert crossing == 2 and crossing_component(crossing, argument, answer, mid_argument, mid_answer) == expected
+    assert crossing_component(None, argument, answer, mid_argument, mid_answer) is None
 
 
 def test_the_paired_test_counts_only_discordant_pairs():

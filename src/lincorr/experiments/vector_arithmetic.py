@@ -40,7 +40,8 @@ from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
 
 __all__ = [
-    "FLOOR", "FFNAblationResult", "LensResult", "OVectorResult", "OVectors", "check_layer", "crossing_layer", "ffn_ablate",
+    "FLOOR", "FFNAblationResult", "LensResult", "OVectorResult", "OVectors", "check_layer", "crossing_component", "crossing_layer",
+    "ffn_ablate",
     "lens", "more_often", "o_vectors", "other_task", "ovector", "pair_order",
 ]
 
@@ -56,6 +57,21 @@ def crossing_layer(argument_rr: Sequence[float], answer_rr: Sequence[float], flo
         if max(argument, answer) >= floor and answer > argument:
             return layer
     return None
+
+
+def crossing_component(crossing: int | None, argument_rr, answer_rr, mid_argument_rr, mid_answer_rr) -> str | None:
+    """Inside block crossing-1, which sub-layer made the answer overtake: "attn" or "mlp" (curves as in `LensResult`).
+
+    "mlp" when the argument still led after the block's attention; "attn" when the attention put
+    the answer ahead of an argument that led before the block; None when there is no crossing, it
+    is resid[0], or the answer led both before the block (below the floor) and after its attention.
+    """
+    if crossing is None or crossing == 0:
+        return None
+    block = crossing - 1
+    if mid_argument_rr[block] >= mid_answer_rr[block]:
+        return "mlp"
+    return "attn" if argument_rr[block] >= answer_rr[block] else None
 
 
 def pair_order(task: BoundTask, seed: int) -> list[int]:
@@ -93,7 +109,9 @@ class LensResult:
     mid_argument_rr: np.ndarray
     mid_answer_rr: np.ndarray
     crossing_layer: int | None
-    crossing_component: str | None  # "mlp": block crossing-1's FFN made the answer overtake; "attn": it led before the FFN
+    # Inside block crossing-1, what made the answer overtake the argument: "mlp" (its FFN) or "attn" (its
+    # attention); None when the answer led before the block and after its attention (see `crossing_component`).
+    crossing_component: str | None
     final_accuracy: float
     example_prompt: str
     settings: dict
@@ -134,8 +152,11 @@ class LensResult:
             lines.append(f"{layer:5d}  {argument:11.3f}  {answer:9.3f}  {top1:12.3f}{mid}{mark}")
         if self.crossing_layer is None:
             lines.append(f"no crossing: the answer's RR never exceeds the argument's where either reaches {self.settings['floor']}")
+        elif self.crossing_component is None:
+            lines.append(f"crossing at resid[{self.crossing_layer}]: the answer led already before block {self.crossing_layer - 1}, "
+                         "below the floor, and after its attention")
         else:
-            by = {"mlp": "the FFN", "attn": "attention"}[self.crossing_component] if self.crossing_component else "the embeddings"
+            by = {"mlp": "the FFN", "attn": "the attention"}[self.crossing_component]
             lines.append(f"crossing at resid[{self.crossing_layer}]: made by {by} of block {self.crossing_layer - 1}")
         return "\n".join(lines)
 
@@ -184,10 +205,7 @@ def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, f
                      for part in (slice(0, n_layers + 1), slice(n_layers + 1, None)))
     argument_rr, answer_rr = at_block.argument_rr(), at_block.answer_rr()
     crossing = crossing_layer(argument_rr, answer_rr, floor)
-    component = None  # also at a crossing in resid[0]: the embeddings, before any block
-    if crossing is not None and crossing > 0:
-        block = crossing - 1
-        component = "mlp" if mid.answer_rr()[block] <= mid.argument_rr()[block] else "attn"
+    component = crossing_component(crossing, argument_rr, answer_rr, mid.argument_rr(), mid.answer_rr())
     return LensResult(
         task=task.name, model=lm.name, model_fingerprint=lm.fingerprint, n_pairs=len(indices), argument_rr=argument_rr,
         answer_rr=answer_rr, answer_top1=at_block.answer_top1(), mid_argument_rr=mid.argument_rr(), mid_answer_rr=mid.answer_rr(),
