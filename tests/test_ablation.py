@@ -14,11 +14,14 @@ from lincorr.experiments.ablation import (
     AblationResult,
     AblationTable,
     Vocabulary,
+    WidthSweep,
+    pca_vocabularies,
     pooled_embeddings,
     resolve_pairs,
     run_ablation,
     vocabulary_from_model,
 )
+from lincorr.metrics import chance_top1
 from lincorr.names import pseudo_names
 from tiny import tiny_gpt2, tiny_llama, tiny_subword_tokenizer
 
@@ -89,6 +92,20 @@ def test_result_is_reproducible_and_json_ready(tokenizer):
     assert dataclass_rates(first) == dataclass_rates(second)
 
 
+def test_random_baseline_counts_aliases_as_the_generalization_study_does(tokenizer):
+    assert chance_top1([{1}, {2, 3}, {4, 5, 6}], 12) == pytest.approx((1 + 2 + 3) / 3 / 12)
+    assert np.isnan(chance_top1([], 12))
+    vocabulary = planted_vocabulary(tokenizer, planted=True)
+    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=1, stage2_epochs=1, progress=False)
+    # Every city accepts its own country and the next one: two right answers out of twelve.
+    aliased = [(city, (country, COUNTRIES[(i + 1) % len(COUNTRIES)])) for i, (city, country) in enumerate(zip(CITIES, COUNTRIES))]
+    real = run_ablation(vocabulary, tokenizer, pairs=aliased, config=config, **TEMPLATES)
+    assert real.random_baseline == pytest.approx(2 / len(COUNTRIES))
+    # Deranged, a city keeps one taught answer: one right answer out of twelve.
+    shuffled = run_ablation(vocabulary, tokenizer, pairs=aliased, mapping="shuffled", config=config, **TEMPLATES)
+    assert shuffled.random_baseline == pytest.approx(1 / len(COUNTRIES))
+
+
 def dataclass_rates(result: AblationResult) -> tuple[float, ...]:
     return (result.generalization_rate, result.rate_before, result.source_learned_rate, result.stage1_source_accuracy)
 
@@ -151,6 +168,65 @@ def test_table_groups_seeds_and_prints_the_paper_beside_ours(tmp_path):
     table.save(tmp_path / "table7")
     assert (tmp_path / "table7" / "table7.md").read_text(encoding="utf-8") == table.markdown()
     assert json.loads((tmp_path / "table7" / "table7.json").read_text(encoding="utf-8")) == table.rows()
+
+
+def untied_vocabulary(tokenizer) -> Vocabulary:
+    """Random input and output embeddings `[vocab, 32]` that differ (an untied head)."""
+    generator = torch.Generator().manual_seed(1)
+    inputs, outputs = (torch.randn(len(tokenizer), 32, generator=generator) for _ in range(2))
+    return Vocabulary(inputs, outputs, intermediate_size=64, activation="silu", gated=True, name="untied")
+
+
+def test_pca_keeps_the_requested_rank_and_the_full_width_is_the_original(tokenizer):
+    vocabulary = untied_vocabulary(tokenizer)
+    narrow, wide, full = pca_vocabularies(vocabulary, [4, 16, 32])
+    for reduced, width in ((narrow, 4), (wide, 16)):
+        for matrix, original in ((reduced.input_embeddings, vocabulary.input_embeddings),
+                                 (reduced.output_embeddings, vocabulary.output_embeddings)):
+            assert matrix.shape == original.shape  # same coordinates, so the block is the same size at every width
+            centered = (matrix - original.mean(0)).double()
+            assert torch.linalg.matrix_rank(centered, atol=1e-4).item() == width
+        assert reduced.pca_width == width and reduced.name == f"untied (PCA {width})"
+    # The kept share of variance grows with the width and is all of it at the full width.
+    assert 0 < narrow.explained_variance < wide.explained_variance < full.explained_variance == pytest.approx(1.0)
+    torch.testing.assert_close(full.input_embeddings, vocabulary.input_embeddings, atol=1e-5, rtol=0)
+    torch.testing.assert_close(full.output_embeddings, vocabulary.output_embeddings, atol=1e-5, rtol=0)
+    # The rank-4 rows are the closest rank-4 approximation: no worse than keeping 4 random directions.
+    basis, _ = torch.linalg.qr(torch.randn(32, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64))
+    centered = (vocabulary.input_embeddings - vocabulary.input_embeddings.mean(0)).double()
+    random_error = (centered - centered @ basis @ basis.T).norm()
+    assert (narrow.input_embeddings.double() - vocabulary.input_embeddings.double()).norm() < random_error
+    with pytest.raises(LincorrError, match="between 1 and the model's embedding width 32"):
+        pca_vocabularies(vocabulary, [8, 33])
+
+
+def test_the_full_width_reproduces_the_unprojected_ablation(tokenizer, planted_real):
+    (full,) = pca_vocabularies(planted_vocabulary(tokenizer, planted=True), [32])
+    projected = ablation(tokenizer, full, "real")
+    assert dataclass_rates(projected) == dataclass_rates(planted_real)
+    assert projected.generalization_rate == planted_real.generalization_rate
+    assert projected.settings["embedding_width"] == 32 and planted_real.settings["embedding_width"] == 32
+    # Two components cannot hold the planted city -> country offset in 32 dimensions: the composition is lost.
+    (narrow,) = pca_vocabularies(planted_vocabulary(tokenizer, planted=True), [2])
+    assert ablation(tokenizer, narrow, "real").generalization_rate < planted_real.generalization_rate
+
+
+def test_width_sweep_groups_widths_and_mappings(tmp_path):
+    def result(width: int, mapping: str, seed: int, rate: float) -> AblationResult:
+        settings = {"embedding_width": width, "explained_variance": width / 640}
+        return AblationResult("city->country", mapping, seed, rate, 0.0, 0.01, 1.0, 1.0, 0.8, 10, 128, 100, 1.0, settings)
+
+    sweep = WidthSweep(tuple(result(w, m, s, 0.1 * s + (0.5 if m == "real" else 0.0)) for w in (640, 64) for m in ("letters", "real")
+                             for s in (0, 1)))
+    rows = sweep.rows()
+    assert [(r["embedding_width"], r["mapping"]) for r in rows] == [(64, "real"), (64, "letters"), (640, "real"), (640, "letters")]
+    assert rows[0]["generalization_mean"] == pytest.approx(55.0) and rows[1]["generalization_mean"] == pytest.approx(5.0)
+    lines = sweep.markdown().splitlines()
+    assert lines[0].startswith("| width | variance kept | generalization % (real / letters) |")
+    assert lines[2].startswith("| 64 | 10.0% | 55.00 ± 7.07 / 5.00 ± 7.07 | 80 / 80 |")
+    sweep.save(tmp_path / "widths")
+    assert json.loads((tmp_path / "widths" / "widths.json").read_text(encoding="utf-8")) == rows
+    assert (tmp_path / "widths" / "widths.md").read_text(encoding="utf-8") == sweep.markdown()
 
 
 def test_mistakes_raise_one_clear_error(tokenizer):

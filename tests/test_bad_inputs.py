@@ -54,6 +54,10 @@ MISTAKES = [
     ("predict-delta-nan", ["predict-edit", "city", "country", "--value", "Paris", "--delta", "nan"], "argument --delta: must be a finite"),
     ("gradcorr-few-eval", ["gradcorr", "--n-eval", "3"], "argument --n-eval: must be at least 10"),
     ("ablate-seed-negative", ["ablate", "--table7", "--seeds", "0", "-1"], "argument --seeds: must be at least 0"),
+    ("ablate-width-zero", ["ablate", "--embedding-width", "64", "0"], "argument --embedding-width: must be at least 1"),
+    ("ablate-width-and-table7", ["ablate", "--table7", "--embedding-width", "64"], "pass --table7 or --embedding-width, not both"),
+    ("ablate-width-past-the-model", ["ablate", "--model", "{model}", "--embedding-width", "999", "--quiet"],
+     "embedding widths must be between 1 and the model's embedding width 32"),
     ("demo-seed-negative", ["demo", "--seed", "-1"], "argument --seed: must be at least 0"),
     # usage
     ("fit-without-prompts", ["fit"], "the following arguments are required: source, target"),
@@ -81,6 +85,16 @@ MISTAKES = [
     ("references-number", PRECISION + ["--references", "{refs_number.json}"], "the object of 'Paris' is 5"),
     ("references-null", PRECISION + ["--references", "{refs_null.json}"], "the object of 'Paris' is null"),
     ("references-bare-scalar", PRECISION + ["--references", "{refs_scalar.json}"], "the JSON is 42, not reference pairs"),
+    ("references-nested-json", PRECISION + ["--references", "{refs_nested.json}"], "the object of 'relation' is {\"samples\""),
+    ("references-sample-without-object", PRECISION + ["--references", "{refs_no_object.json}"], "sample 1 is {\"subject\": \"Paris\"}"),
+    ("references-no-usable-pair", PRECISION + ["--inputs", "{inputs}", "--references", "{refs_unusable.tsv}"],
+     "no pair of reference file"),
+    ("fit-references-no-usable-pair", FIT + ["--references", "{refs_unusable.tsv}"], "'Pizza' -> 'Italy' (subject not in the city domain)"),
+    ("precision-own-prompts-without-references", PRECISION + FIT[FIT.index("--source-template"):], "pass --references FILE with pairs of its words"),
+    ("precision-paper-with-own-inputs", PRECISION + ["--paper", "--inputs", "{inputs}"], "--paper uses the paper's inputs"),
+    ("precision-n-curve-not-numbers", PRECISION + ["--n-curve", "1000,lots"], "argument --n-curve: expected a whole number, got 'lots'"),
+    ("precision-n-curve-too-few-test-inputs", PRECISION + ["--n-curve", "8,1000"], "hold out 4 to score on"),
+    ("fit-unknown-interval", FIT + ["--ci", "jackknife"], "argument --ci: invalid choice"),
     # output locations: checked before the model loads
     ("save-dir-is-a-file", FIT + ["--save-dir", "{a_file}"], "is a file; name a directory"),
     ("save-dir-under-a-file", FIT + ["--save-dir", "{a_file}/run"], "is a file, not a directory"),
@@ -135,7 +149,9 @@ def assets(tmp_path_factory, tokenizer) -> dict[str, str]:
              "cities": CITIES, "countries": COUNTRIES, "one_country": COUNTRIES[:1]}
     for name, content in lines.items():
         (ws / f"{name}.txt").write_text("\n".join(content) + "\n", encoding="utf-8")
-    for name, content in {"refs_number.json": '{"Paris": 5}', "refs_null.json": '{"Paris": null}', "refs_scalar.json": "42"}.items():
+    for name, content in {"refs_number.json": '{"Paris": 5}', "refs_null.json": '{"Paris": null}', "refs_scalar.json": "42",
+                          "refs_nested.json": '{"relation": {"samples": []}}', "refs_no_object.json": '{"samples": [{"subject": "Paris"}]}',
+                          "refs_unusable.tsv": "Pizza\tItaly\n"}.items():
         (ws / name).write_text(content)
     named = {path.name.removesuffix(".txt"): str(path) for path in ws.iterdir()}
     return {**named, "ws": str(ws)}

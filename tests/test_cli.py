@@ -132,7 +132,7 @@ def test_ablate_json_on_a_tiny_model(tmp_path, capsys):
 
 # Every command with --estimator, and its default: the paper's ols, except where W itself must be read.
 ESTIMATOR_DEFAULTS = {
-    "fit": "ols", "matrix": "ols", "precision": "ols", "cases": "ols", "resilience": "ols", "scale": "ols",
+    "fit": "ols", "matrix": "ols", "precision": "ridge-std", "cases": "ols", "resilience": "ols", "scale": "ols",
     "demo": "ridge", "generalize": "ridge", "diagnose": "ridge", "subwords": "ridge", "gradcorr": "ridge", "predict-edit": "ridge",
 }
 
@@ -161,11 +161,15 @@ def test_help_shows_the_real_estimator_and_alpha_defaults(command):
     estimator = ESTIMATOR_DEFAULTS[command]
     assert parser.get_default("estimator") == estimator and parser.get_default("alpha") == "cv"
     page = parser.format_help()
-    assert f"(default: {estimator})" in option_help(page, "--estimator {ols,ridge}", "--alpha ALPHA")
+    choices = next(action.choices for action in parser._actions if action.dest == "estimator")
+    estimator_option = "--estimator {" + ",".join(choices) + "}"
+    assert f"(default: {estimator})" in option_help(page, estimator_option, "--alpha ALPHA")
     alpha_help = option_help(page, "--alpha ALPHA", "--test-fraction")
     assert "(default: cv)" in alpha_help and "ols ignores it" in alpha_help
     if estimator == "ridge":
-        assert "saturated" in option_help(page, "--estimator {ols,ridge}", "--alpha ALPHA")
+        assert "saturated" in option_help(page, estimator_option, "--alpha ALPHA")
+    if estimator == "ridge-std":
+        assert "docs/results.md" in option_help(page, estimator_option, "--alpha ALPHA")
 
 
 def test_python_dash_m_lincorr_prints_the_version():

@@ -19,7 +19,6 @@ from lincorr.experiments.extractive import (
     HOPS, PAPER_TRAIN, OcrConfig, QuerySet, Templates, chance_mean_rank, hop_data, load_world, made_up_names, ranks,
     run_ocr, token_report, train_model,
 )
-from lincorr.experiments.generalization import BLOCKS_ONLY
 from lincorr.experiments.extractive_freeze import SETTINGS, FreezeConfig, choose_split, reset_blocks, run_freeze
 from lincorr.experiments.extractive_origins import (
     ORDERS, WEIGHT_SETS, OriginsConfig, graft_weights, novel_data, ordering_phases, run_graft, run_ordering,
@@ -395,7 +394,7 @@ def test_training_with_a_block_range_leaves_every_other_parameter_bit_identical(
     lm = wrap_model(tiny_llama(len(word_tokenizer)), word_tokenizer)
     before = state_copy(lm.model)
     facts = [Fact("Alice lives in the city of", "Paris"), Fact("Bob lives in the city of", "Tokyo")]
-    tuned, _ = train_model(lm, facts, TrainConfig(learning_rate=1e-2, epochs=2, batch_size=2, layers=(1, 2), trainable=BLOCKS_ONLY,
+    tuned, _ = train_model(lm, facts, TrainConfig(learning_rate=1e-2, epochs=2, batch_size=2, layers=(1, 2), blocks_only=True,
                                                   progress=False), name="late only")
     after = state_copy(tuned.model)
     for name in before:
@@ -415,7 +414,7 @@ def test_the_split_separates_first_hop_mass_from_second_hop_mass():
 
 def test_freeze_study_reports_every_setting_for_both_hops(world_tokenizer, tmp_path):
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
-    config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=2, batch_size=5, trainable=BLOCKS_ONLY,
+    config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=2, batch_size=5, blocks_only=True,
                                                          progress=False), split_layer=1)
     registry = tiny_world_registry(tmp_path)
     result = run_freeze(lm, registry, config)

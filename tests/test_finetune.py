@@ -136,6 +136,8 @@ def test_loss_goes_down_and_facts_are_learned(model, tokenizer):
         ({"layers": (0, 1), "trainable": ("mlp",)}, lambda name: layer_index(name) == 0 and "mlp" in name),
         # Llama calls it "layers.0.self_attn", GPT-2 "h.0.attn".
         ({"trainable": (ATTENTION_0,)}, lambda name: re.search(ATTENTION_0, name) is not None),
+        # Every block, whatever the architecture calls them; embeddings, positions, tied head and final norm stay.
+        ({"blocks_only": True}, lambda name: layer_index(name) is not None),
     ],
 )
 def test_only_selected_parameters_change(model, tokenizer, selection, allowed):
@@ -149,6 +151,12 @@ def test_only_selected_parameters_change(model, tokenizer, selection, allowed):
         assert changed == allowed(name), name
     # Frozen parameters had requires_grad off, so no gradient was even computed for them.
     assert all(p.grad is None for p in result.model.parameters())
+
+
+def test_trained_parts_say_in_words_what_the_filters_select():
+    assert TrainConfig().trained_parts() == "all parameters"
+    assert TrainConfig(blocks_only=True).trained_parts() == "transformer blocks (embeddings, head and final norm frozen)"
+    assert TrainConfig(layers=(1, 3), trainable=("mlp",)).trained_parts() == "blocks 1 to 2 and parameters matching mlp"
 
 
 def test_callers_model_is_untouched_unless_inplace(tokenizer):
@@ -195,6 +203,8 @@ def test_mistakes_raise_one_clear_error(model, tokenizer):
         select_trainable(model, TrainConfig(trainable=("no_such_module",)))
     with pytest.raises(LincorrError, match="starts past the last block"):
         select_trainable(model, TrainConfig(layers=(5, 9)))
+    with pytest.raises(LincorrError, match="no parameter name has a block index"):
+        select_trainable(torch.nn.Linear(2, 2), TrainConfig(blocks_only=True))
     with pytest.raises(LincorrError, match="no facts"):
         train_on_facts(model, tokenizer, [], QUICK)
     with pytest.raises(LincorrError, match="not a range"):

@@ -24,7 +24,7 @@ from lincorr.report import build_report, read_run
 FIT = ["--estimator", "ridge", "--alpha", "1", "--bootstrap", "10"]
 TRAIN = ["-n", "40", "--n-facts", "3", "--epochs", "8", "--lr", "1e-2", "--train-batch-size", "4"]
 # Study directory -> how many figures its section draws.
-FIGURES = {"fit": 2, "matrix": 3, "precision": 0, "cases": 0, "resilience": 4, "scale": 2, "generalize": 1, "subwords": 1,
+FIGURES = {"fit": 2, "matrix": 3, "precision": 0, "cases": 0, "resilience": 4, "scale": 3, "generalize": 1, "subwords": 1,
            "gradcorr": 0, "predict": 0, "table5": 0, "table7": 0, "scores": 1, "ocr": 1, "lens": 1}
 
 
@@ -179,7 +179,7 @@ def test_matrix_colour_scales_are_fixed_and_hover_names_both_prompts(tiny_runs):
 def test_tables_keep_the_paper_column_and_mark_skipped_rows(tiny_runs):
     precision, = read_run(tiny_runs["precision"])
     table = precision.blocks[0]
-    assert [row[1] for row in table.rows] == ["ols", "ridge"] and table.columns[-1].name.startswith("paper")
+    assert [row[1] for row in table.rows] == ["ridge-std", "ols", "ridge"] and table.columns[-1].name.startswith("paper")
     table5, = read_run(tiny_runs["table5"])
     rows = table5.blocks[0].rows
     assert rows[0][0] == "City->Country" and rows[0][-3] == paper_table("table5").row("City->Country")["generalization_rate"]

@@ -262,20 +262,20 @@ def test_hit_at_k_and_chance():
 
 def test_no_usable_reference_is_a_clear_error():
     pair, _ = planted_pair()
-    with pytest.raises(LincorrError, match="no reference pair"):
+    with pytest.raises(LincorrError, match="no pair of the reference can be used for S->T .1 read.: 'Paris' -> 'France' .subject not in"):
         precision_of(pair, (("Paris", ("France",)),))
 
 
 def test_read_reference_file_tsv_and_json(tmp_path):
     tsv = tmp_path / "pairs.tsv"
     tsv.write_text("# city\tcountry\nBoston\tUSA\nParis\tFrance\nBoston\tAmerica\n\n", encoding="utf-8")
-    assert read_reference_file(tsv) == (("Boston", ("USA", "America")), ("Paris", ("France",)))
+    assert read_reference_file(tsv).pairs == (("Boston", ("USA",)), ("Paris", ("France",)), ("Boston", ("America",)))
     mapping = tmp_path / "pairs.json"
     mapping.write_text('{"Boston": ["USA", "America"], "Paris": "France"}', encoding="utf-8")
-    assert read_reference_file(mapping) == (("Boston", ("USA", "America")), ("Paris", ("France",)))
+    assert read_reference_file(mapping).pairs == (("Boston", ("USA", "America")), ("Paris", ("France",)))
     listed = tmp_path / "list.json"
     listed.write_text('[["Boston", "USA"], ["Boston", "America"]]', encoding="utf-8")
-    assert read_reference_file(listed) == (("Boston", ("USA", "America")),)
+    assert read_reference_file(listed).pairs == (("Boston", ("USA",)), ("Boston", ("America",)))
     bad = tmp_path / "bad.tsv"
     bad.write_text("Boston\tUSA\nParis France\n", encoding="utf-8")
     with pytest.raises(LincorrError, match=r"bad.tsv:2: expected 'subject<TAB>object'"):
@@ -397,13 +397,25 @@ def test_cli_precision_json_contract(workspace, registry_file, capsys):
     assert cli(workspace, registry_file, "precision", "tiny_city", "tiny_country", "--json") == 0
     payload = json.loads(capsys.readouterr().out)
     assert set(payload["hit_influenced"]) == set(payload["hit_influencing"]) == {"1", "3", "5"}
-    assert payload["n_pairs_influenced"] == 5 and payload["n_pairs_influencing"] == 5 and payload["estimator"] == "ols"
-    assert set(payload["by_estimator"]) == {"ols", "ridge"}
+    assert payload["n_pairs_influenced"] == 5 and payload["n_pairs_influencing"] == 5 and payload["estimator"] == "ridge-std"
+    assert set(payload["by_estimator"]) == {"ridge-std", "ols", "ridge"}
+    assert cli(workspace, registry_file, "precision", "tiny_city", "tiny_country", "--estimator", "ols", "--json") == 0
+    assert json.loads(capsys.readouterr().out)["estimator"] == "ols"
     pairs = workspace / "pairs.tsv"
     pairs.write_text("Paris\tFrance\nTokyo\tJapan\n", encoding="utf-8")
     assert cli(workspace, registry_file, "precision", "tiny_capital", "tiny_country", "--references", str(pairs), "--json") == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["n_pairs_influenced"] == 2 and payload["reference"] == "user file"
+
+
+def test_cli_precision_n_curve_fits_every_n_on_a_prefix_of_the_inputs(workspace, registry_file, capsys):
+    out = workspace / "curve"
+    assert cli(workspace, registry_file, "precision", "tiny_city", "tiny_country", "--n-curve", "40,20", "--json", "--out", str(out)) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["ns"] == [20, 40]
+    assert [(row["n_inputs"], row["estimator"]) for row in payload["rows"]] == [
+        (n, fit) for n in (20, 40) for fit in ("ridge-std", "ols", "ridge")]
+    assert (out / "precision_curve.png").exists() and (out / "precision_curve.csv").exists()
 
 
 def test_cli_cases_and_resilience(workspace, registry_file, capsys):

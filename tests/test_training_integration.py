@@ -1,4 +1,4 @@
-"""Training studies on gemma-3-270m, kept small: a handful of facts, one seed, one gradient step."""
+"""Training studies on gemma-3-270m, kept small: two dozen facts, one seed, one gradient step."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from test_integration import get_model, isolated_cache, models, session_cache  # noqa: F401 - fixtures
+from scipy.stats import binomtest
+from test_integration import above_chance_p, get_model, isolated_cache, models, session_cache  # noqa: F401 - fixtures
 
 from lincorr.experiments.correlation import FitConfig
 from lincorr.experiments.correlation import fit_relation
@@ -20,6 +21,10 @@ pytestmark = pytest.mark.integration
 
 RIDGE = FitConfig(estimator="ridge", alpha="cv", n_boot=10)
 N_INPUTS = 300  # the tables test_studies_integration collects for city and country
+# Enough facts for the exact paired test below to see a gain: with none right before training it needs 5 gained facts for
+# p < 0.05 (7 for 0.01). Measured (seed 0, at most 8 epochs, about 5 minutes on 2 CPU cores): 8 of 24 generalized, none
+# before, 22 learned; random baseline 1.3%.
+N_FACTS = 24
 
 
 @pytest.fixture(scope="module")
@@ -28,19 +33,27 @@ def relation(models, session_cache):  # noqa: F811
     return lm, fit_relation(lm, load_registry(), RelationSpec("city", "country"), n_inputs=N_INPUTS, fit=RIDGE, progress=False)
 
 
-def test_edit_prediction_and_a_four_fact_generalization_run(relation):
+def test_edit_prediction_and_generalization_above_chance_and_the_untrained_model(relation):
     lm, bound = relation
     prediction = predict_edit(lm, bound, "Paris", "Brosji")
     assert prediction.references == ("France",) and prediction.predicted_target in bound.target.domain.words
     first_block = next(p for n, p in lm.model.named_parameters() if "layers.0." in n).detach().clone()
-    config = GeneralizationConfig(n_facts=4, seeds=(0,), n_inputs=N_INPUTS, fit=RIDGE, train=dataclasses.replace(DEFAULT_TRAIN, epochs=6),
+    config = GeneralizationConfig(n_facts=N_FACTS, seeds=(0,), n_inputs=N_INPUTS, fit=RIDGE, train=dataclasses.replace(DEFAULT_TRAIN, epochs=8),
                                   progress=False)
     result = run_generalization(lm, load_registry(), bound, config)
     summary = result.summary()
     assert torch.equal(first_block, next(p for n, p in lm.model.named_parameters() if "layers.0." in n))
     assert summary["source_learned_rate"] >= 0.75 and summary["mean_source_delta"] > 0
     # Aliases (USA / America / US) make some facts right in several of the 139 columns.
-    assert 0 <= summary["generalization_rate"] <= 1 and 1 / 139 <= summary["random_baseline"] <= 3 / 139
+    assert 1 / 139 <= summary["random_baseline"] <= 3 / 139
+    # The phenomenon of §5: taught "Z lives in the city of s", the model answers s's country for Z. Above chance: a random
+    # answer is right with the random baseline's probability (measured p ~ 5e-10, so 0.01 leaves a wide margin).
+    assert above_chance_p(summary["generalization_rate"], N_FACTS, summary["random_baseline"]) < 0.01, summary
+    # Above the untrained model, fact by fact: exact McNemar test on the facts that changed (measured: 8 gained, 0 lost,
+    # p = 0.004; 5% is the level at which 24 facts leave a margin of three gained facts).
+    gained = sum(o.generalized and not o.generalized_before for o in result.outcomes)
+    lost = sum(o.generalized_before and not o.generalized for o in result.outcomes)
+    assert gained + lost > 0 and binomtest(gained, gained + lost, 0.5, alternative="greater").pvalue < 0.05, (gained, lost, summary)
 
 
 def test_one_step_gradient_correlation_beats_a_shuffled_w(relation):

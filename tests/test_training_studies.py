@@ -7,10 +7,14 @@ import json
 
 import numpy as np
 import pytest
-from tiny import WORDS, one_thread, state_copy, tiny_llama, tiny_subword_tokenizer
+import torch
+from tiny import WORDS, city_country_registry, one_thread, state_copy, tiny_gpt2, tiny_llama, tiny_subword_tokenizer
 
 from lincorr.experiments.correlation import FitConfig, fit_relation
 from lincorr.experiments.generalization import (
+    DEFAULT_TRAIN,
+    PAPER_MAX_EPOCHS,
+    PAPER_PRESET,
     diagnose,
     GeneralizationConfig,
     GeneralizationResult,
@@ -30,25 +34,13 @@ from lincorr.experiments.gradients import GradientConfig, gradient_correlation_f
 from lincorr.experiments.subwords import subword_study
 from lincorr.finetune import TrainConfig
 from lincorr.knowledge import load_registry
-from lincorr.metrics import mann_whitney_auc
+from lincorr.metrics import chance_top1, mann_whitney_auc
 from lincorr.models import wrap_model
 from lincorr.relations import RelationSpec
 
 CITIES = ("Paris", "London", "Tokyo", "Rome", "Berlin")
 COUNTRIES = ("France", "England", "Japan", "Italy", "Germany")
-REGISTRY_YAML = f"""
-domains:
-  tiny_cities: [{", ".join(CITIES)}]
-  tiny_countries: [{", ".join(COUNTRIES)}]
-prompts:
-  - {{name: tiny_city, family: tiny, language: en, template: "{{}} lives in the city of", domain: tiny_cities}}
-  - {{name: tiny_country, family: tiny, language: en, template: "{{}} lives in the country of", domain: tiny_countries}}
-references:
-  - name: tiny_cities->tiny_countries
-    source_domain: tiny_cities
-    target_domain: tiny_countries
-    pairs: {{Paris: France, London: [England, Japan], Tokyo: Japan, Rome: Italy, Berlin: Germany}}
-"""
+REGISTRY_YAML = city_country_registry(CITIES, COUNTRIES, "{Paris: France, London: [England, Japan], Tokyo: Japan, Rome: Italy, Berlin: Germany}")
 RIDGE = FitConfig(estimator="ridge", alpha=1.0, n_boot=10)
 QUICK_TRAIN = TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4, progress=False)
 
@@ -163,7 +155,9 @@ def test_score_outcomes_on_a_planted_case(relation):
     assert summary["random_baseline"] == pytest.approx((1 + 2 + 1 + 1) / 4 / 5)
     assert summary["prediction_accuracy"] == 0.25  # only Paris -> France was predicted right
     assert summary["categories"] == {"generalized": 2, "wrong weight": 0, "low prior": 1, "unexplained": 0, "not learned": 1}
-    assert 0 <= summary["prediction_success_auc"] <= 1
+    # London generalized through an alias W did not favour: its predicted success (0.002) is below both failures' (0.96),
+    # so only Paris's two pairs can count (Paris, Tokyo and Rome share weight and prior: ties up to rounding): AUC <= 2/4.
+    assert 0.25 <= summary["prediction_success_auc"] <= 0.5
     assert "| A | Paris | France | France |" in result.diagnosis_markdown()
 
 
@@ -218,7 +212,9 @@ def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_
     # Training stops at the first epoch where every fact is learned, so a seed cut short has learned them all.
     for seed, epochs_run, learned in zip(summary["seeds"], summary["epochs_run_per_seed"], result.per_seed("learned")):
         assert 1 <= epochs_run <= QUICK_TRAIN.epochs and (epochs_run == QUICK_TRAIN.epochs or learned == 1.0)
+    # Aliases count (a London fact has two right countries, twice the chance), by the ablation's rule.
     assert summary["random_baseline"] == pytest.approx(np.mean([len(o.references) / 5 for o in result.outcomes]))
+    assert summary["random_baseline"] == chance_top1([o.references for o in result.outcomes], 5)
     assert len({o.entity for o in result.outcomes}) == 6  # fresh names per seed
     result.save(tmp_path / "out")
     saved = json.loads((tmp_path / "out" / "result.json").read_text())
@@ -260,6 +256,80 @@ def test_subword_study_splits_by_category(lm, registry):
     assert "whole_word" in result.markdown()
 
 
+# ---- which parameters train: the default's blocks on any architecture, the paper preset's everything ----
+
+@pytest.fixture
+def gpt2_lm():
+    """A tiny GPT-2: blocks named "transformer.h.N.", absolute positions, the head tied to the embedding."""
+    tokenizer = tiny_subword_tokenizer(WORDS)
+    return wrap_model(tiny_gpt2(len(tokenizer)), tokenizer, name="tiny-gpt2")
+
+
+@pytest.fixture
+def training_runs(monkeypatch):
+    """(weights before, TrainResult) of every training run the studies make."""
+    runs = []
+
+    def recorded(train):
+        def run(model, *args, **kwargs):
+            before = state_copy(model)
+            result = train(model, *args, **kwargs)
+            runs.append((before, result))
+            return result
+        return run
+
+    monkeypatch.setattr(generalization_module, "train_on_facts", recorded(generalization_module.train_on_facts))
+    monkeypatch.setattr(gradients_module, "single_step", recorded(gradients_module.single_step))
+    return runs
+
+
+def changed(before, result) -> set[str]:
+    """Names of the parameters that training moved."""
+    after = dict(result.model.named_parameters())
+    return {name for name, old in before.items() if not torch.equal(old, after[name])}
+
+
+def test_training_studies_train_only_the_blocks_of_a_gpt2(gpt2_lm, registry, training_runs):
+    blocks = {n for n, _ in gpt2_lm.model.named_parameters() if n.startswith("transformer.h.")}
+    assert blocks and {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight"}.isdisjoint(blocks)
+    spec = RelationSpec("tiny_city", "tiny_country")
+    # The studies' own parameter selection, at a rate that moves a tiny model in a few epochs.
+    config = GeneralizationConfig(n_facts=3, seeds=(0,), n_inputs=40, fit=RIDGE, progress=False,
+                                  train=dataclasses.replace(DEFAULT_TRAIN, learning_rate=1e-2, epochs=4))
+    generalized = run_generalization(gpt2_lm, registry, spec, config)
+    subwords = subword_study(gpt2_lm, registry, spec, config)
+    stepped = measure_gradient_correlation(gpt2_lm, registry, spec, GradientConfig(
+        n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE, train=dataclasses.replace(GradientConfig.train, learning_rate=1e-3), progress=False))
+    assert len(training_runs) == 3  # generalize, subwords, gradcorr
+    for before, result in training_runs:
+        assert set(result.trained_parameters) == blocks
+        assert changed(before, result) == blocks  # every block moved; embeddings, positions and final norm did not
+    assert generalized.summary()["trainable"].startswith("transformer blocks") and len(generalized.outcomes) == 3
+    assert len(subwords.generalization.outcomes) == 3 and stepped.summary()["mean_abs_source_change"] > 0
+
+
+def test_paper_preset_trains_every_parameter_at_the_papers_rate(lm, registry, training_runs):
+    train = PAPER_PRESET.apply(DEFAULT_TRAIN)
+    assert (train.learning_rate, train.blocks_only, train.epochs) == (5e-6, False, PAPER_MAX_EPOCHS)
+    # What the preset does not name stays the study's.
+    assert (train.batch_size, train.max_grad_norm, train.schedule) == (DEFAULT_TRAIN.batch_size, DEFAULT_TRAIN.max_grad_norm, "constant")
+    spec = RelationSpec("tiny_city", "tiny_country")
+    config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=dataclasses.replace(train, epochs=2), progress=False)
+    summary = run_generalization(lm, registry, spec, config).summary()
+    assert summary["learning_rate"] == 5e-6 and summary["trainable"] == "all parameters" and summary["epochs"] == 2
+    assert summary["epochs_run_per_seed"] == [2] or summary["source_learned_rate"] == 1.0
+    stepped = measure_gradient_correlation(lm, registry, spec, GradientConfig(
+        n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE, train=PAPER_PRESET.apply(GradientConfig.train), progress=False))
+    assert stepped.summary()["learning_rate"] == 5e-6
+    for before, result in training_runs:
+        assert set(result.trained_parameters) == set(before)
+        assert {"model.embed_tokens.weight", "lm_head.weight"} <= changed(before, result)
+    # AdamW's first step moves a coordinate by lr * g / (|g| + eps): the largest change is the learning rate itself.
+    before, step = training_runs[-1]
+    largest = max(float((p.detach() - before[n]).abs().max()) for n, p in step.model.named_parameters())
+    assert largest == pytest.approx(5e-6, rel=1e-2)
+
+
 # ---- gradient correlation ----
 
 def test_gradient_correlation_of_planted_changes():
@@ -277,7 +347,8 @@ def test_gradient_correlation_study_on_a_tiny_model_and_its_resumable_table(lm, 
                             train=TrainConfig(learning_rate=1e-3, batch_size=4, progress=False), progress=False)
     result = measure_gradient_correlation(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
     summary = result.summary()
-    assert -1 <= summary["gradient_r"] <= 1 and result.labelwise_gradient_r.shape == (5,)
+    # The headline is the mean over target words (that gradient r beats a shuffled W is test_study_commands' gradcorr test).
+    assert result.labelwise_gradient_r.shape == (5,) and summary["gradient_r"] == pytest.approx(np.nanmean(result.labelwise_gradient_r))
     assert summary["mean_abs_source_change"] > 0 and summary["mean_abs_target_change"] > 0
 
     relations = [RelationSpec("tiny_city", "tiny_country", "tiny"), RelationSpec("tiny_country", "tiny_city", "no reference")]
@@ -322,6 +393,29 @@ def workspace(tmp_path, lm):
 def cli(ws, command, *extra):
     return [command, "tiny_city", "tiny_country", "--model", str(ws / "model"), "--registry", str(ws / "tiny.yaml"), "-n", "40",
             "--alpha", "1", "--quiet", *extra]
+
+
+def test_paper_flag_is_the_preset_and_options_still_override_it(workspace, capsys):
+    from lincorr.cli import build_parser, main
+    from lincorr.cli.training import generalization_config
+
+    def train(*extra):
+        return generalization_config(build_parser().parse_args(cli(workspace, "generalize", *extra))).train
+
+    assert train() == dataclasses.replace(DEFAULT_TRAIN, seed=0, progress=False)
+    assert train("--paper") == dataclasses.replace(PAPER_PRESET.apply(DEFAULT_TRAIN), seed=0, progress=False)
+    assert (train("--paper", "--lr", "1e-4").learning_rate, train("--paper", "--lr", "1e-4").blocks_only) == (1e-4, False)
+    assert (train("--full").learning_rate, train("--full").blocks_only) == (DEFAULT_TRAIN.learning_rate, False)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["generalize", "--help"])
+    assert f"at most {PAPER_MAX_EPOCHS} epochs" in capsys.readouterr().out
+
+    assert main(cli(workspace, "generalize", "--paper", "--epochs", "1", "--n-facts", "2", "--n-seeds", "1", "--json")) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert (payload["learning_rate"], payload["trainable"], payload["epochs"], payload["epochs_run_per_seed"]) == (5e-6, "all parameters", 1, [1])
+    assert main(cli(workspace, "gradcorr", "--paper", "--n-step-facts", "8", "--n-eval", "15", "--json")) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert (row["learning_rate"], row["trainable"]) == (5e-6, "all parameters")
 
 
 def test_generalize_and_predict_edit_json(workspace, capsys):

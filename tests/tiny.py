@@ -140,3 +140,20 @@ def write_tiny_gguf(path, words: tuple[str, ...] | list[str] = WORDS, seed: int 
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def city_country_registry(cities, countries, pairs: str) -> str:
+    """A registry file's text: a city prompt, a country prompt (family "tiny") and their reference `pairs` (YAML flow mapping)."""
+    return f"""
+domains:
+  tiny_cities: [{", ".join(cities)}]
+  tiny_countries: [{", ".join(countries)}]
+prompts:
+  - {{name: tiny_city, family: tiny, language: en, template: "{{}} lives in the city of", domain: tiny_cities}}
+  - {{name: tiny_country, family: tiny, language: en, template: "{{}} lives in the country of", domain: tiny_countries}}
+references:
+  - name: tiny_cities->tiny_countries
+    source_domain: tiny_cities
+    target_domain: tiny_countries
+    pairs: {pairs}
+"""

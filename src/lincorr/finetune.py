@@ -35,10 +35,13 @@ class Fact:
 class TrainConfig:
     """Optimiser and selection settings; the paper uses AdamW at 5e-6 with full fine-tuning.
 
-    `layers` is a half-open block range `(start, stop)`; `trainable` holds regular expressions
-    searched in parameter names. A parameter trains when it passes both filters (an unset filter
-    passes everything); all others are frozen. `schedule` "constant" keeps the rate; "linear"
-    warms up linearly over the first `warmup` fraction of the steps and then decays linearly to 0.
+    `layers` is a half-open block range `(start, stop)`; `blocks_only` keeps every transformer block
+    and freezes what lies outside them (embeddings, a tied or untied head, the final norm), whatever
+    the architecture calls its blocks (`layer_index`); `trainable` holds regular expressions searched
+    in parameter names. A parameter trains when it passes every filter (an unset filter passes
+    everything); all others are frozen. `max_grad_norm` clips the global gradient norm of every step
+    (None: no clipping). `schedule` "constant" keeps the rate; "linear" warms up linearly over the
+    first `warmup` fraction of the steps and then decays linearly to 0.
     """
 
     learning_rate: float = 5e-6
@@ -47,6 +50,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     seed: int = 0
     layers: tuple[int, int] | None = None
+    blocks_only: bool = False
     trainable: tuple[str, ...] = ()
     max_grad_norm: float | None = 1.0
     schedule: str = "constant"
@@ -60,6 +64,17 @@ class TrainConfig:
             raise LincorrError(f"TrainConfig schedule must be one of {', '.join(SCHEDULES)} and warmup a fraction in [0, 1)")
         if self.layers is not None and not (0 <= self.layers[0] < self.layers[1]):
             raise LincorrError(f"layers={self.layers} is not a range; pass (start, stop) with 0 <= start < stop")
+
+    def trained_parts(self) -> str:
+        """In words, which parameters the filters let train (the JSON's "trainable")."""
+        parts = []
+        if self.layers is not None:
+            parts.append(f"blocks {self.layers[0]} to {self.layers[1] - 1}")
+        elif self.blocks_only:
+            parts.append("transformer blocks (embeddings, head and final norm frozen)")
+        if self.trainable:
+            parts.append("parameters matching " + ", ".join(self.trainable))
+        return " and ".join(parts) or "all parameters"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,23 +144,25 @@ def layer_index(parameter_name: str) -> int | None:
 
 
 def select_trainable(model: torch.nn.Module, config: TrainConfig) -> tuple[str, ...]:
-    """Names of the parameters that pass the layer range and name filters of `config`."""
+    """Names of the parameters that pass the block, layer range and name filters of `config`."""
     names = [name for name, _ in model.named_parameters()]
     selected = names
-    if config.layers is not None:
-        start, stop = config.layers
+    if config.layers is not None or config.blocks_only:
         indices = {layer_index(n) for n in names} - {None}
         if not indices:
-            raise LincorrError("layers= was given but no parameter name has a block index like 'layers.3.' or 'h.3.'")
+            raise LincorrError("layers= or blocks_only= was given but no parameter name has a block index like 'layers.3.' or 'h.3.'")
+        selected = [n for n in selected if layer_index(n) is not None]
+    if config.layers is not None:
+        start, stop = config.layers
         if start > max(indices):
             raise LincorrError(f"layers={config.layers} starts past the last block {max(indices)}")
-        selected = [n for n in selected if (i := layer_index(n)) is not None and start <= i < stop]
+        selected = [n for n in selected if start <= layer_index(n) < stop]
     if config.trainable:
         patterns = [re.compile(p) for p in config.trainable]
         selected = [n for n in selected if any(p.search(n) for p in patterns)]
     if not selected:
         raise LincorrError(
-            f"no parameter matches layers={config.layers} and trainable={config.trainable}; "
+            f"no parameter matches layers={config.layers}, blocks_only={config.blocks_only} and trainable={config.trainable}; "
             f"parameter names look like {names[0]!r}"
         )
     return tuple(selected)

@@ -17,18 +17,24 @@ class LinearMap(RegressorMixin, BaseEstimator):
 
     estimator="ols" is the paper's ordinary least squares with a bias; "ridge" adds an L2
     penalty `alpha` on W (not on b), either fixed or chosen by k-fold cross-validation
-    (alpha="cv") over `alphas`. Learned: `W_` `[n_source, n_target]` (row i: how source word i
-    moves every target), `coef_` (the same in scikit-learn's orientation `[n_target, n_source]`,
-    1-D for a 1-D target), `intercept_` `[n_target]`, `alpha_` (the penalty used; 0 for ols).
+    (alpha="cv") over `alphas`. With `standardize`, every source and target column is z-scored
+    on the training rows first and the ridge penalty is per training input, so alpha=1 solves
+    W = (C_xx + I)^-1 C_xy in correlation units whatever N is. Learned: `W_` `[n_source, n_target]`
+    (row i: how source word i moves every target, in the data's units), `coef_` (the same in
+    scikit-learn's orientation `[n_target, n_source]`, 1-D for a 1-D target), `intercept_`
+    `[n_target]`, `alpha_` (the penalty used; 0 for ols), and with `standardize` also
+    `W_standardized_` (W between the z-scored columns: target standard deviations per source one).
     `score` is scikit-learn's R^2; the paper's label-wise r is `metrics.labelwise_pearson`.
     """
 
-    def __init__(self, estimator: str = "ols", alpha: float | str = 1.0, alphas=DEFAULT_ALPHAS, cv: int = 5, seed: int = 0):
+    def __init__(self, estimator: str = "ols", alpha: float | str = 1.0, alphas=DEFAULT_ALPHAS, cv: int = 5, seed: int = 0,
+                 standardize: bool = False):
         self.estimator = estimator
         self.alpha = alpha
         self.alphas = alphas
         self.cv = cv
         self.seed = seed
+        self.standardize = standardize
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -41,6 +47,10 @@ class LinearMap(RegressorMixin, BaseEstimator):
         target = y.reshape(len(y), -1)
         if X.shape[0] < 2:
             raise LincorrError(f"fitting a linear map needs at least 2 inputs, got {X.shape[0]} sample")
+        if self.standardize:
+            (x_mean, x_scale), (y_mean, y_scale) = column_scales(X), column_scales(target)
+            X, target = (X - x_mean) / x_scale, (target - y_mean) / y_scale
+        penalty_unit = X.shape[0] if self.standardize else 1
         if self.estimator == "ols":
             if X.shape[0] <= X.shape[1]:
                 raise LincorrError(
@@ -50,12 +60,16 @@ class LinearMap(RegressorMixin, BaseEstimator):
             self.alpha_ = 0.0
             W, b = fit_ols(X, target)
         elif self.estimator == "ridge":
-            self.alpha_ = self.select_alpha(X, target) if self.alpha == "cv" else float(self.alpha)
+            self.alpha_ = self.select_alpha(X, target, penalty_unit) if self.alpha == "cv" else float(self.alpha)
             if not self.alpha_ >= 0:
                 raise LincorrError(f"ridge alpha must be non-negative, got {self.alpha_}")
-            W, b = fit_ridge(X, target, (self.alpha_,))[0]
+            W, b = fit_ridge(X, target, (self.alpha_ * penalty_unit,))[0]
         else:
             raise LincorrError(f"unknown estimator '{self.estimator}'; use ols or ridge")
+        if self.standardize:
+            self.W_standardized_ = W.astype(np.float32)
+            W = W * y_scale / x_scale[:, None]
+            b = y_mean + b * y_scale - x_mean @ W
         self.W_ = W.astype(np.float32)
         self.intercept_ = b.astype(np.float32)
         self.coef_ = self.W_.T
@@ -69,8 +83,8 @@ class LinearMap(RegressorMixin, BaseEstimator):
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return X @ self.coef_.T.astype(np.float64) + self.intercept_
 
-    def select_alpha(self, source: np.ndarray, target: np.ndarray) -> float:
-        """The alpha with the lowest k-fold mean squared error."""
+    def select_alpha(self, source: np.ndarray, target: np.ndarray, penalty_unit: float = 1) -> float:
+        """The alpha with the lowest k-fold mean squared error (each alpha applied as alpha * `penalty_unit`)."""
         n = source.shape[0]
         if n < 2 * self.cv:
             raise LincorrError(f"cross-validating alpha needs at least {2 * self.cv} training inputs, got {n}; use a fixed --alpha")
@@ -78,8 +92,15 @@ class LinearMap(RegressorMixin, BaseEstimator):
         errors = np.zeros(len(self.alphas))
         for held_out in folds:
             train = np.setdiff1d(np.arange(n), held_out)
-            errors += ridge_held_out_errors(source[train], target[train], source[held_out], target[held_out], self.alphas)
+            errors += ridge_held_out_errors(source[train], target[train], source[held_out], target[held_out],
+                                            [alpha * penalty_unit for alpha in self.alphas])
         return float(self.alphas[int(np.argmin(errors))])
+
+
+def column_scales(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each column's mean and standard deviation `[n_columns]`; a constant column keeps scale 1, so it stays constant."""
+    scale = values.std(0)
+    return values.mean(0), np.where(scale > 0, scale, 1.0)
 
 
 def fit_ols(source: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

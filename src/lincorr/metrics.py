@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -72,23 +72,6 @@ def top_influencing(coef: np.ndarray, target_index: int, k: int = 5) -> np.ndarr
     return top_k(coef[:, target_index], k)
 
 
-def reference_columns(pairs, source_words: Sequence[str], target_domain) -> dict[int, tuple[int, ...]]:
-    """Source row -> the target columns that are right for it, from (subject, objects) pairs.
-
-    Subjects missing from the source words, and objects missing from the target domain
-    (dropped by the tokenizer), are skipped; a subject with no object left is left out.
-    """
-    rows = {word: i for i, word in enumerate(source_words)}
-    found: dict[int, tuple[int, ...]] = {}
-    for subject, objects in pairs:
-        if subject not in rows:
-            continue
-        columns = tuple(dict.fromkeys(c for c in (target_domain.find(o) for o in objects) if c is not None))
-        if columns:
-            found[rows[subject]] = columns
-    return found
-
-
 def summarize(values: Sequence[float]) -> dict[str, float]:
     """Mean and standard deviation, ignoring NaN (both NaN, without a warning, when every value is NaN)."""
     values = np.asarray(values, np.float64)
@@ -133,6 +116,16 @@ def chance_hit_at_k(n_columns: int, right: dict[int, tuple[int, ...]], ks: Seque
         misses = [math.comb(n_columns - len(columns), drawn) / math.comb(n_columns, drawn) for columns in right.values()]
         rates[k] = float(1 - np.mean(misses))
     return rates
+
+
+def chance_top1(accepted: Iterable[Collection], domain_size: int) -> float:
+    """The random baseline of a top-1 test: mean over questions of |accepted answers| / `domain_size` (NaN with none).
+
+    Each question comes with every answer that counts as right (a reference object and its aliases,
+    as distinct domain entries), so a question with two right answers has twice the chance of one.
+    The generalization study and the vocabulary ablation both report this.
+    """
+    return rate(len(answers) / domain_size for answers in accepted)
 
 
 def mann_whitney_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:

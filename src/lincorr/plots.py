@@ -150,11 +150,16 @@ def bar_plot(labels: Sequence[str], series: dict[str, Sequence[float]], path, ti
 
 
 def layer_curves(curves: dict[str, tuple[Sequence[float], Sequence[float]]], path, title: str, *, y_label: str,
-                 x_label: str = "layer", dashed: Sequence[str] = (), mark: float | None = None, mark_label: str = "") -> None:
-    """Curves over numeric layer positions, y in [0, 1]: `curves[name] = (x, y)`; names in `dashed` dashed; a vertical line at `mark`."""
+                 x_label: str = "layer", dashed: Sequence[str] = (), mark: float | None = None, mark_label: str = "",
+                 colours: dict[str, str] | None = None) -> None:
+    """Curves over numeric layer positions, y in [0, 1]: `curves[name] = (x, y)`; names in `dashed` dashed; a vertical line at `mark`.
+
+    `colours` pins a curve's colour (so two curves of one estimator can share it); others take the next in the cycle.
+    """
     figure, axes = plt.subplots(figsize=(7.5, 4.2))
     for name, (x, y) in curves.items():
-        axes.plot(x, y, marker="o", markersize=3, linestyle="--" if name in dashed else "-", label=name)
+        axes.plot(x, y, marker="o", markersize=3, linestyle="--" if name in dashed else "-", label=name,
+                  **({"color": colours[name]} if colours and name in colours else {}))
     if mark is not None:
         axes.axvline(mark, color="grey", linewidth=0.8, linestyle=":", label=mark_label or None)
     axes.set_ylim(0, 1.02)

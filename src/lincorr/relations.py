@@ -9,13 +9,14 @@ their domain columns), and `experiments.correlation.fit_relation` adds W fitted 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lincorr.domains import Domain
 from lincorr.errors import LincorrError
-from lincorr.metrics import reference_columns
 from lincorr.outputs import settings_key
 from lincorr.prompts import Prompt, registry_prompt
 
@@ -65,6 +66,69 @@ class BoundRelation:
         return tuple((source_ids[row], tuple(target_ids[c] for c in columns)) for row, columns in self.columns.items())
 
 
+@dataclasses.dataclass(frozen=True)
+class DroppedPair:
+    """A reference pair that judges nothing, and why."""
+
+    subject: str
+    object: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceMatch:
+    """Reference pairs on two tokenized domains: the right target columns of each source row, and every pair left out."""
+
+    columns: Mapping[int, tuple[int, ...]]  # source row -> right target columns
+    dropped: tuple[DroppedPair, ...]
+    n_read: int  # (subject, object) pairs given, one per object of each subject
+
+    def unusable(self, relation: str, reference: str, fix: str) -> str:
+        """The error when no pair is left: how many were read, the first few dropped with why, and `fix`."""
+        shown = ", ".join(f"'{d.subject}' -> '{d.object}' ({d.reason})" for d in self.dropped[:3])
+        more = f" and {len(self.dropped) - 3} more" if len(self.dropped) > 3 else ""
+        return f"no pair of {reference} can be used for {relation} ({self.n_read} read): {shown}{more}; {fix}"
+
+
+def match_reference(pairs: ReferencePairs, source_domain: Domain, target_domain: Domain) -> ReferenceMatch:
+    """Map (subject, objects) pairs to domain columns, keeping every pair that maps to none with the reason.
+
+    The one matching rule, the same for subjects and objects (`Domain.find`): a word is the
+    domain word spelled the same, else the word whose first token it spells ("North" is
+    "North America"), else either of these ignoring case. Each object of a subject is a pair of its
+    own, and any of a subject's objects (aliases) counts as right. A pair is dropped when a word is
+    not in its domain, when this tokenizer dropped it from the domain (first token a fragment of the
+    word, or shared with another word), or when an earlier pair already joined the same two columns.
+    """
+    columns: dict[int, list[int]] = {}
+    first_pair: dict[tuple[int, int], tuple[str, str]] = {}
+    dropped: list[DroppedPair] = []
+    n_read = 0
+    for subject, objects in pairs:
+        row = source_domain.find(subject)
+        for obj in objects:
+            n_read += 1
+            column = target_domain.find(obj)
+            reasons = [absence_reason(side, word, domain) for side, word, domain, found in
+                       (("subject", subject, source_domain, row), ("object", obj, target_domain, column)) if found is None]
+            if reasons:
+                dropped.append(DroppedPair(subject, obj, "; ".join(reasons)))
+            elif (row, column) in first_pair:
+                dropped.append(DroppedPair(subject, obj, "duplicate of {} -> {}".format(*first_pair[row, column])))
+            else:
+                first_pair[row, column] = (subject, obj)
+                columns.setdefault(row, []).append(column)
+    return ReferenceMatch({row: tuple(found) for row, found in columns.items()}, tuple(dropped), n_read)
+
+
+def absence_reason(side: str, word: str, domain: Domain) -> str:
+    """Why a word has no column: the tokenizer dropped it from the domain (and why), or the domain never had it."""
+    for dropped in domain.dropped:
+        if dropped.word.lower() == word.lower():
+            return f"{side} dropped from the {domain.name} domain by this tokenizer: {dropped.reason}"
+    return f"{side} not in the {domain.name} domain"
+
+
 def registry_reference(registry, spec: RelationSpec) -> tuple[ReferencePairs, str]:
     """The registry's pairs for a relation and the reference's name; `((), "")` when it has none."""
     found = (registry.reference(spec.reference) if spec.reference
@@ -83,10 +147,10 @@ def bind_relation(registry, spec: RelationSpec, tokenizer, *, keep_subwords: boo
     pairs, name = (reference_pairs, USER_FILE) if reference_pairs is not None else registry_reference(registry, spec)
     if require_pairs and not pairs:
         raise LincorrError(f"the registry has no reference pairs for {spec.source} -> {spec.target}; see `lincorr references`")
-    columns = reference_columns(pairs, source.domain.words, target.domain)
-    if require_pairs and not columns:
-        raise LincorrError(f"no reference pair of {name} survives this tokenizer; try another model or relation")
-    return BoundRelation(spec, source, target, name, tuple(pairs), columns)
+    match = match_reference(pairs, source.domain, target.domain)
+    if require_pairs and not match.columns:
+        raise LincorrError(match.unusable(spec.label, f"reference {name}", "try another model or relation"))
+    return BoundRelation(spec, source, target, name, tuple(pairs), match.columns)
 
 
 def registry_relations(registry) -> tuple[RelationSpec, ...]:
@@ -146,49 +210,96 @@ def study_key(study: str, model_fingerprint: str, registry, relation: RelationSp
     return {"study": study, "model": model_fingerprint, **relation_key(registry, relation), "config": settings_key(config)}
 
 
-def read_reference_file(path) -> ReferencePairs:
-    """Reference pairs from a TSV (`subject<TAB>object` per line) or JSON file.
+@dataclasses.dataclass(frozen=True)
+class ReferenceFile:
+    """A user's reference file as read: its path and sha256, which every output records, and its pairs."""
 
-    JSON is either a mapping {subject: object or [objects]} or a list of [subject, object]
-    pairs. A subject given several times keeps all of its objects: any of them counts as right.
+    path: str
+    sha256: str
+    pairs: ReferencePairs  # in file order, repeats kept, so that `match_reference` reports them
+
+    @property
+    def n_pairs(self) -> int:
+        """(subject, object) pairs read: a TSV line, a JSON sample, or each object listed for a subject."""
+        return sum(len(objects) for _, objects in self.pairs)
+
+    def to_json(self) -> dict:
+        return {"path": self.path, "sha256": self.sha256}
+
+
+REFERENCE_SHAPES = ('a TSV of subject<TAB>object lines, or JSON as {"subject": "object" or ["object", ...]}, '
+                    '[["subject", "object"], ...] or {"samples": [{"subject": ..., "object": ...}, ...]}')
+
+
+def read_reference_file(path) -> ReferenceFile:
+    """Reference pairs from a TSV (`subject<TAB>object` per line) or JSON file, with the file's sha256.
+
+    JSON takes one of three shapes: a mapping {subject: object or [objects]}; a list of
+    [subject, object] pairs; or the shape of public relation datasets, {"samples": [{"subject":
+    ..., "object": ...}, ...], ...}, whose other keys ("prompt_templates", ...) are ignored. Any
+    other shape is refused. A subject given several times keeps all of its objects: any of them
+    counts as right.
     """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise LincorrError(f"cannot read reference file {path} ({error}); pass a UTF-8 TSV or JSON file") from None
-    pairs: list[tuple[str, str]] = []
     if path.suffix.lower() == ".json" or text.lstrip()[:1] in ("{", "["):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
-            raise LincorrError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); write {{\"subject\": [\"object\", ...]}}") from None
-        shape = '{"subject": ["object", ...]} or [["subject", "object"], ...]'
-        if not isinstance(data, (dict, list)):
-            raise LincorrError(f"{path}: the JSON is {json.dumps(data)[:40]}, not reference pairs; write {shape}")
-        for item in data.items() if isinstance(data, dict) else data:
-            if not (isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[0], str)):
-                raise LincorrError(f"{path}: entry {item!r} is not a subject with its object(s); write {shape}")
-            subject, objects = item
-            if not isinstance(objects, (str, list)):
-                raise LincorrError(f"{path}: the object of '{subject}' is {json.dumps(objects)}, not text or a list of text; write {shape}")
-            for obj in [objects] if isinstance(objects, str) else objects:
-                if not isinstance(obj, str):
-                    raise LincorrError(f"{path}: object {json.dumps(obj)} of '{subject}' is not text; write {shape}")
-                pairs.append((subject.strip(), obj.strip()))
+            raise LincorrError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); write {REFERENCE_SHAPES}") from None
+        pairs = json_reference_pairs(path, data)
     else:
-        for number, line in enumerate(text.splitlines(), 1):
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
-                raise LincorrError(f"{path}:{number}: expected 'subject<TAB>object', got {line!r}; separate the two words with one tab")
-            pairs.append((fields[0].strip(), fields[1].strip()))
+        pairs = tsv_reference_pairs(path, text)
     if not pairs:
-        raise LincorrError(f"reference file {path} has no pairs; write one subject<TAB>object per line")
-    merged: dict[str, list[str]] = {}
-    for subject, obj in pairs:
-        merged.setdefault(subject, [])
-        if obj not in merged[subject]:
-            merged[subject].append(obj)
-    return tuple((subject, tuple(objects)) for subject, objects in merged.items())
+        raise LincorrError(f"reference file {path} has no pairs; write {REFERENCE_SHAPES}")
+    return ReferenceFile(str(path), hashlib.sha256(raw).hexdigest(), pairs)
+
+
+def tsv_reference_pairs(path: Path, text: str) -> ReferencePairs:
+    """One (subject, (object,)) per line; blank lines and lines starting with '#' are skipped."""
+    pairs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
+            raise LincorrError(f"{path}:{number}: expected 'subject<TAB>object', got {line!r}; separate the two words with one tab")
+        pairs.append((fields[0].strip(), (fields[1].strip(),)))
+    return tuple(pairs)
+
+
+def json_reference_pairs(path: Path, data) -> ReferencePairs:
+    """(subject, objects) entries of a JSON reference in one of the three shapes of `read_reference_file`."""
+    if isinstance(data, dict) and "samples" in data:
+        samples = data["samples"]
+        if not isinstance(samples, list):
+            raise LincorrError(f"{path}: \"samples\" is {json.dumps(samples)[:40]}, not a list of samples; write {REFERENCE_SHAPES}")
+        entries = []
+        for number, sample in enumerate(samples, 1):
+            if not (isinstance(sample, dict) and isinstance(sample.get("subject"), str) and "object" in sample):
+                raise LincorrError(f"{path}: sample {number} is {json.dumps(sample)[:60]}, not {{\"subject\": ..., \"object\": ...}}; "
+                                   f"write {REFERENCE_SHAPES}")
+            entries.append((sample["subject"], sample["object"]))
+    elif isinstance(data, dict):
+        entries = list(data.items())
+    elif isinstance(data, list):
+        entries = data
+        for item in entries:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
+                raise LincorrError(f"{path}: entry {json.dumps(item)[:60]} is not a [subject, object] pair; write {REFERENCE_SHAPES}")
+    else:
+        raise LincorrError(f"{path}: the JSON is {json.dumps(data)[:40]}, not reference pairs; write {REFERENCE_SHAPES}")
+    return tuple((subject.strip(), json_objects(path, subject, objects)) for subject, objects in entries)
+
+
+def json_objects(path: Path, subject: str, objects) -> tuple[str, ...]:
+    """The object(s) of one JSON subject: text, or a non-empty list of text."""
+    listed = [objects] if isinstance(objects, str) else objects
+    if not (isinstance(listed, list) and listed and all(isinstance(obj, str) for obj in listed)):
+        raise LincorrError(f"{path}: the object of '{subject}' is {json.dumps(objects)[:40]}, not text or a list of text; "
+                           f"write {REFERENCE_SHAPES}")
+    return tuple(obj.strip() for obj in listed)

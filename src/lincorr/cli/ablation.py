@@ -20,6 +20,7 @@ from lincorr.cli.options import (
     save_and_print,
     show_progress,
 )
+from lincorr.errors import LincorrError
 
 SUMMARY_FIELDS = ("relation", "mapping", "seed", "generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_test", "seconds")
 
@@ -31,8 +32,12 @@ def add_ablation_command(commands) -> None:
                         help="the reference pairs as they are, deranged, or reduced to first letters")
     add_seed_option(ablate, "seed of the made-up names, the pair order and the block's initialisation")
     ablate.add_argument("--table7", action="store_true", help="run every Table 7 row and mapping over --seeds")
-    ablate.add_argument("--seeds", type=NON_NEGATIVE, nargs="+", default=[0, 1, 2], help="seeds of --table7")
-    add_out_option(ablate, "the --table7 tables, table7.md and table7.json,")
+    ablate.add_argument("--embedding-width", type=COUNT, nargs="+", default=None, metavar="K",
+                        help="run SOURCE TARGET with every mapping over --seeds on the embeddings reduced to each K principal "
+                             "components (PCA over the whole vocabulary, e.g. 64 128 256 640): does generalization grow with the "
+                             "vocabulary's width?")
+    ablate.add_argument("--seeds", type=NON_NEGATIVE, nargs="+", default=[0, 1, 2], help="seeds of --table7 and --embedding-width")
+    add_out_option(ablate, "the tables of --table7 (table7.md and table7.json) or --embedding-width (widths.md and widths.json)")
     ablate.add_argument("--stage1-epochs", type=NON_NEGATIVE, default=10, help="epochs on the paired source/target texts")
     ablate.add_argument("--stage2-epochs", type=NON_NEGATIVE, default=20, help="epochs on the new source facts")
     ablate.add_argument("--train-batch-size", type=NON_NEGATIVE, default=32, help="mini-batch size; 0 trains full-batch")
@@ -47,8 +52,11 @@ def add_ablation_command(commands) -> None:
 
 
 def run_ablate(args) -> None:
-    from lincorr.experiments.ablation import AblationConfig, ablate, run_table7, vocabulary_from_model
+    from lincorr.experiments.ablation import AblationConfig, ablate, run_table7, run_width_sweep, vocabulary_from_model
     from lincorr.relations import RelationSpec
+
+    if args.table7 and args.embedding_width:
+        raise LincorrError("pass --table7 or --embedding-width, not both")
 
     config = AblationConfig(
         stage1_epochs=args.stage1_epochs, stage2_epochs=args.stage2_epochs, batch_size=args.train_batch_size or None,
@@ -60,6 +68,11 @@ def run_ablate(args) -> None:
     if args.table7:
         table = run_table7(vocabulary, lm.tokenizer, seeds=tuple(args.seeds), config=config, registry=registry)
         save_and_print(args, table, table.markdown, payload=table.rows)
+        return
+    if args.embedding_width:
+        sweep = run_width_sweep(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), widths=tuple(args.embedding_width),
+                                seeds=tuple(args.seeds), config=config, registry=registry)
+        save_and_print(args, sweep, sweep.markdown, payload=sweep.rows)
         return
     result = ablate(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), mapping=args.mapping, seed=args.seed, config=config, registry=registry)
     summary = result.summary()

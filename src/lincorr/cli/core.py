@@ -7,26 +7,31 @@ from pathlib import Path
 from lincorr.cli.options import (
     COUNT,
     RIDGE_REASON,
+    SIDES,
     add_collection_options,
     add_command,
+    add_custom_prompt_options,
     add_fit_options,
     add_json_option,
     add_model_options,
     add_out_option,
     add_output_directory_option,
     add_prompt_pair,
+    add_references_option,
     checked_registry,
     choose_inputs,
     collection_settings,
+    custom_sides,
     fit_config,
     load_lm,
     load_registry_from,
     print_json,
+    read_references,
+    resolve_prompt,
 )
 from lincorr.errors import LincorrError
 
 DEMO_CITIES = ("Tokyo", "Paris", "Shanghai", "Moscow", "Madrid")
-SIDES = ("source", "target")
 
 
 def add_core_commands(commands) -> None:
@@ -40,9 +45,8 @@ def add_core_commands(commands) -> None:
 
     fit = add_command(commands, "fit", "fit and score W between two prompts")
     add_prompt_pair(fit, help_text="registry prompt name, or a label when its --*-template is given")
-    for side in SIDES:
-        fit.add_argument(f"--{side}-template", default=None, help=f'custom {side} template with one "{{}}"')
-        fit.add_argument(f"--{side}-domain", default=None, metavar="FILE", help=f"custom {side} answer words, one per line")
+    add_custom_prompt_options(fit)
+    add_references_option(fit)
     fit.add_argument("--top", action="append", default=[], metavar="WORD", help="print the top influenced targets of a source word (repeatable)")
     fit.add_argument("--top-influencing", action="append", default=[], metavar="WORD", help="print the top influencing sources of a target word")
     fit.add_argument("-k", "--top-k", type=COUNT, default=5, help="words per --top / --top-influencing row")
@@ -55,40 +59,30 @@ def add_core_commands(commands) -> None:
     fit.set_defaults(handler=run_fit)
 
 
-def measure(args):
-    """Check the options, load the model, resolve both prompts, pick inputs, and measure the pair."""
+def measure(args, reference_file=None):
+    """Check the options, load the model, resolve both prompts, pick inputs, and measure the pair.
+
+    `reference_file` (a `relations.ReferenceFile`) is checked against both tokenized domains before
+    any logit is collected.
+    """
     from lincorr.experiments.correlation import measure_pair
+    from lincorr.experiments.precision import checked_reference
 
     config = fit_config(args)
-    for side in SIDES:
-        domain_file = getattr(args, f"{side}_domain", None)
-        if domain_file is not None and not Path(domain_file).is_file():
-            raise LincorrError(f"--{side}-domain file {domain_file} does not exist; pass a text file with one word per line")
-    checked_registry(args, [getattr(args, side) for side in SIDES if getattr(args, f"{side}_template", None) is None])
+    custom = custom_sides(args)
+    checked_registry(args, [getattr(args, side) for side in SIDES if side not in custom])
     lm = load_lm(args)
     source = resolve_prompt(args, "source", lm.tokenizer)
     target = resolve_prompt(args, "target", lm.tokenizer)
+    if reference_file is not None:
+        checked_reference(reference_file.pairs, source.domain, target.domain, label=f"{source.name}->{target.name}",
+                          reference_file=reference_file)
     return measure_pair(lm, source, target, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
-
-
-def resolve_prompt(args, side: str, tokenizer):
-    """A custom prompt when its template/domain options are given, else a registry prompt."""
-    from lincorr.domains import read_word_file
-    from lincorr.prompts import custom_prompt, registry_prompt
-
-    name = getattr(args, side)
-    template = getattr(args, f"{side}_template", None)
-    domain_file = getattr(args, f"{side}_domain", None)
-    if (template is None) != (domain_file is None):
-        raise LincorrError(f"--{side}-template and --{side}-domain go together; give both or neither")
-    if template is not None:
-        return custom_prompt(template, read_word_file(domain_file), tokenizer, name=name)
-    return registry_prompt(load_registry_from(args), name, tokenizer)
 
 
 def registry_pairs(args):
     """Reference pairs for a registry prompt pair (None for custom prompts or unrelated pairs)."""
-    if getattr(args, "source_template", None) or getattr(args, "target_template", None):
+    if custom_sides(args):
         return None
     registry = load_registry_from(args)
     reference = registry.reference_for(registry.prompt(args.source), registry.prompt(args.target))
@@ -96,15 +90,23 @@ def registry_pairs(args):
 
 
 def run_fit(args) -> None:
+    from lincorr.experiments.precision import precision_of
+    from lincorr.relations import USER_FILE
+
     if args.heatmap and not args.save_dir:
         raise LincorrError("--heatmap writes into --save-dir; give a directory with --save-dir")
-    result = measure(args)
+    reference_file = read_references(args)
+    result = measure(args, reference_file)
+    precision = precision_of(result, reference_file.pairs, reference=USER_FILE, reference_file=reference_file) if reference_file else None
     tops = {w: result.top_influenced(w, args.top_k) for w in args.top}
     influencing = {w: result.top_influencing(w, args.top_k) for w in args.top_influencing}
     if args.save_dir:
-        result.save(args.save_dir, heatmap=args.heatmap, reference_pairs=registry_pairs(args))
+        result.save(args.save_dir, heatmap=args.heatmap, reference_pairs=reference_file.pairs if reference_file else registry_pairs(args),
+                    extra={"precision": precision.summary()} if precision else None)
     if args.json:
         payload = result.summary()
+        if precision:
+            payload["precision"] = precision.summary()
         if tops:
             payload["top_influenced"] = {w: [[t, round(v, 6)] for t, v in pairs] for w, pairs in tops.items()}
         if influencing:
@@ -112,6 +114,8 @@ def run_fit(args) -> None:
         print_json(payload)
         return
     print_result(result)
+    if precision:
+        print_precision(precision)
     print_tops(tops, "influenced targets")
     print_tops(influencing, "influencing sources")
     if args.save_dir:
@@ -147,12 +151,25 @@ def print_result(result) -> None:
         " (first token a fragment or shared; listed in result.json)",
         f"inputs           {s['n_inputs']} ({s['n_train']} train / {s['n_test']} test), {s['kind']}",
         f"estimator        {s['estimator']}" + (f" (alpha {s['alpha']:.4g})" if s["estimator"] == "ridge" else ""),
-        f"label-wise r     {s['labelwise_r_mean']:.3f} ± {s['labelwise_r_std']:.3f}   95% CI [{lo:.3f}, {hi:.3f}]",
+        f"label-wise r     {s['labelwise_r_mean']:.3f} ± {s['labelwise_r_std']:.3f}   95% CI [{lo:.3f}, {hi:.3f}] "
+        f"({s['labelwise_r_ci95_method']})",
+        *([f"                 left out: {s['n_constant_targets']} target words constant on the test inputs (r undefined)"]
+          if s["n_constant_targets"] else []),
         f"instance-wise r  {s['instancewise_r_mean']:.3f}",
         f"control r        {s['control_labelwise_r_mean']:.3f}   (W fitted on shuffled pairs)",
         f"time             {s['seconds']:.1f} s",
     ]
     print("\n".join(lines))
+
+
+def print_precision(precision) -> None:
+    """Hit@k of W against the user's reference pairs, then what the reference gave (`PrecisionResult.reference_report`)."""
+    def rates(hits: dict) -> str:
+        return " / ".join(f"{value:.2f}" for value in hits.values())
+
+    print(f"Hit@1/3/5        influenced {rates(precision.hit_influenced)}, influencing {rates(precision.hit_influencing)}"
+          f"   (chance@1 {precision.chance_influenced[1]:.2f} / {precision.chance_influencing[1]:.2f})")
+    print("\n".join(precision.reference_report()))
 
 
 def print_tops(tops: dict, title: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from lincorr import strict_json
@@ -17,6 +17,7 @@ from lincorr.errors import LincorrError
 
 MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
 PAPER_ESTIMATOR = "ols (the paper's estimator) or ridge"
+SIDES = ("source", "target")
 # Why the training studies (and the demo) default to ridge; shown in their --help.
 RIDGE_REASON = ("ridge by default: with 1,000 inputs and 247 cities ols is nearly saturated and its W too noisy "
                 "to read or rank targets by")
@@ -62,6 +63,14 @@ def whole_number(minimum: int) -> Callable[[str], int]:
 
 COUNT = whole_number(1)
 NON_NEGATIVE = whole_number(0)
+
+
+def counts(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated positive whole numbers, e.g. 1000,2000,5000."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers such as 1000,2000,5000, got {text!r}")
+    return tuple(sorted(set(COUNT(part) for part in parts)))
 
 
 def finite_number(text: str) -> float:
@@ -156,6 +165,22 @@ def add_prompt_pair(parser, *, default: tuple[str, str] | None = None, optional:
         parser.add_argument(side, nargs=nargs, default=value, help=help_text if default else f"{help_text} (e.g. {example})")
 
 
+def add_custom_prompt_options(parser) -> None:
+    """--source-template/--source-domain and --target-template/--target-domain: a prompt of your own for either side."""
+    group = parser.add_argument_group("your own prompts (instead of registry prompts; SOURCE/TARGET become their labels)")
+    for side in SIDES:
+        group.add_argument(f"--{side}-template", default=None, help=f'custom {side} template with one "{{}}"')
+        group.add_argument(f"--{side}-domain", default=None, metavar="FILE", help=f"custom {side} answer words, one per line")
+
+
+def add_references_option(parser) -> None:
+    """--references FILE: the user's own reference pairs, read by `relations.read_reference_file`."""
+    parser.add_argument("--references", default=None, metavar="FILE",
+                        help='your own reference pairs: TSV subject<TAB>object per line, or JSON {"subject": ["object", ...]}, '
+                             '[["subject", "object"], ...] or {"samples": [{"subject": ..., "object": ...}]}; words match domain '
+                             "words ignoring case, or by their first token")
+
+
 def add_collection_options(parser) -> None:
     """Which inputs X, how their logits are collected, and the registry they are read with."""
     group = parser.add_argument_group("inputs and collection")
@@ -169,15 +194,20 @@ def add_collection_options(parser) -> None:
     add_quiet_option(group)
 
 
-def add_fit_options(parser, *, estimator: str = "ols", reason: str = "", bootstrap: int = 1000) -> None:
-    """--estimator and --alpha, with the held-out split and the bootstrap; `reason` explains a ridge default."""
+def add_fit_options(parser, *, estimator: str = "ols", reason: str = "", bootstrap: int = 1000,
+                    choices: Sequence[str] = ("ols", "ridge")) -> None:
+    """--estimator (one of `choices`) and --alpha, with the held-out split and the bootstrap; `reason` explains a default other than ols."""
     group = parser.add_argument_group("fit")
-    group.add_argument("--estimator", choices=("ols", "ridge"), default=estimator,
+    group.add_argument("--estimator", choices=tuple(choices), default=estimator,
                        help=f"{PAPER_ESTIMATOR}; {reason}" if reason else PAPER_ESTIMATOR)
     group.add_argument("--alpha", type=ridge_alpha, default="cv",
                        help='ridge penalty, or "cv" for k-fold cross-validation on the train half; ols ignores it')
     group.add_argument("--test-fraction", type=fraction, default=0.5, help="share of the inputs held out to score W")
     group.add_argument("--bootstrap", type=COUNT, default=bootstrap, help="bootstrap resamples for the 95%% interval")
+    group.add_argument("--ci", choices=("rows", "refit"), default="rows",
+                       help="95%% interval of the label-wise r: rows = resample the test inputs with W fixed (fast); "
+                            "refit = pairs bootstrap, resampling train and test inputs and refitting W each time "
+                            "(one fit per resample: try --bootstrap 200)")
 
 
 # ---- what handlers do with them ----
@@ -244,11 +274,12 @@ def checked_registry(args, names: Iterable[str]):
 
 
 def fit_config(args):
-    """The FitConfig behind --seed, --estimator, --alpha, --test-fraction and --bootstrap, once the inputs (-n or --inputs) are enough to score on."""
+    """The FitConfig behind --seed, --estimator, --alpha, --test-fraction, --bootstrap and --ci, once the inputs (-n or --inputs) are enough to score on."""
     from lincorr.experiments.correlation import FitConfig, split_sizes
 
     split_sizes(count_inputs(args), args.test_fraction)
-    return FitConfig(seed=args.seed, estimator=args.estimator, alpha=args.alpha, test_fraction=args.test_fraction, n_boot=args.bootstrap)
+    return FitConfig(seed=args.seed, estimator=args.estimator, alpha=args.alpha, test_fraction=args.test_fraction, n_boot=args.bootstrap,
+                     ci=args.ci)
 
 
 def count_inputs(args) -> int:
@@ -266,6 +297,38 @@ def choose_inputs(args, tokenizer) -> list[str]:
     from lincorr.inputs import read_inputs_file, sample_vocab_inputs
 
     return read_inputs_file(args.inputs) if args.inputs else sample_vocab_inputs(tokenizer, args.n_inputs, args.seed)
+
+
+def custom_sides(args) -> tuple[str, ...]:
+    """The sides ("source", "target") given a prompt of the user's own, once both of its options are there and its domain file exists."""
+    sides = []
+    for side in SIDES:
+        template, domain_file = getattr(args, f"{side}_template", None), getattr(args, f"{side}_domain", None)
+        if (template is None) != (domain_file is None):
+            raise LincorrError(f"--{side}-template and --{side}-domain go together; give both or neither")
+        if domain_file is not None and not Path(domain_file).is_file():
+            raise LincorrError(f"--{side}-domain file {domain_file} does not exist; pass a text file with one word per line")
+        if template is not None:
+            sides.append(side)
+    return tuple(sides)
+
+
+def resolve_prompt(args, side: str, tokenizer):
+    """The prompt of one side for `tokenizer`: the user's own when its template and domain are given, else the registry's."""
+    from lincorr.domains import read_word_file
+    from lincorr.prompts import custom_prompt, registry_prompt
+
+    name = getattr(args, side)
+    if side in custom_sides(args):
+        return custom_prompt(getattr(args, f"{side}_template"), read_word_file(getattr(args, f"{side}_domain")), tokenizer, name=name)
+    return registry_prompt(load_registry_from(args), name, tokenizer)
+
+
+def read_references(args):
+    """The --references file as a `relations.ReferenceFile`, or None; read before the model loads, so a bad file fails at once."""
+    from lincorr.relations import read_reference_file
+
+    return read_reference_file(args.references) if getattr(args, "references", None) else None
 
 
 def collection_settings(args) -> dict:

@@ -7,21 +7,28 @@ from pathlib import Path
 from lincorr.cli.options import (
     COUNT,
     MODEL_HELP,
+    SIDES,
+    counts,
     add_collection_options,
     add_command,
+    add_custom_prompt_options,
     add_fit_options,
     add_json_option,
     add_model_options,
     add_out_option,
     add_prompt_pair,
+    add_references_option,
     checked_registry,
     choose_inputs,
     collection_settings,
+    custom_sides,
     fit_config,
     load_lm,
     load_registry_from,
     positive_number,
     print_json,
+    read_references,
+    resolve_prompt,
     save_and_print,
     show_progress,
     wrote,
@@ -47,13 +54,23 @@ def add_study_commands(commands) -> None:
     matrix.set_defaults(handler=run_matrix)
 
     precision = study("precision", "Hit@Top-N of W against reference pairs, ols and ridge side by side", writes="precision.json, .csv and .md")
-    add_prompt_pair(precision, optional=True)
-    precision.add_argument("--references", default=None, metavar="FILE", help="your own pairs: TSV subject<TAB>object per line, or JSON")
+    add_prompt_pair(precision, optional=True, help_text="registry prompt name, or a label when its --*-template is given")
+    add_references_option(precision)
+    add_custom_prompt_options(precision)
     which = precision.add_mutually_exclusive_group()
     which.add_argument("--table2", action="store_true", help="the eight relation pairs of the paper's Table 2")
     which.add_argument("--all-references", action="store_true", help="every reference relation in the registry")
-    shared_options(precision)
-    # --estimator picks the headline numbers; the other estimator is reported beside them.
+    add_model_options(precision, help_text=MODEL_HELP)
+    add_collection_options(precision)
+    add_fit_options(precision, estimator="ridge-std", choices=("ridge-std", "ols", "ridge"), reason=PRECISION_REASON)
+    precision.set_defaults(n_inputs=10_000)
+    precision.add_argument("--paper", action="store_true",
+                           help="headline numbers in the paper's setting: ols on half of 10,000 vocabulary inputs, raw logits "
+                                "(sets -n 10000 and --estimator ols; the other fits are still printed beside it)")
+    precision.add_argument("--n-curve", type=counts, default=None, metavar="N,N,...",
+                           help="Hit@Top-N of one relation, both estimators, with W fitted on the first N inputs for each N "
+                                "(e.g. 1000,2000,5000,10000); the tables are collected once, at the largest N, which replaces -n")
+    # --estimator picks the headline numbers; the other fits are reported beside them.
     precision.set_defaults(handler=run_precision)
 
     cases = study("cases", "top influenced / influencing words of W (Tables 3, 15, 16, 17)", writes="cases.md, cases.csv and cases.json")
@@ -114,13 +131,27 @@ def chosen_grid(args):
     return Grid.square(names, "selected prompts")
 
 
-def precision_configs(args) -> list:
-    """The --estimator fit first, then the same with the other estimator, reported beside it."""
-    import dataclasses
+PRECISION_REASON = ("ridge-std (lincorr's, the default): ridge on z-scored columns, alpha 1 per input, onto the target's "
+                    "log-probabilities over its domain, read in standard units; it ranks the real pairs first far more often "
+                    "(docs/results.md). Every fit is printed; this one gives the headline numbers")
 
-    primary = fit_config(args)
-    other = dataclasses.replace(primary, estimator="ridge" if primary.estimator == "ols" else "ols")
-    return [primary, other]
+
+def precision_configs(args) -> list:
+    """Every precision fit, the --estimator one (the headline) first."""
+    from lincorr.experiments.precision import precision_fits
+
+    return list(precision_fits(fit_config(args), args.estimator))
+
+
+def apply_paper_setting(args) -> None:
+    """--paper: the paper's inputs, N and estimator, checked against options that would change them."""
+    from lincorr.experiments.precision import PAPER_N_INPUTS
+
+    if not getattr(args, "paper", False):
+        return
+    if args.inputs or args.logprobs:
+        raise LincorrError("--paper uses the paper's inputs (a vocabulary sample) and raw logits; drop --inputs/--logprobs")
+    args.n_inputs, args.estimator = PAPER_N_INPUTS, "ols"
 
 
 def run_matrix(args) -> None:
@@ -143,35 +174,71 @@ def run_matrix(args) -> None:
 
 
 def run_precision(args) -> None:
+    apply_paper_setting(args)
+    if args.n_curve:
+        run_precision_curve(args)
+        return
     from lincorr.experiments.precision import precision_table
     from lincorr.paper import paper_table
-    from lincorr.relations import RelationSpec, read_reference_file, registry_relations
+    from lincorr.relations import RelationSpec, registry_relations
 
     single = not (args.table2 or args.all_references)
     if single and not (args.source and args.target):
         raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr precision city country), or pass --table2 or --all-references")
     if not single and args.source:
         raise LincorrError("--table2 and --all-references take no SOURCE/TARGET; drop them or drop the option")
-    pairs = read_reference_file(args.references) if args.references else None
+    custom = custom_sides(args)
+    if custom and not single:
+        raise LincorrError("--source-template and --target-template give one SOURCE TARGET pair; drop --table2/--all-references")
+    if custom and not args.references:
+        raise LincorrError("a prompt of your own has no registry reference to judge W by; pass --references FILE with pairs of its words")
+    reference_file = read_references(args)
     if single:
-        registry = checked_registry(args, (args.source, args.target))
+        registry = checked_registry(args, [getattr(args, side) for side in SIDES if side not in custom])
         relations = [RelationSpec(args.source, args.target)]
     else:
         registry = load_registry_from(args)
         relations = paper_table("table2").relations() if args.table2 else registry_relations(registry)
     configs = precision_configs(args)
     lm = load_lm(args)
-    table = precision_table(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_pairs=pairs,
+    table = precision_table(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_file=reference_file,
+                            custom_prompts={getattr(args, side): resolve_prompt(args, side, lm.tokenizer) for side in custom},
                             **collection_settings(args))
+    # A single relation without its headline estimator is a failure: say why, and write nothing.
+    if single and not any(row.estimator == configs[0].label for row in table.rows):
+        raise LincorrError("; ".join(reason for _, reason in table.skipped) or "no result")
     if args.out:
         table.save(args.out)
-    if single and not any(row.estimator == configs[0].estimator for row in table.rows):
-        raise LincorrError("; ".join(reason for _, reason in table.skipped) or "no result")
     if args.json:
-        print_json(single_precision_payload(table, configs[0].estimator) if single else table.summary())
+        print_json(single_precision_payload(table, configs[0].label) if single else table.summary())
         return
     print(f"{table.model_name}, {table.n_inputs} inputs; Hit@Top-N of W against reference pairs (chance@1 = a random ranking)")
+    print("headline: " + ("the paper's setting, ols on half of 10,000 vocabulary inputs (raw logits)" if args.paper
+                          else f"{configs[0].label}") + "; ridge-std = lincorr's fit (ridge on z-scored columns onto the target's "
+          "log-probabilities over its domain), ols = the paper's, ridge = ridge on raw logits with a cross-validated penalty")
     print(table.format_table() + wrote(args))
+
+
+def run_precision_curve(args) -> None:
+    from lincorr.experiments.correlation import split_sizes
+    from lincorr.experiments.precision import precision_curve
+    from lincorr.relations import RelationSpec
+
+    if args.table2 or args.all_references or not (args.source and args.target):
+        raise LincorrError("--n-curve measures one relation: name a SOURCE and a TARGET prompt (e.g. lincorr precision city country "
+                           "--n-curve 1000,10000) and drop --table2/--all-references")
+    if custom_sides(args):
+        raise LincorrError("--n-curve measures registry prompts; drop --source-template/--target-template")
+    args.n_inputs = max(args.n_curve)
+    registry = checked_registry(args, (args.source, args.target))
+    reference_file = read_references(args)
+    configs = precision_configs(args)
+    for n in args.n_curve:
+        split_sizes(n, args.test_fraction)  # every N must leave enough test inputs
+    lm = load_lm(args)
+    curve = precision_curve(lm, registry, RelationSpec(args.source, args.target), choose_inputs(args, lm.tokenizer), args.n_curve,
+                            configs, reference_file=reference_file, **collection_settings(args))
+    save_and_print(args, curve, lambda: curve.format_table() + wrote(args))
 
 
 def single_precision_payload(table, estimator: str) -> dict:

@@ -91,12 +91,23 @@ def add_training_commands(commands) -> None:
 
 
 def training_options(parser, train, with_epochs: bool = True) -> None:
-    """--lr, --epochs, --train-batch-size and --full, defaulting to the study's TrainConfig `train`."""
-    parser.add_argument("--lr", type=positive_number, default=train.learning_rate, help="AdamW learning rate")
+    """--paper, --lr, --epochs, --train-batch-size and --full, defaulting to the study's TrainConfig `train`."""
+    from lincorr.experiments.generalization import PAPER_PRESET
+
+    paper = PAPER_PRESET.apply(train)
+    until_learned = (f", until every taught fact is learned (at most {paper.epochs} epochs; the epochs run are reported)"
+                     if with_epochs else " (one step)")
+    overrides = "--lr, --epochs and --train-batch-size" if with_epochs else "--lr and --train-batch-size"
+    parser.add_argument("--paper", action="store_true", help=PAPER_PRESET.help + until_learned + "; gradients clipped at norm "
+                        f"{train.max_grad_norm:g} as in the default. {overrides} still override it")
+    parser.add_argument("--lr", type=positive_number, default=None,
+                        help=f"AdamW learning rate (default: {train.learning_rate:g}; with --paper {paper.learning_rate:g})")
     if with_epochs:
-        parser.add_argument("--epochs", type=COUNT, default=train.epochs, help="most epochs over the facts (see --all-epochs)")
-    parser.add_argument("--train-batch-size", type=COUNT, default=train.batch_size, help="facts per step")
-    parser.add_argument("--full", action="store_true", help="train every parameter, embeddings included (default: transformer blocks)")
+        parser.add_argument("--epochs", type=COUNT, default=None,
+                            help=f"most epochs over the facts, see --all-epochs (default: {train.epochs}; with --paper {paper.epochs})")
+    parser.add_argument("--train-batch-size", type=COUNT, default=None, help=f"facts per step (default: {train.batch_size})")
+    parser.add_argument("--full", action="store_true",
+                        help="train every parameter, embeddings included (default: transformer blocks only; --paper implies it)")
 
 
 def generalization_options(parser) -> None:
@@ -110,22 +121,24 @@ def generalization_options(parser) -> None:
                         help="train all --epochs (default: stop after the first epoch at which every taught fact is learned)")
 
 
-def training_config(args, default_trainable):
-    """The TrainConfig behind --lr, --epochs, --train-batch-size and --full."""
-    from lincorr.finetune import TrainConfig
+def training_config(args, study_default):
+    """The study's TrainConfig `study_default`, under --paper the paper's preset, then --lr, --epochs, --train-batch-size and --full."""
+    import dataclasses
 
-    return TrainConfig(
-        learning_rate=args.lr, epochs=getattr(args, "epochs", 1), batch_size=args.train_batch_size, seed=args.seed,
-        trainable=() if args.full else default_trainable, progress=show_progress(args),
-    )
+    from lincorr.experiments.generalization import PAPER_PRESET
+
+    train = PAPER_PRESET.apply(study_default) if args.paper else study_default
+    overrides = {"learning_rate": args.lr, "epochs": getattr(args, "epochs", None), "batch_size": args.train_batch_size}
+    return dataclasses.replace(train, **{k: v for k, v in overrides.items() if v is not None}, blocks_only=train.blocks_only and not args.full,
+                               seed=args.seed, progress=show_progress(args))
 
 
 def generalization_config(args):
-    from lincorr.experiments.generalization import BLOCKS_ONLY, GeneralizationConfig
+    from lincorr.experiments.generalization import DEFAULT_TRAIN, GeneralizationConfig
 
     return GeneralizationConfig(
         n_facts=args.n_facts, seeds=tuple(range(args.seed, args.seed + args.n_seeds)), n_inputs=args.n_inputs, fit=fit_config(args),
-        train=training_config(args, BLOCKS_ONLY), margin=args.margin, until_learned=not args.all_epochs, progress=show_progress(args),
+        train=training_config(args, DEFAULT_TRAIN), margin=args.margin, until_learned=not args.all_epochs, progress=show_progress(args),
     )
 
 
@@ -153,6 +166,7 @@ def table5_line(row: dict) -> str:
         return f"{row['relation']:<22} skipped: {row['skipped']}"
     return (f"{row['relation']:<22} {row['generalization_rate']:6.1%} ± {row['generalization_rate_std']:5.1%}  before {row['rate_before']:5.1%}  "
             f"random {row['random_baseline']:5.1%}  learned {row['source_learned_rate']:6.1%}  "
+            f"epochs {'/'.join(map(str, row['epochs_run_per_seed']))}  "
             f"paper {row['paper_generalization_rate']:6.2%} ({row['paper_random_baseline']:.2%})")
 
 
@@ -187,7 +201,6 @@ def run_subwords(args) -> None:
 
 
 def run_gradcorr(args) -> None:
-    from lincorr.experiments.generalization import BLOCKS_ONLY
     from lincorr.experiments.gradients import GradientConfig, gradient_table
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
@@ -199,7 +212,7 @@ def run_gradcorr(args) -> None:
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
     config = GradientConfig(
         n_inputs=args.n_inputs, n_step_facts=args.n_step_facts, n_eval=args.n_eval, fit=fit_config(args),
-        train=training_config(args, BLOCKS_ONLY), seed=args.seed, progress=show_progress(args),
+        train=training_config(args, GradientConfig.train), seed=args.seed, progress=show_progress(args),
     )
 
     def report(row: dict) -> None:

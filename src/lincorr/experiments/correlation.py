@@ -5,25 +5,37 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
+import scipy.special
 
 from lincorr.collect import LogitTable, TableCache, collect_logits
 from lincorr.errors import LincorrError
 from lincorr.linear import LinearMap
-from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, reference_columns, summarize, top_k
+from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
 from lincorr.models import LM
 from lincorr.outputs import settings_key, staged_directory, write_array, write_json, write_provenance
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
-from lincorr.relations import BoundRelation, RelationSpec, bind_relation
+from lincorr.relations import BoundRelation, RelationSpec, bind_relation, match_reference
 
-__all__ = ["FitConfig", "PairResult", "MIN_TEST_INPUTS", "split_sizes", "split_indices", "fit_tables", "measure_pair", "fit_relation"]
+__all__ = ["CI_METHODS", "FitConfig", "PairResult", "MIN_TEST_INPUTS", "split_sizes", "split_indices", "fit_tables", "measure_pair", "fit_relation",
+           "pairs_bootstrap_labelwise_ci", "TARGET_SCORES", "within_domain_logprobs"]
 
 # Every r, interval and control is scored on held-out inputs; over fewer than this many a
 # correlation is mostly noise (with 2 points |r| is always 1), so such a result is refused.
 MIN_TEST_INPUTS = 10
+
+# What W is fitted onto: the target table as collected, or as a distribution over its own domain
+# (each input's logits minus their log-sum-exp over the domain words).
+TARGET_SCORES = ("logits", "domain-logprobs")
+
+# How the 95% interval of the mean label-wise r is bootstrapped, in the words every output uses.
+CI_METHODS = {
+    "rows": "test inputs resampled, W fixed",
+    "refit": "pairs bootstrap: train and test inputs resampled, W refitted each time",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,9 +48,23 @@ class FitConfig:
     test_fraction: float = 0.5
     n_boot: int = 1000
     n_control: int = 5  # shuffles averaged in the control: one shuffle is a noisy null when labels co-vary
+    ci: str = "rows"  # "rows": resample test rows, W fixed; "refit": pairs bootstrap, W refitted on each resample
+    standardize: bool = False  # z-score columns on the train rows; a ridge alpha is then per training input (see LinearMap)
+    target_scores: str = "logits"  # or "domain-logprobs": fit onto the target's log-softmax over its own domain
+    name: str = ""  # how rows fitted this way are labelled; the estimator when empty
+
+    def __post_init__(self) -> None:
+        if self.ci not in CI_METHODS:
+            raise LincorrError(f"unknown interval method '{self.ci}'; use one of {', '.join(CI_METHODS)}")
+        if self.target_scores not in TARGET_SCORES:
+            raise LincorrError(f"unknown target scores '{self.target_scores}'; use one of {', '.join(TARGET_SCORES)}")
+
+    @property
+    def label(self) -> str:
+        return self.name or self.estimator
 
     def linear_map(self) -> LinearMap:
-        return LinearMap(estimator=self.estimator, alpha=self.alpha, seed=self.seed)
+        return LinearMap(estimator=self.estimator, alpha=self.alpha, seed=self.seed, standardize=self.standardize)
 
     def check_sizes(self, n_inputs: int, n_source: int) -> None:
         """Fail before any collection when ols would have fewer training rows than features, or the split too few test rows."""
@@ -93,7 +119,10 @@ class PairResult:
             "seed": self.config.seed,
             "labelwise_r_mean": labelwise["mean"],
             "labelwise_r_std": labelwise["std"],
+            # Target words whose held-out logits (or their predictions) are constant have no r; the mean and std leave them out.
+            "n_constant_targets": self.n_constant_targets,
             "labelwise_r_ci95": list(self.labelwise_r_ci95),
+            "labelwise_r_ci95_method": CI_METHODS[self.config.ci],
             "instancewise_r_mean": summarize(self.instancewise_r)["mean"],
             "control_labelwise_r_mean": summarize(self.control_labelwise_r)["mean"],
             "seconds": self.seconds,
@@ -106,6 +135,11 @@ class PairResult:
             return {"undefined": {"instancewise_r_mean": "instance-wise r correlates the target words of each input and needs at least 2; "
                                                          f"the target domain has {len(self.target.domain)}"}}
         return {}
+
+    @property
+    def n_constant_targets(self) -> int:
+        """How many target words have an undefined label-wise r (constant on the held-out inputs), left out of its mean."""
+        return int(np.isnan(self.labelwise_r).sum())
 
     def labelwise_by_word(self) -> dict[str, float]:
         """Label-wise r of every target word."""
@@ -121,15 +155,16 @@ class PairResult:
         column = self.coef[:, self.target.domain.index(target_word)]
         return [(self.source.domain.words[i], float(column[i])) for i in top_k(column, k)]
 
-    def save(self, directory, *, heatmap: bool = False, reference_pairs=None) -> None:
+    def save(self, directory, *, heatmap: bool = False, reference_pairs=None, extra: Mapping[str, object] | None = None) -> None:
         """W, b, logits, tokens, inputs and result.json; written whole or not at all.
 
         `reference_pairs` ((subject, objects) pairs) orders the heatmap rows by their right target; result.json
         keeps the pairs left after tokenization (source word -> right target words) for readers such as the report.
+        `extra` adds keys to result.json, such as the Hit@k and reference file of `fit --references`.
         """
         from lincorr.plots import weight_heatmap
 
-        reference = reference_columns(reference_pairs, self.source.domain.words, self.target.domain) if reference_pairs else {}
+        reference = match_reference(reference_pairs, self.source.domain, self.target.domain).columns if reference_pairs else {}
         with staged_directory(directory) as out:
             write_array(out / "W.npy", self.coef)
             write_array(out / "b.npy", self.intercept)
@@ -150,6 +185,7 @@ class PairResult:
                                         for row, columns in reference.items()},
                     "train_index": self.train_index.tolist(),
                     "test_index": self.test_index.tolist(),
+                    **(extra or {}),
                 },
             )
             write_provenance(out, model_fingerprint=self.source.model, settings={**settings_key(self.config), "kind": self.source.kind})
@@ -162,6 +198,17 @@ class PairResult:
                     f"{self.model_name}: W for {self.source_name} -> {self.target_name}",
                     reference=reference or None,
                 )
+
+
+def within_domain_logprobs(table: LogitTable) -> LogitTable:
+    """The table as log-probabilities over its own domain: each row minus its log-sum-exp `[n_inputs, n_domain]`.
+
+    This removes each input's overall shift (how strongly the prompt expects any word of the
+    domain at all), which a raw-logit W must otherwise spread over every column.
+    """
+    values = table.values.astype(np.float64)
+    return dataclasses.replace(table, values=(values - scipy.special.logsumexp(values, axis=1, keepdims=True)).astype(np.float32),
+                               kind=f"{table.kind}, log-softmax over the domain")
 
 
 def split_indices(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -191,6 +238,8 @@ def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitCo
     if source.inputs != target.inputs:
         raise LincorrError("source and target tables must be collected over the same inputs in the same order")
     started = time.perf_counter()
+    if config.target_scores == "domain-logprobs":
+        target = within_domain_logprobs(target)
     train, test = split_indices(len(source.inputs), config.test_fraction, config.seed)
     fitted = config.linear_map().fit(source.values[train], target.values[train])
     predicted = fitted.predict(source.values[test]).astype(np.float32)  # tables are float32; so are their predictions
@@ -201,7 +250,7 @@ def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitCo
     control = np.mean(
         [
             labelwise_pearson(
-                LinearMap(estimator=config.estimator, alpha=fitted.alpha_)
+                LinearMap(estimator=config.estimator, alpha=fitted.alpha_, standardize=config.standardize)
                 .fit(source.values[train], target.values[rng.permutation(train)])
                 .predict(source.values[test]).astype(np.float32),
                 actual,
@@ -225,10 +274,33 @@ def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitCo
         test_index=test,
         labelwise_r=labelwise_pearson(predicted, actual),
         instancewise_r=instancewise_pearson(predicted, actual),
-        labelwise_r_ci95=bootstrap_labelwise_ci(predicted, actual, n_boot=config.n_boot, seed=config.seed),
+        labelwise_r_ci95=(bootstrap_labelwise_ci(predicted, actual, n_boot=config.n_boot, seed=config.seed) if config.ci == "rows"
+                          else pairs_bootstrap_labelwise_ci(source.values, target.values, train, test, config, fitted.alpha_)),
         control_labelwise_r=control,
         seconds=time.perf_counter() - started,
     )
+
+
+def pairs_bootstrap_labelwise_ci(source: np.ndarray, target: np.ndarray, train: np.ndarray, test: np.ndarray,
+                                 config: FitConfig, alpha: float, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the mean label-wise r when the inputs themselves are redrawn.
+
+    Each of `config.n_boot` resamples draws the train rows and the test rows with replacement,
+    refits W on the first (ridge keeps the penalty `alpha` chosen on the real train half, since
+    cross-validating it again per resample would multiply the cost by the folds) and scores it on
+    the second, so the interval also covers how W varies with the inputs it was fitted on.
+    `source` `[n, n_source]`, `target` `[n, n_target]`; `train`, `test` are row indices.
+    """
+    rng = np.random.default_rng(config.seed + 2)
+    means = []
+    for _ in range(config.n_boot):
+        drawn_train, drawn_test = rng.choice(train, train.size), rng.choice(test, test.size)
+        refitted = LinearMap(estimator=config.estimator, alpha=alpha, standardize=config.standardize).fit(source[drawn_train], target[drawn_train])
+        r = labelwise_pearson(refitted.predict(source[drawn_test]).astype(np.float32), target[drawn_test])
+        means.append(np.nanmean(r) if np.isfinite(r).any() else np.nan)
+    tail = (1 - level) / 2 * 100
+    low, high = np.nanpercentile(means, [tail, 100 - tail])
+    return float(low), float(high)
 
 
 def measure_pair(

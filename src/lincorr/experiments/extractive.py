@@ -32,7 +32,6 @@ import torch
 
 from lincorr.domains import Domain, build_domain
 from lincorr.errors import LincorrError
-from lincorr.experiments.generalization import BLOCKS_ONLY
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.internals import run
 from lincorr.models import LM
@@ -54,7 +53,7 @@ PAPER_TRAIN = TrainConfig(learning_rate=3e-6, epochs=8, batch_size=8, schedule="
 # does, and batch 4 with a constant rate on the blocks alone gave the strongest OCR of the settings tried
 # (docs/mechanisms.md; smollm2-135m-instruct needs --lr 1e-4). Blocks only: embeddings stay as they
 # are, so "early" and "late" in the freezing and scoring studies partition everything that trains.
-SMALL_TRAIN = TrainConfig(learning_rate=3e-5, epochs=8, batch_size=4, trainable=BLOCKS_ONLY)
+SMALL_TRAIN = TrainConfig(learning_rate=3e-5, epochs=8, batch_size=4, blocks_only=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,7 +245,7 @@ def training_settings(config: TrainConfig) -> dict:
     """The JSON record of how a model was trained."""
     return {"optimizer": "AdamW", "learning_rate": config.learning_rate, "batch_size": config.batch_size, "epochs": config.epochs,
             "weight_decay": config.weight_decay, "schedule": config.schedule, "warmup": config.warmup,
-            "max_grad_norm": config.max_grad_norm, "trainable": list(config.trainable) or "all parameters",
+            "max_grad_norm": config.max_grad_norm, "trainable": config.trained_parts(),
             "layers": list(config.layers) if config.layers else None, "seed": config.seed}
 
 

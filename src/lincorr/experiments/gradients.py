@@ -36,7 +36,7 @@ class GradientConfig:
     n_step_facts: int = 32
     n_eval: int = 200
     fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100)
-    train: TrainConfig = TrainConfig(learning_rate=5e-6, batch_size=8, trainable=(r"layers\.",), progress=False)
+    train: TrainConfig = TrainConfig(learning_rate=5e-6, batch_size=8, blocks_only=True, progress=False)
     n_control: int = 5
     seed: int = 0
     progress: bool = True
@@ -66,7 +66,8 @@ class GradientCorrelation:
             "logit_r": self.logit_r, "gradient_r": self.gradient_r, "control_r": self.control_r,
             "mean_abs_source_change": self.mean_abs_source_change, "mean_abs_target_change": self.mean_abs_target_change,
             "n_step_facts": self.config.n_step_facts, "n_eval": self.config.n_eval, "n_inputs": self.config.n_inputs,
-            "learning_rate": self.config.train.learning_rate, "trainable": list(self.config.train.trainable),
+            "learning_rate": self.config.train.learning_rate, "trainable": self.config.train.trained_parts(),
+            "max_grad_norm": self.config.train.max_grad_norm,
             "estimator": self.config.fit.estimator, "seed": self.config.seed, "seconds": self.seconds,
         }
 

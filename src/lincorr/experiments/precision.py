@@ -6,20 +6,45 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from lincorr.collect import LogitTable, collect_tables
+from lincorr.domains import Domain
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
-from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference, reference_columns
+from lincorr.linear import column_scales
+from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference
 from lincorr.models import LM
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json, write_provenance
 from lincorr.paper import paper_table
-from lincorr.prompts import registry_prompts
-from lincorr.relations import ReferencePairs, RelationSpec, registry_reference
+from lincorr.prompts import Prompt, registry_prompts
+from lincorr.relations import (
+    USER_FILE,
+    DroppedPair,
+    ReferenceFile,
+    ReferenceMatch,
+    ReferencePairs,
+    RelationSpec,
+    match_reference,
+    registry_reference,
+)
 
-__all__ = ["KS", "PrecisionResult", "PrecisionTable", "precision_of", "precision_from_tables", "precision_table"]
+__all__ = ["KS", "MIN_PAIRS", "PAPER_N_INPUTS", "PRECISION_FITS", "STANDARDIZED_PENALTY", "precision_fits", "PrecisionCurve", "PrecisionResult", "PrecisionTable", "checked_reference", "precision_curve", "precision_of",
+           "precision_from_tables", "precision_table"]
 
 
 KS = (1, 3, 5)
+
+# The fits precision reports, by name. "ridge-std" is lincorr's: ridge on z-scored columns with a
+# penalty of STANDARDIZED_PENALTY per training input, fitted onto the target's log-probabilities
+# over its own domain and read in standard units (see docs/results.md for what each part adds).
+# "ols" is the paper's estimator; "ridge" is ridge on the raw logits with a cross-validated penalty.
+PRECISION_FITS = ("ridge-std", "ols", "ridge")
+STANDARDIZED_PENALTY = 1.0
+# The paper's setting (§3.2): ols on half of 10,000 vocabulary inputs, raw logits.
+PAPER_N_INPUTS = 10_000
+# Below this many judged subjects one pair more or less moves a Hit@k rate by more than 0.1.
+MIN_PAIRS = 10
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +66,9 @@ class PrecisionResult:
     chance_influencing: dict[int, float]
     n_pairs_influenced: int  # reference subjects left in the source domain with a right object in the target domain
     n_pairs_influencing: int  # target words that are the right object of at least one of those subjects
+    n_reference_lines: int  # (subject, object) pairs read from the file or the registry
+    dropped_pairs: tuple[DroppedPair, ...]  # every pair read that judges nothing, with why
+    reference_file: ReferenceFile | None = None  # where the pairs came from, when they are a user's file
 
     def summary(self) -> dict:
         """The JSON contract of `lincorr precision --json` (k as string keys)."""
@@ -60,47 +88,115 @@ class PrecisionResult:
             "chance_influencing": text_keys(self.chance_influencing),
             "n_pairs_influenced": self.n_pairs_influenced,
             "n_pairs_influencing": self.n_pairs_influencing,
+            "reference_file": self.reference_file.to_json() if self.reference_file else None,
+            "n_reference_lines": self.n_reference_lines,
+            "dropped_pairs": [dataclasses.asdict(pair) for pair in self.dropped_pairs],
+            "warnings": self.warnings(),
         }
+
+    def warnings(self) -> list[str]:
+        """What a reader should know before trusting the rates: too few judged pairs."""
+        if self.n_pairs_influenced >= MIN_PAIRS:
+            return []
+        return [f"{self.label}: only {self.n_pairs_influenced} reference subject(s) could be judged (fewer than {MIN_PAIRS}), "
+                f"so one pair more or less moves Hit@k influenced by {1 / self.n_pairs_influenced:.2f}; add pairs before reading the rates"]
+
+    def reference_report(self) -> list[str]:
+        """Lines on the reference: where it comes from, pairs read and used, every dropped pair with why, and warnings."""
+        source = (f"file {self.reference_file.path} (sha256 {self.reference_file.sha256})" if self.reference_file
+                  else self.reference or "(unnamed)")
+        dropped = f"; {len(self.dropped_pairs)} dropped:" if self.dropped_pairs else ""
+        lines = [f"{self.label}: reference {source}: {self.n_reference_lines} pairs read, {self.n_pairs_influenced} subjects / "
+                 f"{self.n_pairs_influencing} objects judged{dropped}"]
+        lines += [f"  - {pair.subject} -> {pair.object}: {pair.reason}" for pair in self.dropped_pairs]
+        return lines + [f"warning: {warning}" for warning in self.warnings()]
+
+
+def checked_reference(reference_pairs: ReferencePairs, source: Domain, target: Domain, *, label: str, reference: str = "",
+                      reference_file: ReferenceFile | None = None) -> ReferenceMatch:
+    """The pairs on the two tokenized domains, known before any logit is collected; a LincorrError saying why when none is usable."""
+    match = match_reference(reference_pairs, source, target)
+    if not match.columns:
+        if reference_file is not None:
+            where = f"reference file {reference_file.path}"
+            fix = ("write pairs of words from the two domains (any case; `lincorr domains` lists a registry domain's words "
+                   "and those the tokenizer drops)")
+        else:
+            where = f"reference {reference}" if reference else "the reference"
+            fix = "pass --references FILE with pairs of words from the two domains"
+        raise LincorrError(match.unusable(label, where, fix))
+    return match
 
 
 def precision_of(pair: PairResult, reference_pairs: ReferencePairs, *, ks: Sequence[int] = KS, label: str = "",
-                 reference: str = "") -> PrecisionResult:
-    """Hit@Top-k of a fitted pair's W against (subject, objects) pairs."""
-    right = reference_columns(reference_pairs, pair.source.domain.words, pair.target.domain)
-    if not right:
-        raise LincorrError(
-            f"no reference pair of {pair.source_name}->{pair.target_name} has both words in the tokenized domains; "
-            "pass --references FILE with pairs of words from the two domains"
-        )
+                 reference: str = "", reference_file: ReferenceFile | None = None) -> PrecisionResult:
+    """Hit@Top-k of a fitted pair's W against (subject, objects) pairs; `reference_file` is recorded when they came from one."""
+    label = label or f"{pair.source_name}->{pair.target_name}"
+    match = checked_reference(reference_pairs, pair.source.domain, pair.target.domain, label=label, reference=reference,
+                              reference_file=reference_file)
+    right = match.columns
     influencing = invert_reference(right)
+    weights = ranked_weights(pair)
     return PrecisionResult(
-        label=label or f"{pair.source_name}->{pair.target_name}",
+        label=label,
         source=pair.source_name,
         target=pair.target_name,
         model_name=pair.model_name,
-        estimator=pair.config.estimator,
+        estimator=pair.config.label,
         alpha=pair.alpha,
         n_inputs=len(pair.source.inputs),
         labelwise_r_mean=pair.summary()["labelwise_r_mean"],
         reference=reference,
-        hit_influenced=hit_at_k(pair.coef, right, ks),
-        hit_influencing=hit_at_k(pair.coef.T, influencing, ks),
+        hit_influenced=hit_at_k(weights, right, ks),
+        hit_influencing=hit_at_k(weights.T, influencing, ks),
         chance_influenced=chance_hit_at_k(pair.coef.shape[1], right, ks),
         chance_influencing=chance_hit_at_k(pair.coef.shape[0], influencing, ks),
         n_pairs_influenced=len(right),
         n_pairs_influencing=len(influencing),
+        n_reference_lines=match.n_read,
+        dropped_pairs=match.dropped,
+        reference_file=reference_file,
     )
+
+
+def precision_fits(base: FitConfig, headline: str = "ridge-std") -> tuple[FitConfig, ...]:
+    """The PRECISION_FITS with `base`'s seed, split and bootstrap, `headline` first; a ridge `base.alpha` goes to the plain ridge."""
+    if headline not in PRECISION_FITS:
+        raise LincorrError(f"unknown precision fit '{headline}'; use one of {', '.join(PRECISION_FITS)}")
+    plain = dataclasses.replace(base, standardize=False, target_scores="logits", name="")
+    fits = {
+        "ridge-std": dataclasses.replace(base, estimator="ridge", alpha=STANDARDIZED_PENALTY, standardize=True,
+                                         target_scores="domain-logprobs", name="ridge-std"),
+        "ols": dataclasses.replace(plain, estimator="ols"),
+        "ridge": dataclasses.replace(plain, estimator="ridge"),
+    }
+    return (fits[headline], *(fit for name, fit in fits.items() if name != headline))
+
+
+def ranked_weights(pair: PairResult) -> np.ndarray:
+    """The W whose largest entries are read as its answers `[n_source, n_target]`.
+
+    A standardized fit is read in standard units (target standard deviations per source one,
+    with the scales of the training rows), so that a target word whose logit merely varies
+    more over the inputs does not top every row; any other fit as it is.
+    """
+    if not pair.config.standardize:
+        return pair.coef
+    source_scale, target_scale = (column_scales(table.values[pair.train_index].astype(np.float64))[1]
+                                  for table in (pair.source, pair.target))  # the target as fitted, domain log-probs included
+    return pair.coef * source_scale[:, None] / target_scale[None, :]
 
 
 def precision_from_tables(
     source: LogitTable, target: LogitTable, reference_pairs: ReferencePairs, configs: Sequence[FitConfig], *,
     label: str = "", source_name: str = "source", target_name: str = "target", model_name: str = "", reference: str = "",
+    reference_file: ReferenceFile | None = None,
 ) -> tuple[PrecisionResult, ...]:
     """One PrecisionResult per estimator config, all fitted on the same two tables."""
     return tuple(
         precision_of(
             fit_tables(source, target, config, source_name=source_name, target_name=target_name, model_name=model_name),
-            reference_pairs, label=label, reference=reference,
+            reference_pairs, label=label, reference=reference, reference_file=reference_file,
         )
         for config in configs
     )
@@ -117,6 +213,7 @@ class PrecisionTable:
     seconds: float
     model_fingerprint: str = ""
     configs: tuple[FitConfig, ...] = ()  # the fits every relation was measured with
+    reference_file: ReferenceFile | None = None  # the user's pairs every relation was judged by, instead of the registry's
 
     def summary(self) -> dict:
         """JSON: the rows (each a `PrecisionResult.summary()`, with the paper's numbers where Table 2 has them)."""
@@ -129,12 +226,22 @@ class PrecisionTable:
                                   "hit_influenced": dict(zip(map(str, KS), published["hit_influenced"])),
                                   "hit_influencing": dict(zip(map(str, KS), published["hit_influencing"]))}
             rows.append(entry)
-        return {"model": self.model_name, "n_inputs": self.n_inputs, "rows": rows,
+        return {"model": self.model_name, "n_inputs": self.n_inputs, "reference_file": self.reference_json(), "rows": rows,
                 "skipped": [{"relation": label, "reason": reason} for label, reason in self.skipped], "seconds": self.seconds}
 
     def settings(self) -> dict:
-        """How every relation was measured: the number of inputs and each estimator's fit."""
-        return {"n_inputs": self.n_inputs, "fits": [settings_key(c) for c in self.configs]}
+        """How every relation was measured: the number of inputs, each estimator's fit and the user's reference file."""
+        return {"n_inputs": self.n_inputs, "fits": [settings_key(c) for c in self.configs], "reference_file": self.reference_json()}
+
+    def reference_json(self) -> dict | None:
+        return self.reference_file.to_json() if self.reference_file else None
+
+    def reference_reports(self) -> list[str]:
+        """`PrecisionResult.reference_report` once per relation (its estimators share the reference)."""
+        first_rows: dict[str, PrecisionResult] = {}
+        for row in self.rows:
+            first_rows.setdefault(row.label, row)
+        return [line for row in first_rows.values() for line in row.reference_report()]
 
     def markdown(self) -> str:
         """A Markdown table: r, Hit@1/3/5 influenced and influencing, chance at 1, and the paper's numbers where known."""
@@ -152,6 +259,7 @@ class PrecisionTable:
                 f"{rates_text(row.hit_influencing)} | {row.chance_influenced[1]:.2f} / {row.chance_influencing[1]:.2f} | "
                 f"{row.n_pairs_influenced} / {row.n_pairs_influencing} | {paper_text} |"
             )
+        lines += ["", *self.reference_reports()]
         lines += [f"\nnot judged: {label} ({reason})" for label, reason in self.skipped]
         return "\n".join(lines)
 
@@ -165,6 +273,7 @@ class PrecisionTable:
                 f"{rates_text(row.hit_influencing):<20}  {row.chance_influenced[1]:.2f}/{row.chance_influencing[1]:.2f}    "
                 f"{row.n_pairs_influenced}/{row.n_pairs_influencing}"
             )
+        lines += self.reference_reports()
         lines += [f"not judged: {label}: {reason}" for label, reason in self.skipped]
         return "\n".join(lines)
 
@@ -176,12 +285,14 @@ class PrecisionTable:
             header = ["label", "source", "target", "reference", "estimator", "alpha", "labelwise_r_mean",
                       *(f"hit_influenced_{k}" for k in KS), *(f"hit_influencing_{k}" for k in KS),
                       *(f"chance_influenced_{k}" for k in KS), *(f"chance_influencing_{k}" for k in KS),
-                      "n_pairs_influenced", "n_pairs_influencing"]
+                      "n_pairs_influenced", "n_pairs_influencing", "n_reference_lines", "n_dropped_pairs", "reference_file",
+                      "reference_sha256"]
             write_csv(out / "precision.csv", header, [
                 [r.label, r.source, r.target, r.reference, r.estimator, r.alpha, r.labelwise_r_mean,
                  *(r.hit_influenced[k] for k in KS), *(r.hit_influencing[k] for k in KS),
                  *(r.chance_influenced[k] for k in KS), *(r.chance_influencing[k] for k in KS),
-                 r.n_pairs_influenced, r.n_pairs_influencing]
+                 r.n_pairs_influenced, r.n_pairs_influencing, r.n_reference_lines, len(r.dropped_pairs),
+                 *((r.reference_file.path, r.reference_file.sha256) if r.reference_file else ("", ""))]
                 for r in self.rows
             ])
             (out / "precision.md").write_text(self.markdown() + "\n", encoding="utf-8")
@@ -204,33 +315,164 @@ def precision_table(
     inputs: Sequence[str],
     configs: Sequence[FitConfig],
     *,
-    reference_pairs: ReferencePairs | None = None,
+    reference_file: ReferenceFile | None = None,
+    custom_prompts: Mapping[str, Prompt] | None = None,
     **collect_options,
 ) -> PrecisionTable:
     """Hit@Top-N for each relation and estimator; every prompt is collected once.
 
-    `reference_pairs` replaces the registry's reference for every relation (a user's own pairs);
-    `collect_options` go to `collect_logits`.
+    `reference_file` replaces the registry's reference for every relation (a user's own pairs);
+    `custom_prompts` (name -> a prompt of the user's own) stand in for registry prompts of that
+    name; `collect_options` go to `collect_logits`.
     A relation (or one estimator of it) is skipped, with the reason, when a prompt has no domain
-    for this tokenizer, no reference pair survives tokenization, or ols has too few inputs.
+    for this tokenizer, no reference pair is usable on the tokenized domains, or ols has too few
+    inputs. The reference is checked before any logit is collected, and a relation left with no
+    usable pair collects nothing.
     """
     started = time.perf_counter()
+    custom = dict(custom_prompts or {})
     names = tuple(dict.fromkeys(name for relation in relations for name in (relation.source, relation.target)))
-    prompts, missing = registry_prompts(registry, names, lm.tokenizer)
+    prompts, missing = registry_prompts(registry, [name for name in names if name not in custom], lm.tokenizer)
+    prompts.update(custom)
     skipped = [(r.label, reason) for r in relations for name, reason in missing if name in (r.source, r.target)]
-    tables = collect_tables(lm, prompts, inputs, **collect_options)
-    rows: list[PrecisionResult] = []
+    judged: list[tuple[RelationSpec, ReferencePairs, str]] = []
     for relation in (r for r in relations if r.source in prompts and r.target in prompts):
-        pairs, reference = (reference_pairs, "user file") if reference_pairs is not None else registry_reference(registry, relation)
+        pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_reference(registry, relation)
         if not pairs:
             skipped.append((relation.label, f"the registry has no reference between {relation.source} and {relation.target}"))
             continue
+        try:
+            checked_reference(pairs, prompts[relation.source].domain, prompts[relation.target].domain, label=relation.label,
+                              reference=reference, reference_file=reference_file)
+        except LincorrError as error:
+            skipped.append((relation.label, str(error)))
+            continue
+        judged.append((relation, pairs, reference))
+    needed = dict.fromkeys(name for relation, _, _ in judged for name in (relation.source, relation.target))
+    tables = collect_tables(lm, {name: prompts[name] for name in needed}, inputs, **collect_options)
+    rows: list[PrecisionResult] = []
+    for relation, pairs, reference in judged:
         for config in configs:
             try:
                 rows.extend(precision_from_tables(
                     tables[relation.source], tables[relation.target], pairs, [config], label=relation.label,
                     source_name=relation.source, target_name=relation.target, model_name=lm.name, reference=reference,
+                    reference_file=reference_file,
                 ))
             except LincorrError as error:
-                skipped.append((f"{relation.label} ({config.estimator})", str(error)))
-    return PrecisionTable(lm.name, len(inputs), tuple(rows), tuple(skipped), time.perf_counter() - started, lm.fingerprint, tuple(configs))
+                skipped.append((f"{relation.label} ({config.label})", str(error)))
+    return PrecisionTable(lm.name, len(inputs), tuple(rows), tuple(skipped), time.perf_counter() - started, lm.fingerprint, tuple(configs),
+                          reference_file)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrecisionCurve:
+    """How Hit@Top-N of one relation changes with the number of inputs N, for each estimator.
+
+    Every N uses the first N inputs of one list (a vocabulary sample is a prefix-stable seeded
+    order, so these are the inputs a run with `-n N` would draw), and every table is collected
+    once, at the largest N.
+    """
+
+    label: str
+    model_name: str
+    ns: tuple[int, ...]
+    rows: tuple[PrecisionResult, ...]  # one per (N, estimator) that could be fitted
+    skipped: tuple[tuple[str, str], ...]  # ("N=1000 (ols)", reason)
+    seconds: float
+    model_fingerprint: str = ""
+    configs: tuple[FitConfig, ...] = ()
+
+    def summary(self) -> dict:
+        """JSON: the Ns, one entry per (N, estimator) with the `PrecisionResult.summary()` numbers, and what was skipped."""
+        return {"label": self.label, "model": self.model_name, "ns": list(self.ns), "rows": [row.summary() for row in self.rows],
+                "skipped": [{"setting": setting, "reason": reason} for setting, reason in self.skipped], "seconds": self.seconds}
+
+    def format_table(self) -> str:
+        """Aligned text: one line per N and estimator."""
+        lines = [f"{self.label} on {self.model_name}: Hit@Top-N of W against the reference as the inputs grow",
+                 "      N  estimator  r      influenced @1/@3/@5  influencing @1/@3/@5  chance@1"]
+        for row in self.rows:
+            lines.append(f"{row.n_inputs:7d}  {row.estimator:<9}  {row.labelwise_r_mean:5.2f}  {rates_text(row.hit_influenced):<19}  "
+                         f"{rates_text(row.hit_influencing):<20}  {row.chance_influenced[1]:.2f}/{row.chance_influencing[1]:.2f}")
+        lines += [f"not fitted: {setting}: {reason}" for setting, reason in self.skipped]
+        return "\n".join(lines)
+
+    def save(self, directory) -> None:
+        """precision_curve.json, precision_curve.csv and precision_curve.png (Hit@1 against N); written whole or not at all."""
+        from lincorr.plots import layer_curves
+
+        with staged_directory(directory) as out:
+            write_provenance(out, model_fingerprint=self.model_fingerprint,
+                             settings={"ns": list(self.ns), "fits": [settings_key(c) for c in self.configs]})
+            write_json(out / "precision_curve.json", self.summary())
+            write_csv(out / "precision_curve.csv",
+                      ["n_inputs", "estimator", "alpha", "labelwise_r_mean", *(f"hit_influenced_{k}" for k in KS),
+                       *(f"hit_influencing_{k}" for k in KS), "chance_influenced_1", "chance_influencing_1"],
+                      [[r.n_inputs, r.estimator, r.alpha, r.labelwise_r_mean, *(r.hit_influenced[k] for k in KS),
+                        *(r.hit_influencing[k] for k in KS), r.chance_influenced[1], r.chance_influencing[1]] for r in self.rows])
+            curves, dashed, colours = {}, [], {}
+            for number, estimator in enumerate(dict.fromkeys(row.estimator for row in self.rows)):
+                rows = [row for row in self.rows if row.estimator == estimator]
+                curves[f"{estimator}, influenced"] = ([r.n_inputs for r in rows], [r.hit_influenced[1] for r in rows])
+                curves[f"{estimator}, influencing"] = ([r.n_inputs for r in rows], [r.hit_influencing[1] for r in rows])
+                dashed.append(f"{estimator}, influencing")
+                colours[f"{estimator}, influenced"] = colours[f"{estimator}, influencing"] = f"C{number}"
+            if self.rows:
+                chance = self.rows[0]
+                curves["chance (influenced)"] = (list(self.ns), [chance.chance_influenced[1]] * len(self.ns))
+                dashed.append("chance (influenced)")
+                colours["chance (influenced)"] = "grey"
+            layer_curves(curves, out / "precision_curve.png", f"{self.label} on {self.model_name}: Hit@1 of W against N "
+                         "(solid: influenced, dashed: influencing)", y_label="Hit@1", x_label="inputs N (half fit W)", dashed=dashed,
+                         colours=colours)
+
+
+def precision_curve(
+    lm: LM,
+    registry,
+    relation: RelationSpec,
+    inputs: Sequence[str],
+    ns: Sequence[int],
+    configs: Sequence[FitConfig],
+    *,
+    reference_file: ReferenceFile | None = None,
+    **collect_options,
+) -> PrecisionCurve:
+    """Hit@Top-N of `relation` with W fitted on the first N of `inputs`, for each N in `ns` and each estimator config.
+
+    `inputs` must hold at least max(ns) inputs; both prompts are collected once over the first
+    max(ns) (`collect_options` go to `collect_logits`). An (N, estimator) that cannot be fitted
+    (ols with fewer training inputs than source words) is skipped with the reason.
+    """
+    ns = tuple(sorted(set(ns)))
+    if len(inputs) < ns[-1]:
+        raise LincorrError(f"the N curve needs {ns[-1]} inputs and the input list has {len(inputs)}; lower the largest N or give more inputs")
+    started = time.perf_counter()
+    prompts, missing = registry_prompts(registry, (relation.source, relation.target), lm.tokenizer)
+    if missing:
+        raise LincorrError("; ".join(reason for _, reason in missing))
+    pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_reference(registry, relation)
+    if not pairs:
+        raise LincorrError(f"the registry has no reference between {relation.source} and {relation.target}; pass --references FILE")
+    checked_reference(pairs, prompts[relation.source].domain, prompts[relation.target].domain, label=relation.label,
+                      reference=reference, reference_file=reference_file)
+    tables = collect_tables(lm, prompts, list(inputs[:ns[-1]]), **collect_options)
+    rows, skipped = [], []
+    for n in ns:
+        source, target = (first_inputs(tables[name], n) for name in (relation.source, relation.target))
+        for config in configs:
+            try:
+                config.check_sizes(n, len(source.domain))
+                rows.extend(precision_from_tables(source, target, pairs, [config], label=relation.label, source_name=relation.source,
+                                                  target_name=relation.target, model_name=lm.name, reference=reference,
+                                                  reference_file=reference_file))
+            except LincorrError as error:
+                skipped.append((f"N={n} ({config.label})", str(error)))
+    return PrecisionCurve(relation.label, lm.name, ns, tuple(rows), tuple(skipped), time.perf_counter() - started, lm.fingerprint,
+                          tuple(configs))
+
+
+def first_inputs(table: LogitTable, n: int) -> LogitTable:
+    """The table over its first `n` inputs only."""
+    return dataclasses.replace(table, values=table.values[:n], inputs=table.inputs[:n])

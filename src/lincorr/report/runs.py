@@ -103,7 +103,9 @@ def read_pair(directory: Path) -> Section:
         ("templates", f"“{result.get('source_template', '')}” -> “{result.get('target_template', '')}”"),
         ("inputs", f"{result['n_inputs']} ({result['n_train']} train / {result['n_test']} test), {result.get('kind', '')}"),
         ("estimator", result["estimator"] + (f" (alpha {result['alpha']:.4g})" if result["estimator"] == "ridge" else "")),
-        ("label-wise r", f"{plus_minus(result['labelwise_r_mean'], result['labelwise_r_std'])}   95% CI [{shown(low)}, {shown(high)}]"),
+        ("label-wise r", f"{plus_minus(result['labelwise_r_mean'], result['labelwise_r_std'])}   95% CI [{shown(low)}, {shown(high)}]"
+                         f" ({result.get('labelwise_r_ci95_method', 'test inputs resampled, W fixed')})"
+                         + (f"; {result['n_constant_targets']} constant target words left out" if result.get("n_constant_targets") else "")),
         ("instance-wise r", shown(result["instancewise_r_mean"])),
         ("control r", f"{shown(result['control_labelwise_r_mean'])} (W fitted on shuffled pairs)"),
         ("reference pairs", f"{len(reference)} source words with a right target in the domain" if reference else "none (rows ordered by their own top target)"),

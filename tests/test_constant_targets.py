@@ -1,0 +1,58 @@
+"""A target word whose held-out logits are constant has no label-wise r: the mean leaves it out, and says how many it left out."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from lincorr.cli.core import print_result
+from lincorr.collect import LogitTable
+from lincorr.domains import Domain
+from lincorr.experiments.correlation import FitConfig, fit_tables
+from lincorr.report.page import KeyNumbers
+from lincorr.report.runs import read_pair
+from lincorr.strict_json import dumps
+
+
+def table(values: np.ndarray, prefix: str) -> LogitTable:
+    words = tuple(f"{prefix}{i}" for i in range(values.shape[1]))
+    domain = Domain(prefix, words, tuple(range(len(words))), words, ("whole_word",) * len(words), ())
+    return LogitTable(values.astype(np.float32), tuple(f"x{i}" for i in range(len(values))), "{} " + prefix, domain, "logits", "m")
+
+
+def planted(constant_columns: tuple[int, ...]):
+    """Targets that are noisy linear images of the sources, except `constant_columns`, which never move."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4))
+    y = x @ rng.normal(size=(4, 5)) + 0.3 * rng.normal(size=(200, 5))
+    y[:, list(constant_columns)] = 2.5
+    return fit_tables(table(x, "s"), table(y, "t"), FitConfig(n_boot=50))
+
+
+def test_constant_target_columns_are_counted_and_left_out_of_the_mean(capsys):
+    result = planted((1, 3))
+    summary = result.summary()
+    assert summary["n_constant_targets"] == 2 and np.isnan(result.labelwise_r[[1, 3]]).all()
+    # The mean is over the three defined columns only (not a NaN, and not dragged towards 0 by the constant ones).
+    assert summary["labelwise_r_mean"] == pytest.approx(np.mean(result.labelwise_r[[0, 2, 4]]))
+    assert summary["labelwise_r_mean"] > 0.9
+    # Strict JSON: the count is a plain number; the undefined per-word r become null with a reason.
+    saved = json.loads(dumps({**summary, "labelwise_r": result.labelwise_by_word()}))
+    assert saved["n_constant_targets"] == 2 and saved["labelwise_r"]["t1"] is None and "labelwise_r.t1" in saved["undefined"]
+    print_result(result)
+    assert "left out: 2 target words constant" in capsys.readouterr().out
+
+
+def test_no_constant_target_prints_no_left_out_line(capsys):
+    result = planted(())
+    assert result.summary()["n_constant_targets"] == 0
+    print_result(result)
+    assert "left out" not in capsys.readouterr().out
+
+
+def test_the_report_shows_the_count_beside_the_labelwise_r(tmp_path):
+    planted((1,)).save(tmp_path / "run")
+    numbers = next(block for block in read_pair(tmp_path / "run").blocks if isinstance(block, KeyNumbers))
+    assert "1 constant target words left out" in dict(numbers.items)["label-wise r"]
