@@ -450,12 +450,16 @@ class AblationTable:
 
     def save(self, directory) -> None:
         """table7.md, table7.json (the rows) and provenance.json (the settings every row shares)."""
-        shared = {key: value for key, value in (self.results[0].settings.items() if self.results else ())
-                  if all(r.settings.get(key) == value for r in self.results)}
         with staged_directory(directory) as out:
-            write_provenance(out, settings=shared)
+            write_provenance(out, settings=shared_settings(self.results))
             (out / "table7.md").write_text(self.markdown(), encoding="utf-8")
             write_json(out / "table7.json", self.rows())
+
+
+def shared_settings(results: Sequence[AblationResult]) -> dict:
+    """The settings every one of `results` was run with (what a table's provenance records once)."""
+    first = results[0].settings if results else {}
+    return {key: value for key, value in first.items() if all(r.settings.get(key) == value for r in results)}
 
 
 def run_table7(
@@ -528,10 +532,8 @@ class WidthSweep:
 
     def save(self, directory) -> None:
         """widths.md, widths.json (the rows) and provenance.json (the settings every run shares)."""
-        shared = {key: value for key, value in (self.results[0].settings.items() if self.results else ())
-                  if all(r.settings.get(key) == value for r in self.results)}
         with staged_directory(directory) as out:
-            write_provenance(out, settings=shared)
+            write_provenance(out, settings=shared_settings(self.results))
             (out / "widths.md").write_text(self.markdown(), encoding="utf-8")
             write_json(out / "widths.json", self.rows())
 
