@@ -11,6 +11,9 @@ from lincorr.cli.core import print_result
 from lincorr.collect import LogitTable
 from lincorr.domains import Domain
 from lincorr.experiments.correlation import FitConfig, fit_tables
+from lincorr.experiments.gradients import gradient_correlation_from_changes
+from lincorr.experiments.matrix import Grid, matrix_from_tables
+from lincorr.metrics import summarize
 from lincorr.report.page import KeyNumbers
 from lincorr.report.runs import read_pair
 from lincorr.strict_json import dumps
@@ -56,3 +59,30 @@ def test_the_report_shows_the_count_beside_the_labelwise_r(tmp_path):
     planted((1,)).save(tmp_path / "run")
     numbers = next(block for block in read_pair(tmp_path / "run").blocks if isinstance(block, KeyNumbers))
     assert "1 constant target words left out" in dict(numbers.items)["label-wise r"]
+
+
+def test_a_matrix_cell_counts_its_constant_target_words(tmp_path):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(200, 4))
+    y = x @ rng.normal(size=(4, 5)) + 0.3 * rng.normal(size=(200, 5))
+    y[:, 2] = -1.0
+    tables = {"s": table(x, "s"), "t": table(y, "t")}
+    result = matrix_from_tables(Grid.rectangle(["s"], ["t", "s"]), tables, FitConfig(n_boot=10))
+    assert result.n_constant_targets.tolist() == [[1, 0]]
+    assert result.summary()["n_constant_targets"] == 1
+    assert {p["target"]: p["n_constant_targets"] for p in result.pairs()} == {"t": 1, "s": 0}
+    # The cell's mean is over the four defined words, not NaN.
+    assert result.value("s", "t") > 0.9
+    result.save(tmp_path / "m")
+    assert "n_constant_targets" in (tmp_path / "m" / "pairs.csv").read_text().splitlines()[0]
+
+
+def test_the_gradient_correlation_counts_target_words_that_did_not_move():
+    rng = np.random.default_rng(2)
+    coef = rng.normal(size=(4, 3))
+    source_change = rng.normal(size=(50, 4))
+    target_change = source_change @ coef + 0.1 * rng.normal(size=(50, 3))
+    target_change[:, 1] = 0.0
+    labelwise, _ = gradient_correlation_from_changes(coef, source_change, target_change, n_control=2)
+    assert np.isnan(labelwise[1]) and np.isfinite(labelwise[[0, 2]]).all()
+    assert summarize(labelwise)["mean"] > 0.9

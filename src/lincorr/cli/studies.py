@@ -167,6 +167,8 @@ def run_matrix(args) -> None:
             f"{result.model_name}: {grid.title}, {result.n_inputs} inputs, {config.estimator}; label-wise r (row = source, column = target)",
             result.format_table("labelwise_r"),
             *(f"skipped {name}: {reason}" for name, reason in result.skipped),
+            *([f"left out: {int(result.n_constant_targets.sum())} target words constant on the test inputs (r undefined), "
+               "per cell in pairs.csv and the JSON"] if result.n_constant_targets.any() else []),
             f"\ncollection {result.seconds_collect:.1f} s, fits {result.seconds_fit:.1f} s" + (f"; wrote {args.out}/" if args.out else ""),
         ])
 

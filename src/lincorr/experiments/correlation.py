@@ -137,6 +137,11 @@ class PairResult:
         return {}
 
     @property
+    def labelwise_r_mean(self) -> float:
+        """Mean label-wise r over the target words where it is defined (`n_constant_targets` are left out)."""
+        return summarize(self.labelwise_r)["mean"]
+
+    @property
     def n_constant_targets(self) -> int:
         """How many target words have an undefined label-wise r (constant on the held-out inputs), left out of its mean."""
         return int(np.isnan(self.labelwise_r).sum())

@@ -64,6 +64,7 @@ class PredictResult:
     rows: tuple[dict, ...]
     labelwise_r_mean: float
     seconds: float
+    n_constant_targets: int = 0  # target words left out of labelwise_r_mean (constant on the held-out inputs)
 
     def usable(self) -> list[dict]:
         """The facts whose city and language are both columns of W (the others have no prediction)."""
@@ -87,7 +88,7 @@ class PredictResult:
         return {"model": self.model_name, "relation": dataclasses.asdict(self.config.relation), "n_facts": len(self.rows),
                 "n_predicted": len(rows), "n_right_after": int(sum(r["right_after"] for r in rows)),
                 "n_right_before": int(sum(r["implication_rank_before"] == 0 for r in rows)), "auc": self.aucs(),
-                "labelwise_r_mean": self.labelwise_r_mean, "n_inputs": self.config.n_inputs, "estimator": self.config.fit.estimator,
+                "labelwise_r_mean": self.labelwise_r_mean, "n_constant_targets": self.n_constant_targets, "n_inputs": self.config.n_inputs, "estimator": self.config.fit.estimator,
                 "margin": self.config.margin, "training": training_settings(self.config.train), "seed": self.config.seed,
                 "facts": [dict(r) for r in self.rows], "seconds": self.seconds}
 
@@ -148,4 +149,5 @@ def run_predict(lm: LM, registry, config: PredictConfig = PredictConfig(), *, pr
             row |= {"w_ref": float(coef[source, right]), "w_rank_score": -int((predicted[candidates] > predicted[right]).sum()),
                     "predicted_success": prediction.success_probability, "predicted_language": prediction.predicted_target}
         rows.append(row)
-    return PredictResult(lm.name, config, tuple(rows), float(np.nanmean(bound.fit.labelwise_r)), time.perf_counter() - started)
+    return PredictResult(lm.name, config, tuple(rows), bound.fit.labelwise_r_mean, time.perf_counter() - started,
+                         n_constant_targets=bound.fit.n_constant_targets)

@@ -190,12 +190,13 @@ class EditPredictionResult:
     labelwise_r_mean: float  # of W, on held-out inputs
     prediction: EditPrediction
     model_fingerprint: str = ""
+    n_constant_targets: int = 0  # target words left out of labelwise_r_mean (constant on the held-out inputs)
     settings: Mapping[str, object] = dataclasses.field(default_factory=dict)  # how W was fitted and the edit assumed
 
     def summary(self) -> dict:
         """The JSON of `lincorr predict-edit --json`."""
         return {"model": self.model_name, "source": self.source, "target": self.target, "subject": self.subject,
-                **self.prediction.summary(), "labelwise_r_mean": self.labelwise_r_mean}
+                **self.prediction.summary(), "labelwise_r_mean": self.labelwise_r_mean, "n_constant_targets": self.n_constant_targets}
 
     def save(self, directory) -> None:
         """prediction.json (the summary) and provenance.json."""
@@ -217,8 +218,8 @@ def predict_relation_edit(lm: LM, registry, relation: RelationSpec, value: str, 
     prediction = predict_edit(lm, bound, value, subject, margin=margin, delta=delta)
     return EditPredictionResult(
         model_name=lm.name, source=relation.source, target=relation.target, source_template=bound.source.template,
-        target_template=bound.target.template, subject=subject, labelwise_r_mean=float(bound.fit.labelwise_r.mean()),
-        prediction=prediction, model_fingerprint=lm.fingerprint,
+        target_template=bound.target.template, subject=subject, labelwise_r_mean=bound.fit.labelwise_r_mean,
+        prediction=prediction, model_fingerprint=lm.fingerprint, n_constant_targets=bound.fit.n_constant_targets,
         settings={"n_inputs": n_inputs, "seed": seed, "fit": settings_key(fit), "margin": margin, "delta": delta},
     )
 
@@ -373,6 +374,7 @@ class GeneralizationResult:
     seconds_train: float
     seconds: float
     model_fingerprint: str = ""
+    n_constant_targets: int = 0  # target words left out of labelwise_r_mean (constant on the held-out inputs)
 
     def per_seed(self, field: str) -> list[float]:
         """A boolean field's rate in each seed."""
@@ -413,7 +415,8 @@ class GeneralizationResult:
             **self.prediction_scores(),
             "categories": {c: sum(o.category == c for o in self.outcomes) for c in CATEGORIES},
             "n_facts": self.config.n_facts, "seeds": list(self.config.seeds), "n_target_domain": self.n_target_domain,
-            "labelwise_r_mean": self.labelwise_r_mean, "n_inputs": self.config.n_inputs, "estimator": self.config.fit.estimator,
+            "labelwise_r_mean": self.labelwise_r_mean, "n_constant_targets": self.n_constant_targets,
+            "n_inputs": self.config.n_inputs, "estimator": self.config.fit.estimator,
             "learning_rate": self.config.train.learning_rate, "epochs": self.config.train.epochs, "batch_size": self.config.train.batch_size,
             "until_learned": self.config.until_learned, "epochs_run_per_seed": [len(l) for l in self.losses],
             "trainable": self.config.train.trained_parts(), "max_grad_norm": self.config.train.max_grad_norm, "margin": self.config.margin,
@@ -521,7 +524,7 @@ def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
         label=relation.label, model_name=lm.name, source=relation.source.name, target=relation.target.name,
         source_template=relation.source.template,
         target_template=relation.target.template, n_target_domain=len(relation.target.domain),
-        labelwise_r_mean=float(np.nanmean(relation.fit.labelwise_r)), config=config, outcomes=tuple(outcomes), losses=tuple(losses),
+        labelwise_r_mean=relation.fit.labelwise_r_mean, n_constant_targets=relation.fit.n_constant_targets, config=config, outcomes=tuple(outcomes), losses=tuple(losses),
         seconds_fit=seconds_fit, seconds_train=seconds_train, seconds=time.perf_counter() - started, model_fingerprint=lm.fingerprint,
     )
 

@@ -16,7 +16,7 @@ from lincorr.errors import LincorrError
 from lincorr.collect import entity_logits
 from lincorr.experiments.correlation import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, single_step
-from lincorr.metrics import labelwise_pearson
+from lincorr.metrics import labelwise_pearson, summarize
 from lincorr.models import LM, wrap_model
 from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_provenance
 from lincorr.paper import paper_table
@@ -58,12 +58,19 @@ class GradientCorrelation:
     mean_abs_target_change: float
     config: GradientConfig
     seconds: float
+    n_constant_targets: int  # target words left out of logit_r (constant on the held-out inputs)
+
+    @property
+    def n_undefined_gradient_targets(self) -> int:
+        """Target words whose change after the step has no r (constant over the evaluation inputs), left out of gradient_r."""
+        return int(np.isnan(self.labelwise_gradient_r).sum())
 
     def summary(self) -> dict:
         """JSON-ready numbers and settings."""
         return {
             "relation": self.label, "model": self.model_name, "source": self.source, "target": self.target,
             "logit_r": self.logit_r, "gradient_r": self.gradient_r, "control_r": self.control_r,
+            "n_constant_targets": self.n_constant_targets, "n_undefined_gradient_targets": self.n_undefined_gradient_targets,
             "mean_abs_source_change": self.mean_abs_source_change, "mean_abs_target_change": self.mean_abs_target_change,
             "n_step_facts": self.config.n_step_facts, "n_eval": self.config.n_eval, "n_inputs": self.config.n_inputs,
             "learning_rate": self.config.train.learning_rate, "trainable": self.config.train.trained_parts(),
@@ -82,6 +89,7 @@ class GradientCorrelation:
             label=row["relation"], model_name=row["model"], source=row["source"], target=row["target"], logit_r=row["logit_r"],
             gradient_r=row["gradient_r"], control_r=row["control_r"], labelwise_gradient_r=np.array(row["labelwise_gradient_r"], float),
             mean_abs_source_change=row["mean_abs_source_change"], mean_abs_target_change=row["mean_abs_target_change"], config=config,
+            n_constant_targets=row["n_constant_targets"],
             seconds=row["seconds"],
         )
 
@@ -118,8 +126,8 @@ def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, confi
     labelwise, control = gradient_correlation_from_changes(relation.fit.coef, source_change, target_change, n_control=config.n_control,
                                                            seed=config.seed)
     return GradientCorrelation(
-        label=relation.label, model_name=lm.name, source=relation.source.name, target=relation.target.name, logit_r=float(np.nanmean(relation.fit.labelwise_r)),
-        gradient_r=float(np.nanmean(labelwise)), control_r=control, labelwise_gradient_r=labelwise,
+        label=relation.label, model_name=lm.name, source=relation.source.name, target=relation.target.name, logit_r=relation.fit.labelwise_r_mean,
+        gradient_r=summarize(labelwise)["mean"], n_constant_targets=relation.fit.n_constant_targets, control_r=control, labelwise_gradient_r=labelwise,
         mean_abs_source_change=float(np.abs(source_change).mean()), mean_abs_target_change=float(np.abs(target_change).mean()),
         config=config, seconds=time.perf_counter() - started,
     )

@@ -102,6 +102,7 @@ class GridScores:
     labelwise_std: np.ndarray
     instancewise_r: np.ndarray
     source_alpha: dict[str, float]  # the penalty each source's shared fit used (0 for ols)
+    n_constant_targets: np.ndarray  # target words per cell left out of the label-wise mean (r undefined)
 
 
 def score_grid(
@@ -115,6 +116,7 @@ def score_grid(
     evaluate_on = fit_on if evaluate_on is None else evaluate_on
     shape = (len(grid.row_labels), len(grid.column_labels))
     scores = {metric: np.full(shape, np.nan) for metric in METRICS}
+    n_constant = np.zeros(shape, dtype=int)
     alphas: dict[str, float] = {}
     n_inputs = len(next(iter(fit_on.values())).inputs)
     train, test = split_indices(n_inputs, config.test_fraction, config.seed)
@@ -135,8 +137,9 @@ def score_grid(
             labelwise = labelwise_pearson(guess, actual)
             spread = summarize(labelwise)
             scores["labelwise_r"][i, j], scores["labelwise_std"][i, j] = spread["mean"], spread["std"]
+            n_constant[i, j] = int(np.isnan(labelwise).sum())
             scores["instancewise_r"][i, j] = np.nanmean(instancewise_pearson(guess, actual))
-    return GridScores(scores["labelwise_r"], scores["labelwise_std"], scores["instancewise_r"], alphas)
+    return GridScores(scores["labelwise_r"], scores["labelwise_std"], scores["instancewise_r"], alphas, n_constant)
 
 
 def check_comparable(fitted: LogitTable, evaluated: LogitTable, name: str) -> None:
@@ -163,6 +166,7 @@ class MatrixResult:
     labelwise_std: np.ndarray
     instancewise_r: np.ndarray
     source_alpha: dict[str, float]
+    n_constant_targets: np.ndarray  # [n_rows, n_cols] target words constant on the test inputs, left out of each mean
     skipped: tuple[tuple[str, str], ...]  # (prompt, why it has no domain for this tokenizer)
     seconds_collect: float
     seconds_fit: float
@@ -186,7 +190,8 @@ class MatrixResult:
     def pairs(self) -> list[dict]:
         """One row per filled cell: source, target and the three scores."""
         return [
-            {"source": cell[0], "target": cell[1], **{m: none_if_nan(self.matrix(m)[i, j]) for m in METRICS}}
+            {"source": cell[0], "target": cell[1], **{m: none_if_nan(self.matrix(m)[i, j]) for m in METRICS},
+             "n_constant_targets": int(self.n_constant_targets[i, j])}
             for i, row in enumerate(self.grid.cells)
             for j, cell in enumerate(row)
             if cell
@@ -209,6 +214,8 @@ class MatrixResult:
             "cells": [[list(cell) if cell else None for cell in row] for row in self.grid.cells],
             **{m: [[none_if_nan(v) for v in row] for row in self.matrix(m)] for m in METRICS},
             "source_alpha": self.source_alpha,
+            # Target words whose held-out logits are constant have no r; each cell's mean leaves them out.
+            "n_constant_targets": int(self.n_constant_targets.sum()),
             "skipped": [{"prompt": name, "reason": reason} for name, reason in self.skipped],
             "seconds_collect": self.seconds_collect,
             "seconds_fit": self.seconds_fit,
@@ -226,7 +233,7 @@ class MatrixResult:
         write_json(out / "matrix.json", {**self.summary(), "templates": dict(self.templates), "config": dataclasses.asdict(self.config)})
         write_provenance(out, model_fingerprint=self.model_fingerprint,
                          settings={**settings_key(self.config), "kind": self.kind, "n_inputs": self.n_inputs})
-        write_csv(out / "pairs.csv", ["source", "target", *METRICS], [list(p.values()) for p in self.pairs()])
+        write_csv(out / "pairs.csv", ["source", "target", *METRICS, "n_constant_targets"], [list(p.values()) for p in self.pairs()])
         model = f"{self.model_name} on {self.evaluated_on}" if self.evaluated_on else self.model_name
         for metric, limits, label, description in (
             ("labelwise_r", (-1.0, 1.0), "label-wise r", "label-wise Pearson r (mean over target words)"),
@@ -307,6 +314,7 @@ def matrix_from_tables(
         labelwise_std=scores.labelwise_std,
         instancewise_r=scores.instancewise_r,
         source_alpha=scores.source_alpha,
+        n_constant_targets=scores.n_constant_targets,
         skipped=skipped,
         seconds_collect=seconds_collect,
         seconds_fit=time.perf_counter() - started,
