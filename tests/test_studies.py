@@ -118,10 +118,10 @@ def test_rectangle_and_cross_language_grids(registry):
 
 def test_each_prompt_collected_once_and_cached_rerun_computes_nothing(llama_lm, registry, monkeypatch):
     calls = []
-    real = collect_module.collect_logits
-    monkeypatch.setattr("lincorr.collect.collect_logits", lambda lm, template, *a, **k: calls.append(template) or real(lm, template, *a, **k))
+    real = collect_module.run_piece
+    monkeypatch.setattr(collect_module, "run_piece", lambda lm, job, *a, **k: calls.append(job.template) or real(lm, job, *a, **k))
     first = family_matrix(llama_lm, registry)
-    assert len(calls) == len(set(calls)) == 3  # 9 cells, 3 collections
+    assert len(calls) == len(set(calls)) == 3  # 9 cells, 3 tables of one piece each
 
     def refuse(*args, **kwargs):
         raise AssertionError("a cached table was recomputed")
@@ -148,7 +148,7 @@ def counting_scores(monkeypatch, interrupt_after: int | None = None) -> list[str
 
 
 def test_interrupted_matrix_resumes_without_recomputing_finished_work(registry, tokenizer, monkeypatch):
-    monkeypatch.setattr(collect_module, "CHECKPOINT_SECONDS", 0.0)  # checkpoint after every batch
+    monkeypatch.setattr(collect_module, "PIECE_BATCHES", 1)  # every batch a piece of its own
     lm = wrap_model(tiny_llama(len(tokenizer)), tokenizer)
     # 1 head check + 6 batches of the first prompt + 3 of the second, then Ctrl-C.
     counting_scores(monkeypatch, interrupt_after=10)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import time
+import logging
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,7 @@ import torch
 from tqdm.auto import tqdm
 
 from lincorr.cache import cache_directory
+from lincorr.distributed import Team, balanced_assignment, current_team
 from lincorr.domains import Domain
 from lincorr.errors import LincorrError
 from lincorr.filesystem import atomic_file, read_json, write_json_atomic
@@ -23,10 +24,14 @@ from lincorr.prompts import Prompt
 from lincorr.provenance import code_digest
 from lincorr.templates import fill, validate_template
 
-CHECKPOINT_SECONDS = 30.0
+# A piece, the unit of work shared across ranks and kept by an interrupted run, is this many batches
+# (1,024 prompts at the default batch size: seconds on a CPU, a fraction of a second on a GPU).
+PIECE_BATCHES = 8
 # Inputs X are names, words or short phrases. A batch is padded to its longest prompt, so one long
 # line (a pasted paragraph) would make every prompt of its batch that long: refused instead.
 MAX_INPUT_TOKENS = 64
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,19 +133,23 @@ def load_arrays(path: Path) -> dict[str, np.ndarray] | None:
 
 
 class TableCache:
-    """Finished tables and in-progress checkpoints under `<root>/logits/`, keyed by content."""
+    """Finished tables and the finished pieces of unfinished ones under `<root>/logits/`, keyed by content."""
 
     def __init__(self, root: Path | None = None):
         self.directory = Path(root) / "logits" if root else cache_directory("logits")
 
-    def paths(self, key: dict) -> tuple[Path, Path, Path]:
-        digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-        base = self.directory / digest
-        return base.with_suffix(".json"), base.with_suffix(".npz"), base.with_suffix(".partial.npz")
+    @property
+    def root(self) -> Path:
+        """The directory to pass to `TableCache(root)` for this same cache (another rank's, say)."""
+        return self.directory.parent
+
+    def paths(self, key: dict) -> tuple[Path, Path]:
+        base = self.directory / key_digest(key)
+        return base.with_suffix(".json"), base.with_suffix(".npz")
 
     def load(self, key: dict) -> np.ndarray | None:
         """A finished table whose header and checksum both match; anything else is ignored."""
-        header_path, values_path, _ = self.paths(key)
+        header_path, values_path = self.paths(key)
         header = read_json(header_path)
         arrays = load_arrays(values_path)
         if not header or arrays is None or header.get("key") != key or "values" not in arrays:
@@ -150,22 +159,206 @@ class TableCache:
         return arrays["values"]
 
     def store(self, key: dict, values: np.ndarray) -> None:
-        header_path, values_path, partial_path = self.paths(key)
+        """The finished table (its pieces are removed: the table holds them)."""
+        header_path, values_path = self.paths(key)
         save_array_atomic(values_path, values=values)
         write_json_atomic(header_path, {"key": key, "sha256": array_sha256(values), "shape": list(values.shape)})
-        partial_path.unlink(missing_ok=True)
+        for piece in self.directory.glob(f"{key_digest(key)}.piece*.npz"):
+            piece.unlink(missing_ok=True)
 
-    def load_partial(self, key: dict, shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray] | None:
-        """Rows finished by an interrupted run: (values, done mask)."""
-        arrays = load_arrays(self.paths(key)[2])
-        if arrays is None or "values" not in arrays or arrays["values"].shape != shape:
-            return None
-        if str(arrays.get("key", np.array(""))) != json.dumps(key, sort_keys=True):
-            return None
-        return arrays["values"], arrays["done"].astype(bool)
+    def piece_path(self, key: dict, index: int) -> Path:
+        return self.directory / f"{key_digest(key)}.piece{index}.npz"
 
-    def store_partial(self, key: dict, values: np.ndarray, done: np.ndarray) -> None:
-        save_array_atomic(self.paths(key)[2], values=values, done=done, key=np.array(json.dumps(key, sort_keys=True)))
+    def load_piece(self, key: dict, index: int, rows: np.ndarray) -> np.ndarray | None:
+        """Scores of a finished piece `[len(rows), n_domain]`, if one was stored for exactly these rows of this table."""
+        arrays = load_arrays(self.piece_path(key, index))
+        if arrays is None or not {"values", "rows", "key"} <= arrays.keys():
+            return None
+        if str(arrays["key"]) != json.dumps(key, sort_keys=True) or not np.array_equal(arrays["rows"], rows):
+            return None
+        return arrays["values"]
+
+    def store_piece(self, key: dict, index: int, rows: np.ndarray, values: np.ndarray) -> None:
+        save_array_atomic(self.piece_path(key, index), values=values, rows=rows, key=np.array(json.dumps(key, sort_keys=True)))
+
+
+def key_digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+
+
+@dataclasses.dataclass(frozen=True)
+class CollectionJob:
+    """One table to collect: its cache key and what its forward passes need (plain data, sent to other ranks as JSON)."""
+
+    key: dict
+    template: str
+    inputs: tuple[str, ...]
+    token_ids: tuple[int, ...]
+    logprobs: bool
+    batch_size: int
+
+    @classmethod
+    def from_message(cls, message: dict) -> CollectionJob:
+        return cls(message["key"], message["template"], tuple(message["inputs"]), tuple(message["token_ids"]),
+                   bool(message["logprobs"]), int(message["batch_size"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class JobPlan:
+    """A job's prompts as token ids, cut into batches and pieces fixed by the inputs and the batch size alone.
+
+    Every process that runs a piece runs the same batches (same rows, same padding), which is
+    what makes a table computed by many ranks, or resumed after an interruption, equal bit for bit
+    to one computed in one go.
+    """
+
+    rows: list[list[int]]
+    batches: list[list[int]]  # row indices per batch: rows sorted by length (stable), `batch_size` at a time
+    pieces: list[range]  # batch indices per piece, PIECE_BATCHES at a time
+
+    def piece_rows(self, piece: int) -> np.ndarray:
+        return np.array([i for b in self.pieces[piece] for i in self.batches[b]], dtype=np.int64)
+
+    def piece_cost(self, piece: int) -> int:
+        """Padded tokens the piece runs: what its forward passes cost."""
+        return sum(len(self.batches[b]) * max(len(self.rows[i]) for i in self.batches[b]) for b in self.pieces[piece])
+
+
+def plan_job(tokenizer, job: CollectionJob) -> JobPlan:
+    rows = tokenize_prompts(tokenizer, [fill(job.template, x) for x in job.inputs])
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i]))
+    batches = [order[start:start + job.batch_size] for start in range(0, len(order), job.batch_size)]
+    pieces = [range(start, min(start + PIECE_BATCHES, len(batches))) for start in range(0, len(batches), PIECE_BATCHES)]
+    return JobPlan(rows, batches, pieces)
+
+
+def run_piece(lm: LM, job: CollectionJob, plan: JobPlan, piece: int, on_batch=lambda n: None) -> np.ndarray:
+    """Scores of one piece's rows, in `plan.piece_rows(piece)` order: `[n_rows, n_domain]`."""
+    token_ids = torch.tensor(job.token_ids, dtype=torch.long)
+    parts = []
+    for b in plan.pieces[piece]:
+        parts.append(domain_scores(lm, [plan.rows[i] for i in plan.batches[b]], token_ids, job.logprobs).numpy())
+        on_batch(len(plan.batches[b]))
+    return np.concatenate(parts)
+
+
+def collect_jobs(lm: LM, jobs: Sequence[CollectionJob], store: TableCache | None, *, progress: bool = True,
+                 description: str = "") -> list[np.ndarray]:
+    """Each job's scores `[n_inputs, n_domain]`, from finished pieces in `store` and forward passes for the rest.
+
+    Each piece is stored as soon as it is done, so an interrupted run loses only its unfinished
+    pieces. In a team (`torchrun`, see `lincorr.distributed`) with a cache and a model every rank
+    can load, rank 0 hands the missing pieces out across the ranks, balanced by padded tokens,
+    works on its own share and reads the others' from the shared cache.
+    """
+    plans = [plan_job(lm.tokenizer, job) for job in jobs]
+    values = [np.zeros((len(job.inputs), len(job.token_ids)), np.float32) for job in jobs]
+    todo = []
+    for j, (job, plan) in enumerate(zip(jobs, plans)):
+        for piece in range(len(plan.pieces)):
+            rows = plan.piece_rows(piece)
+            finished = store.load_piece(job.key, piece, rows) if store is not None else None
+            if finished is None:
+                todo.append((j, piece))
+            else:
+                values[j][rows] = finished
+    if todo:
+        verify_head(lm, fill(jobs[0].template, jobs[0].inputs[0]), torch.tensor(jobs[0].token_ids, dtype=torch.long))
+    team = current_team()
+    shared = team is not None and store is not None and lm.spec is not None and bool(todo)
+    mine = todo
+    if shared:
+        shares = balanced_assignment([plans[j].piece_cost(p) for j, p in todo], team.world_size)
+        team.broadcast({"op": "collect", "model": lm.spec, "fingerprint": lm.fingerprint, "dtype": str(lm.head_weight.dtype),
+                        "cache": str(store.root), "jobs": [dataclasses.asdict(job) for job in jobs],
+                        "shares": [[todo[i] for i in share] for share in shares]})
+        mine = [todo[i] for i in shares[team.rank]]
+        log.info("sharing %d pieces of %d tables across %d ranks (%s pieces each)", len(todo), len(jobs), team.world_size,
+                 "/".join(str(len(share)) for share in shares))
+    total = sum(len(plans[j].piece_rows(p)) for j, p in mine)
+    error = None
+    with tqdm(total=total, desc=description or jobs[0].template, unit="prompt", disable=not progress, leave=False) as bar:
+        try:
+            for j, piece in mine:
+                rows = plans[j].piece_rows(piece)
+                values[j][rows] = run_piece(lm, jobs[j], plans[j], piece, bar.update)
+                if store is not None:
+                    store.store_piece(jobs[j].key, piece, rows, values[j][rows])
+        except Exception as failure:  # the other ranks still wait for this rank's report
+            if not shared:
+                raise
+            error = failure
+    if shared:
+        failed = team.failed_ranks(error is None)
+        if error is not None:
+            raise error
+        if failed:
+            raise LincorrError(f"rank {', '.join(map(str, failed))} failed while collecting logits (see its log); the pieces "
+                               "finished by every rank are cached: run the same command again to resume")
+        for j, piece in todo:
+            if (j, piece) in mine:
+                continue
+            rows = plans[j].piece_rows(piece)
+            finished = store.load_piece(jobs[j].key, piece, rows)
+            if finished is None:
+                raise LincorrError(f"a piece another rank collected is not in the cache at {store.directory}; every rank must see "
+                                   "the same cache directory (on several nodes: set LINCORR_CACHE_DIR to a directory on a shared filesystem)")
+            values[j][rows] = finished
+    return values
+
+
+def serve_collection(team: Team, load: Callable[[str], LM]) -> None:
+    """What ranks other than 0 do: run the pieces rank 0 hands them until it says stop.
+
+    `load(spec)` loads a model the way this run's command does; models are loaded once, on first use.
+    """
+    models: dict[str, LM] = {}
+    while True:
+        message = team.broadcast()
+        if message["op"] == "stop":
+            return
+        ok = True
+        try:
+            if message["model"] not in models:
+                models[message["model"]] = load(message["model"])
+            lm = models[message["model"]]
+            if lm.fingerprint != message["fingerprint"] or str(lm.head_weight.dtype) != message["dtype"]:
+                raise LincorrError(f"rank {team.rank} loaded a different model than rank 0 ({lm.fingerprint}, {lm.head_weight.dtype})")
+            store = TableCache(Path(message["cache"]))
+            jobs = [CollectionJob.from_message(job) for job in message["jobs"]]
+            plans: dict[int, JobPlan] = {}
+            for j, piece in message["shares"][team.rank]:
+                plan = plans.setdefault(j, plan_job(lm.tokenizer, jobs[j]))
+                verify_head(lm, fill(jobs[j].template, jobs[j].inputs[0]), torch.tensor(jobs[j].token_ids, dtype=torch.long))
+                rows = plan.piece_rows(piece)
+                store.store_piece(jobs[j].key, piece, rows, run_piece(lm, jobs[j], plan, piece))
+        except Exception:  # reported to rank 0, which stops the command; the details stay in this rank's log
+            log.exception("rank %d failed while collecting", team.rank)
+            ok = False
+        team.failed_ranks(ok)
+
+
+def checked_values(job: CollectionJob, values: np.ndarray) -> np.ndarray:
+    """Refuse a table with NaN/inf rows (a half-precision model that overflowed)."""
+    bad = ~np.isfinite(values).all(axis=1)
+    if bad.any():
+        example = job.inputs[int(np.argmax(bad))]
+        raise LincorrError(f"the model gave NaN/inf scores for {int(bad.sum())} inputs (e.g. {example!r}); load it with --dtype float32")
+    return values
+
+
+def new_job(lm: LM, template: str, domain: Domain, inputs: Sequence[str], logprobs: bool, batch_size: int) -> CollectionJob:
+    """The job for one table, after checking what the caller passed."""
+    validate_template(template)
+    if not inputs:
+        raise LincorrError("no inputs to collect logits for; pass at least one input X")
+    if batch_size < 1:
+        raise LincorrError(f"batch size must be positive, got {batch_size}")
+    inputs = tuple(inputs)
+    check_input_lengths(lm.tokenizer, inputs)
+    kind = "logprobs" if logprobs else "logits"
+    return CollectionJob(table_key(lm, template, domain, inputs, kind, batch_size), template, inputs, tuple(domain.token_ids),
+                         logprobs, batch_size)
 
 
 def collect_logits(
@@ -184,47 +377,32 @@ def collect_logits(
 
     Prompts run in length-sorted, left-padded batches; only the last position and only the
     domain rows of the unembedding are computed. With a cache, finished tables are reused
-    and an interrupted run resumes from its last checkpoint.
+    and an interrupted run resumes from its finished pieces.
     """
-    validate_template(template)
-    if not inputs:
-        raise LincorrError("no inputs to collect logits for; pass at least one input X")
-    if batch_size < 1:
-        raise LincorrError(f"batch size must be positive, got {batch_size}")
-    inputs = tuple(inputs)
-    check_input_lengths(lm.tokenizer, inputs)
-    kind = "logprobs" if logprobs else "logits"
+    return collect_many(lm, {description or template: (template, domain)}, inputs, logprobs=logprobs, batch_size=batch_size,
+                        cache=cache, progress=progress)[description or template]
+
+
+def collect_many(lm: LM, prompts: Mapping[str, tuple[str, Domain]], inputs: Sequence[str], *, logprobs: bool = False,
+                 batch_size: int = 128, cache: TableCache | None | bool = True, progress: bool = True) -> dict[str, LogitTable]:
+    """`collect_logits` for several (template, domain) at once: the missing ones are collected together (and shared out in a team)."""
     store = TableCache() if cache is True else (cache or None)
-    key = table_key(lm, template, domain, inputs, kind, batch_size)
-    if store is not None and (cached := store.load(key)) is not None:
-        return LogitTable(cached, inputs, template, domain, kind, lm.fingerprint)
-
-    token_ids = torch.tensor(domain.token_ids, dtype=torch.long)
-    verify_head(lm, fill(template, inputs[0]), token_ids)
-    shape = (len(inputs), len(domain))
-    resumed = store.load_partial(key, shape) if store is not None else None
-    values, done = resumed if resumed is not None else (np.zeros(shape, np.float32), np.zeros(len(inputs), bool))
-
-    rows = tokenize_prompts(lm.tokenizer, [fill(template, x) for x in inputs])
-    todo = sorted((i for i in range(len(inputs)) if not done[i]), key=lambda i: len(rows[i]))
-    last_checkpoint = time.monotonic()
-    with tqdm(total=len(inputs), initial=int(done.sum()), desc=description or template, unit="prompt", disable=not progress, leave=False) as bar:
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start:start + batch_size]
-            values[batch] = domain_scores(lm, [rows[i] for i in batch], token_ids, logprobs).numpy()
-            done[batch] = True
-            bar.update(len(batch))
-            if store is not None and time.monotonic() - last_checkpoint > CHECKPOINT_SECONDS:
-                store.store_partial(key, values, done)
-                last_checkpoint = time.monotonic()
-
-    bad = ~np.isfinite(values).all(axis=1)
-    if bad.any():
-        example = inputs[int(np.argmax(bad))]
-        raise LincorrError(f"the model gave NaN/inf scores for {int(bad.sum())} inputs (e.g. {example!r}); load it with --dtype float32")
-    if store is not None:
-        store.store(key, values)
-    return LogitTable(values, inputs, template, domain, kind, lm.fingerprint)
+    jobs = {name: new_job(lm, template, domain, inputs, logprobs, batch_size) for name, (template, domain) in prompts.items()}
+    found = {name: store.load(job.key) if store is not None else None for name, job in jobs.items()}
+    # Two names for one table (the same template and domain) collect it once.
+    missing = list({key_digest(jobs[name].key): name for name, values in found.items() if values is None}.values())
+    if missing:
+        collected = collect_jobs(lm, [jobs[name] for name in missing], store, progress=progress,
+                                 description=f"{len(missing)} table{'s' if len(missing) > 1 else ''} ({', '.join(missing)})"[:60])
+        by_key = {}
+        for name, values in zip(missing, collected):
+            by_key[key_digest(jobs[name].key)] = checked_values(jobs[name], values)
+            if store is not None:
+                store.store(jobs[name].key, by_key[key_digest(jobs[name].key)])
+        found = {name: values if values is not None else by_key[key_digest(jobs[name].key)] for name, values in found.items()}
+    kind = "logprobs" if logprobs else "logits"
+    return {name: LogitTable(found[name], jobs[name].inputs, template, domain, kind, lm.fingerprint)
+            for name, (template, domain) in prompts.items()}
 
 
 def check_input_lengths(tokenizer, inputs: Sequence[str]) -> None:
@@ -240,12 +418,9 @@ def check_input_lengths(tokenizer, inputs: Sequence[str]) -> None:
 def collect_tables(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str], **collect_options) -> dict[str, LogitTable]:
     """Each prompt's logit table `[n_inputs, n_domain]` over the same inputs (cached tables are reused).
 
-    `collect_options` go to `collect_logits` (logprobs, batch_size, cache, progress).
+    `collect_options` go to `collect_many` (logprobs, batch_size, cache, progress).
     """
-    return {
-        name: collect_logits(lm, prompt.template, prompt.domain, inputs, description=f"{name} ({i}/{len(prompts)})", **collect_options)
-        for i, (name, prompt) in enumerate(prompts.items(), 1)
-    }
+    return collect_many(lm, {name: (prompt.template, prompt.domain) for name, prompt in prompts.items()}, inputs, **collect_options)
 
 
 def entity_logits(lm: LM, prompt: Prompt, entities: Sequence[str]) -> np.ndarray:

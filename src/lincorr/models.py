@@ -68,6 +68,7 @@ class LM:
     tokenizer: object
     fingerprint: str
     head_verified: bool = False  # set by collect.verify_head after one comparison with a full forward
+    spec: str | None = None  # what `load_model` was given: how another process loads the same model (None for in-memory ones)
 
     @property
     def device(self) -> torch.device:
@@ -155,6 +156,7 @@ def load_model(
     if device is not None and device_map is None:
         lm.model.to(device)
     lm.model.eval()
+    lm.spec = spec
     return lm
 
 

@@ -56,27 +56,66 @@ def main(argv: list[str] | None = None) -> int:
     from lincorr.provenance import record_command
 
     record_command(sys.argv[1:] if argv is None else argv)  # saved results name the command that wrote them
+    team, finished = None, False
     try:
+        team = join_run(args)
+        if team is not None and not team.is_main:
+            serve_run(args, team)
+            return 0
         check_output_directories(args)
         args.handler(args)
+        finished = True
     except LincorrError as error:
+        finished = True
         return report_error(str(error))
     except OSError as error:
         if error.errno not in ENVIRONMENT_ERRNOS:
             raise
+        finished = True
         # Raised while writing: staged outputs and cache temporaries were removed on the way out.
         return report_error(f"{error.strerror}: {error.filename or 'while writing'}; nothing half-written was left; "
                             "free space or choose another location")
     except BrokenPipeError:
         # The reader went away (e.g. `| head`); silence the flush at exit too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        finished = True
         return 0
     except KeyboardInterrupt:
         print("lincorr: interrupted; run the same command again to resume from the cache", file=sys.stderr)
         return 130
     finally:
         record_command(None)  # what this process saves later (as a library) was not written by this command
+        end_run(team, finished)
     return 0
+
+
+def join_run(args):
+    """This process's team when started by torchrun/accelerate with several processes, else None."""
+    from lincorr.distributed import join_team, launched_world_size
+
+    if launched_world_size() > 1 and getattr(args, "device_map", None):
+        raise LincorrError("--device-map spreads one model over several GPUs in one process; under torchrun each process "
+                           "takes one GPU: drop --device-map, or run one process")
+    return join_team(getattr(args, "device", None))
+
+
+def serve_run(args, team) -> None:
+    """Ranks other than 0 collect the pieces of logit tables rank 0 hands them, loading models as this command does."""
+    from lincorr.cli.options import load_lm
+    from lincorr.collect import serve_collection
+
+    serve_collection(team, lambda spec: load_lm(args, spec))
+
+
+def end_run(team, finished: bool) -> None:
+    """Rank 0 tells the others to stop once its command is over; an interrupted or crashed run is ended by the launcher."""
+    if team is None:
+        return
+    from lincorr.distributed import leave_team
+
+    if team.is_main and finished:
+        team.broadcast({"op": "stop"})
+    leave_team()
 
 
 def report_error(message: str) -> int:

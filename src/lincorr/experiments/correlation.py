@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import scipy.special
 
-from lincorr.collect import LogitTable, TableCache, collect_logits
+from lincorr.collect import LogitTable, TableCache, collect_many
 from lincorr.errors import LincorrError
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
@@ -323,12 +323,9 @@ def measure_pair(
     """Collect both prompts over `inputs`, fit W on half, score on the other half."""
     config.check_sizes(len(inputs), len(source.domain))
     started = time.perf_counter()
-    tables = [
-        collect_logits(lm, p.template, p.domain, inputs, logprobs=logprobs, batch_size=batch_size, cache=cache,
-                       progress=progress, description=p.name)
-        for p in (source, target)
-    ]
-    result = fit_tables(*tables, config, source_name=source.name, target_name=target.name, model_name=lm.name)
+    tables = collect_many(lm, {"source": (source.template, source.domain), "target": (target.template, target.domain)}, inputs,
+                          logprobs=logprobs, batch_size=batch_size, cache=cache, progress=progress)
+    result = fit_tables(tables["source"], tables["target"], config, source_name=source.name, target_name=target.name, model_name=lm.name)
     return dataclasses.replace(result, seconds=time.perf_counter() - started)
 
 

@@ -1,0 +1,106 @@
+"""One command over several processes (torchrun, gloo on this CPU): the same result bit for bit, and a crashed rank's run resumes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import CITIES, COUNTRIES
+from tiny import city_country_registry, tiny_llama
+
+from lincorr import collect
+from lincorr.distributed import balanced_assignment
+
+HERE = Path(__file__).parent
+TIMINGS = ("seconds_collect", "seconds_fit")
+
+
+def test_balanced_assignment_covers_every_piece_once_and_evens_the_load():
+    costs = [5, 1, 1, 1, 1, 1, 8, 2]
+    shares = balanced_assignment(costs, 3)
+    assert sorted(i for share in shares for i in share) == list(range(len(costs)))
+    loads = [sum(costs[i] for i in share) for share in shares]
+    # Largest-first greedy: no rank carries more than the ideal share plus the largest piece.
+    assert max(loads) <= sum(costs) / 3 + max(costs)
+    assert shares == balanced_assignment(costs, 3), "every rank must compute the same assignment"
+    assert balanced_assignment(costs, 1) == [list(range(len(costs)))]
+
+
+@pytest.fixture
+def workspace(tmp_path, tokenizer):
+    tiny_llama(len(tokenizer)).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    (tmp_path / "registry.yaml").write_text(city_country_registry(CITIES, COUNTRIES, "{Paris: France, Tokyo: Japan}"))
+    (tmp_path / "inputs.txt").write_text("\n".join(f"name{i}" for i in range(120)))
+    return tmp_path
+
+
+def matrix_args(ws: Path) -> list[str]:
+    # 120 inputs in batches of 4: 30 batches, 4 pieces per table, 8 pieces to share.
+    return ["matrix", "--prompts", "tiny_city,tiny_country", "--registry", str(ws / "registry.yaml"), "--model", str(ws / "model"),
+            "--inputs", str(ws / "inputs.txt"), "--batch-size", "4", "--json", "--quiet"]
+
+
+def run(ws: Path, args: list[str], cache: Path, processes: int, **env) -> subprocess.CompletedProcess:
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)] if processes > 1 else [sys.executable]
+    return subprocess.run([*launcher, str(HERE / "torchrun_rank.py"), *args], capture_output=True, text=True, timeout=600, cwd=ws,
+                          env={**os.environ, "LINCORR_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", **env})
+
+
+def without_timings(output: str) -> dict:
+    result = json.loads(output)
+    return {key: value for key, value in result.items() if key not in TIMINGS}
+
+
+def tables(cache: Path) -> dict[str, bytes]:
+    return {path.name: np.load(path)["values"].tobytes() for path in sorted((cache / "logits").glob("*.npz"))}
+
+
+def test_two_processes_give_the_single_process_result_bit_for_bit(workspace, tmp_path):
+    single = run(workspace, matrix_args(workspace), tmp_path / "one", 1)
+    assert single.returncode == 0, single.stderr
+    counts = tmp_path / "counts"
+    counts.mkdir()
+    shared = run(workspace, matrix_args(workspace), tmp_path / "two", 2, LINCORR_TEST_COUNT_DIR=str(counts))
+    assert shared.returncode == 0, shared.stderr
+    assert without_timings(shared.stdout) == without_timings(single.stdout)
+    assert tables(tmp_path / "two") == tables(tmp_path / "one") and len(tables(tmp_path / "one")) == 2
+    # The work really was shared: both ranks ran pieces, 8 in all, none twice.
+    ran = {path.name: int(path.read_text()) for path in counts.iterdir()}
+    assert ran["rank0"] > 0 and ran["rank1"] > 0 and ran["rank0"] + ran["rank1"] == 8
+    assert shared.stdout.count("\n") == single.stdout.count("\n"), "only rank 0 prints"
+
+
+def test_a_run_whose_rank_died_resumes_from_the_cache_and_equals_the_single_process_run(workspace, tmp_path):
+    single = run(workspace, matrix_args(workspace), tmp_path / "one", 1)
+    crashed = run(workspace, matrix_args(workspace), tmp_path / "two", 2, LINCORR_TEST_DIE_AFTER="1")
+    assert crashed.returncode != 0
+    kept = list((tmp_path / "two" / "logits").glob("*.piece*.npz"))
+    assert 1 <= len(kept) < 8, "the crash kept the finished pieces and lost the unfinished ones"
+    counts = tmp_path / "counts"
+    counts.mkdir()
+    resumed = run(workspace, matrix_args(workspace), tmp_path / "two", 2, LINCORR_TEST_COUNT_DIR=str(counts))
+    assert resumed.returncode == 0, resumed.stderr
+    assert sum(int(path.read_text()) for path in counts.iterdir()) == 8 - len(kept), "finished pieces are not run again"
+    assert without_timings(resumed.stdout) == without_timings(single.stdout)
+    assert tables(tmp_path / "two") == tables(tmp_path / "one")
+    assert not list((tmp_path / "two" / "logits").glob("*.piece*.npz")), "the finished tables replace their pieces"
+
+
+def test_device_map_is_refused_under_torchrun(workspace, tmp_path):
+    refused = run(workspace, [*matrix_args(workspace), "--device-map", "auto"], tmp_path / "c", 2)
+    assert refused.returncode != 0
+    assert "lincorr: error: --device-map spreads one model over several GPUs" in refused.stderr
+
+
+def test_pieces_follow_the_batches_whatever_the_world_size(tokenizer):
+    job = collect.CollectionJob({}, "{} lives in", tuple(f"name{i}" for i in range(70)), (3, 4), False, 4)
+    plan = collect.plan_job(tokenizer, job)
+    rows = np.concatenate([plan.piece_rows(p) for p in range(len(plan.pieces))])
+    assert sorted(rows.tolist()) == list(range(70)), "the pieces cover every input once"
+    assert len(plan.pieces) == -(-len(plan.batches) // collect.PIECE_BATCHES)
