@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 import torch
 from conftest import CITIES, NAMES
+from tiny import tiny_llama
 
 import lincorr.collect as collect
 from lincorr.collect import TableCache, collect_logits, tokenize_prompts
 from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
+from lincorr.models import wrap_model
 from lincorr.templates import fill
 
 TEMPLATE = "{} lives in the city of"
@@ -102,3 +104,36 @@ def test_template_needs_exactly_one_slot(llama_lm, domain, template):
 
 def test_inputs_with_braces_are_filled_literally():
     assert fill("{} lives in", "a{}b") == "a{}b lives in"
+
+
+def test_auto_batch_takes_the_largest_power_of_two_that_fits_under_the_token_cap():
+    tried = []
+
+    def fits_up_to(limit):
+        return lambda size: tried.append(size) or size <= limit
+
+    assert collect.largest_batch(fits_up_to(100), longest=10, max_tokens=65536) == 64
+    assert tried == [1, 2, 4, 8, 16, 32, 64, 128], "it stops at the first batch that does not fit"
+    assert collect.largest_batch(fits_up_to(10_000), longest=10, max_tokens=320) == 32, "the token cap binds"
+    assert collect.largest_batch(fits_up_to(10_000), longest=1000, max_tokens=320) == 1
+    with pytest.raises(LincorrError, match="one prompt does not fit"):
+        collect.largest_batch(fits_up_to(0), longest=10)
+
+
+def test_auto_batch_on_a_cpu_is_the_measured_default_and_keys_the_table_by_the_size_used(llama_lm, domain):
+    auto = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], batch_size="auto", progress=False)
+    fixed = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], batch_size=collect.CPU_BATCH_SIZE, progress=False)
+    np.testing.assert_array_equal(auto.values, fixed.values)
+    assert len(list(TableCache().directory.glob("*.npz"))) == 1, "auto resolved to 128 shares the table collected at 128"
+
+
+def test_a_half_precision_head_is_multiplied_in_float32(tokenizer):
+    model = tiny_llama(len(tokenizer)).to(torch.bfloat16)
+    lm = wrap_model(model, tokenizer)
+    hidden = torch.randn(3, model.config.hidden_size, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    ids = torch.tensor([3, 5, 7])
+    got = lm.head_logits(hidden, ids)
+    exact = hidden.double() @ model.get_output_embeddings().weight[ids].double().T
+    assert got.dtype == torch.float32
+    # bfloat16 keeps 8 bits: a logit rounded to it is off by ~1e-3 relative; float32 accumulation by ~1e-7.
+    assert torch.allclose(got.double(), exact, rtol=1e-5, atol=1e-6)

@@ -27,6 +27,11 @@ from lincorr.templates import fill, validate_template
 # A piece, the unit of work shared across ranks and kept by an interrupted run, is this many batches
 # (1,024 prompts at the default batch size: seconds on a CPU, a fraction of a second on a GPU).
 PIECE_BATCHES = 8
+# --batch-size auto: on a GPU, the largest batch that fits, measured, and at most this many tokens per
+# forward pass (past that a GPU is saturated and a bigger batch only holds more memory). On a CPU the
+# batch that was fastest on this project's machine (docs/benchmarks.md): memory never binds there.
+MAX_BATCH_TOKENS = 65536
+CPU_BATCH_SIZE = 128
 # Inputs X are names, words or short phrases. A batch is padded to its longest prompt, so one long
 # line (a pasted paragraph) would make every prompt of its batch that long: refused instead.
 MAX_INPUT_TOKENS = 64
@@ -338,6 +343,35 @@ def serve_collection(team: Team, load: Callable[[str], LM]) -> None:
         team.failed_ranks(ok)
 
 
+def largest_batch(fits: Callable[[int], bool], longest: int, max_tokens: int = MAX_BATCH_TOKENS) -> int:
+    """The largest power of two `size` with `fits(size)`, at most `max_tokens // longest`; `fits` runs a real batch."""
+    limit = max(1, max_tokens // longest)
+    if not fits(1):
+        raise LincorrError("one prompt does not fit in the device's memory; load the model with --dtype bfloat16 or --device-map auto")
+    size = 1
+    while size * 2 <= limit and fits(size * 2):
+        size *= 2
+    return size
+
+
+def auto_batch_size(lm: LM, rows: Sequence[Sequence[int]], token_ids: Sequence[int], logprobs: bool) -> int:
+    """`--batch-size auto`: on a GPU the largest batch of the longest prompt that runs without running out of memory."""
+    if lm.device.type != "cuda":
+        return CPU_BATCH_SIZE
+    longest = list(max(rows, key=len))
+    ids = torch.tensor(token_ids, dtype=torch.long)
+
+    def fits(size: int) -> bool:
+        try:
+            domain_scores(lm, [longest] * size, ids, logprobs)
+            return True
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            return False
+
+    return largest_batch(fits, len(longest))
+
+
 def checked_values(job: CollectionJob, values: np.ndarray) -> np.ndarray:
     """Refuse a table with NaN/inf rows (a half-precision model that overflowed)."""
     bad = ~np.isfinite(values).all(axis=1)
@@ -368,7 +402,7 @@ def collect_logits(
     inputs: Sequence[str],
     *,
     logprobs: bool = False,
-    batch_size: int = 128,
+    batch_size: int | str = 128,
     cache: TableCache | None | bool = True,
     progress: bool = True,
     description: str | None = None,
@@ -377,15 +411,21 @@ def collect_logits(
 
     Prompts run in length-sorted, left-padded batches; only the last position and only the
     domain rows of the unembedding are computed. With a cache, finished tables are reused
-    and an interrupted run resumes from its finished pieces.
+    and an interrupted run resumes from its finished pieces. `batch_size="auto"` measures the
+    largest batch that fits on a GPU (`auto_batch_size`).
     """
     return collect_many(lm, {description or template: (template, domain)}, inputs, logprobs=logprobs, batch_size=batch_size,
                         cache=cache, progress=progress)[description or template]
 
 
 def collect_many(lm: LM, prompts: Mapping[str, tuple[str, Domain]], inputs: Sequence[str], *, logprobs: bool = False,
-                 batch_size: int = 128, cache: TableCache | None | bool = True, progress: bool = True) -> dict[str, LogitTable]:
+                 batch_size: int | str = 128, cache: TableCache | None | bool = True, progress: bool = True) -> dict[str, LogitTable]:
     """`collect_logits` for several (template, domain) at once: the missing ones are collected together (and shared out in a team)."""
+    if batch_size == "auto" and inputs:
+        rows = [row for template, _ in prompts.values() for row in tokenize_prompts(lm.tokenizer, [fill(template, x) for x in inputs])]
+        widest = max((domain for _, domain in prompts.values()), key=len)
+        batch_size = auto_batch_size(lm, rows, widest.token_ids, logprobs)
+        log.info("--batch-size auto: %d prompts per forward pass", batch_size)
     store = TableCache() if cache is True else (cache or None)
     jobs = {name: new_job(lm, template, domain, inputs, logprobs, batch_size) for name, (template, domain) in prompts.items()}
     found = {name: store.load(job.key) if store is not None else None for name, job in jobs.items()}

@@ -65,6 +65,11 @@ COUNT = whole_number(1)
 NON_NEGATIVE = whole_number(0)
 
 
+def batch_size_option(text: str) -> int | str:
+    """An argparse type: a positive whole number or `auto`."""
+    return "auto" if text == "auto" else COUNT(text)
+
+
 def counts(text: str) -> tuple[int, ...]:
     """An argparse type: comma-separated positive whole numbers, e.g. 1000,2000,5000."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
@@ -187,7 +192,9 @@ def add_collection_options(parser) -> None:
     add_n_inputs_option(group, "number of vocabulary-sampled inputs X")
     add_seed_option(group, "seed of the input sample and the train/test split")
     group.add_argument("--inputs", default=None, metavar="FILE", help="file with one input X per line (instead of a vocabulary sample)")
-    group.add_argument("--batch-size", type=COUNT, default=128, help="prompts per forward pass (part of a cached table's key: it changes logits by ~1e-5)")
+    group.add_argument("--batch-size", type=batch_size_option, default=128,
+                       help="prompts per forward pass, or auto: on a GPU the largest batch that fits (measured, at most "
+                            "65,536 tokens), on a CPU 128 (part of a cached table's key: it changes logits by ~1e-5)")
     group.add_argument("--logprobs", action="store_true", help="log-softmax over the full vocabulary instead of raw logits")
     group.add_argument("--no-cache", action="store_true", help="recompute logit tables instead of reusing cached ones")
     add_registry_option(group)

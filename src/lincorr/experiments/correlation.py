@@ -316,7 +316,7 @@ def measure_pair(
     config: FitConfig = FitConfig(),
     *,
     logprobs: bool = False,
-    batch_size: int = 128,
+    batch_size: int | str = 128,
     cache: TableCache | None | bool = True,
     progress: bool = True,
 ) -> PairResult:
