@@ -45,6 +45,7 @@ MISTAKES = [
     ("alpha-word", FIT + ["--alpha", "lots"], "argument --alpha: must be 'cv' or a finite"),
     ("top-k-negative", FIT + ["--top", "Paris", "-k", "-3"], "argument -k/--top-k: must be at least 1"),
     ("batch-size-zero", FIT + ["--batch-size", "0"], "argument --batch-size: must be at least 1"),
+    ("batch-size-word", FIT + ["--batch-size", "fast"], "argument --batch-size: expected a whole number, got 'fast'"),
     ("test-fraction-above-1", FIT + ["--test-fraction", "1.5"], "argument --test-fraction: must be between 0 and 1"),
     ("test-fraction-nan", FIT + ["--test-fraction", "nan"], "argument --test-fraction: must be a finite number"),
     ("n-not-a-number", FIT_N + ["-n", "many"], "argument -n/--n-inputs: expected a whole number"),
