@@ -32,7 +32,7 @@ def run_matrix(args, grid: list[str], cache_dir: Path, processes: int) -> tuple[
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)]
                 if processes > 1 else [sys.executable])
     command = [*launcher, "-m", "lincorr", "matrix", *grid, "--model", args.model, "-n", str(args.n), "--estimator", args.estimator,
-               "--json", "--quiet"]
+               "--json", "--quiet", *(["--compile"] if args.compile else [])]
     env = {**os.environ, "LINCORR_CACHE_DIR": str(cache_dir), "HF_HUB_OFFLINE": "1"}
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True)
@@ -74,6 +74,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=1000)
     parser.add_argument("--estimator", default="ols")
     parser.add_argument("--processes", type=int, nargs="+", default=[1], help="run the sweep with each of these process counts")
+    parser.add_argument("--compile", action="store_true", help="pass --compile to every matrix command")
     args = parser.parse_args()
 
     grids = REGISTRY_SWEEP if args.registry else ((args.family, ["--family", args.family]),)
@@ -81,7 +82,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         for processes in args.processes:
             results[processes] = sweep(args, grids, Path(scratch), processes)
-    print(f"{args.model}, {args.n} inputs, {args.estimator}, {os.cpu_count()} cores")
+    print(f"{args.model}, {args.n} inputs, {args.estimator}{', compiled' if args.compile else ''}, {os.cpu_count()} cores")
     print(f"{'matrix':<24}{'prompts':>8}" + "".join(f"{f'cold x{p}':>12}{f'collect x{p}':>13}{f'cached x{p}':>12}" for p in results))
     for i, (name, _) in enumerate(grids):
         first = results[args.processes[0]][i]

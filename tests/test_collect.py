@@ -12,7 +12,7 @@ import lincorr.collect as collect
 from lincorr.collect import TableCache, collect_logits, tokenize_prompts
 from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
-from lincorr.models import wrap_model
+from lincorr.models import compile_forward, wrap_model
 from lincorr.templates import fill
 
 TEMPLATE = "{} lives in the city of"
@@ -137,3 +137,12 @@ def test_a_half_precision_head_is_multiplied_in_float32(tokenizer):
     assert got.dtype == torch.float32
     # bfloat16 keeps 8 bits: a logit rounded to it is off by ~1e-3 relative; float32 accumulation by ~1e-7.
     assert torch.allclose(got.double(), exact, rtol=1e-5, atol=1e-6)
+
+
+def test_a_compiled_forward_gives_the_eager_logits_and_is_cached_apart(tokenizer, domain):
+    eager = wrap_model(tiny_llama(len(tokenizer)), tokenizer)
+    compiled = compile_forward(wrap_model(tiny_llama(len(tokenizer)), tokenizer))
+    first = collect_logits(eager, TEMPLATE, domain, NAMES[:9], batch_size=4, progress=False)
+    second = collect_logits(compiled, TEMPLATE, domain, NAMES[:9], batch_size=4, progress=False)  # batches of 4, 4 and 1
+    np.testing.assert_allclose(second.values, first.values, atol=1e-5)
+    assert len(list(TableCache().directory.glob("*.npz"))) == 2, "compiled and eager tables have keys of their own"

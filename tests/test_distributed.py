@@ -104,3 +104,25 @@ def test_pieces_follow_the_batches_whatever_the_world_size(tokenizer):
     rows = np.concatenate([plan.piece_rows(p) for p in range(len(plan.pieces))])
     assert sorted(rows.tolist()) == list(range(70)), "the pieces cover every input once"
     assert len(plan.pieces) == -(-len(plan.batches) // collect.PIECE_BATCHES)
+
+
+PERSISTENT_MODELS = Path(os.environ.get("LINCORR_CACHE_DIR", Path.home() / ".cache" / "lincorr")) / "models"
+
+
+@pytest.mark.integration
+def test_the_bundled_model_over_two_processes_equals_one_process(tmp_path):
+    caches = []
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+        PERSISTENT_MODELS.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name / "models").symlink_to(PERSISTENT_MODELS, target_is_directory=True)
+        caches.append(tmp_path / name)
+    # 3 prompts x 1,100 inputs at batch 64: 18 batches, 3 pieces per table (the last one short), 9 pieces to share.
+    args = ["matrix", "--prompts", "city,country,continent", "--model", "gemma-3-270m", "-n", "1100", "--batch-size", "64",
+            "--json", "--quiet"]
+    single = run(tmp_path, args, caches[0], 1)
+    assert single.returncode == 0, single.stderr
+    shared = run(tmp_path, args, caches[1], 2)
+    assert shared.returncode == 0, shared.stderr
+    assert without_timings(shared.stdout) == without_timings(single.stdout)
+    assert tables(caches[1]) == tables(caches[0]) and len(tables(caches[0])) == 3

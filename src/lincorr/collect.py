@@ -114,6 +114,7 @@ def table_key(lm: LM, template: str, domain: Domain, inputs: Sequence[str], kind
         "n_inputs": len(inputs),
         "kind": kind,
         "batch_size": batch_size,
+        "forward": "compiled" if lm.compiled_body is not None else "eager",
     }
 
 
@@ -315,7 +316,8 @@ def collect_jobs(lm: LM, jobs: Sequence[CollectionJob], store: TableCache | None
 def serve_collection(team: Team, load: Callable[[str], LM]) -> None:
     """What ranks other than 0 do: run the pieces rank 0 hands them until it says stop.
 
-    `load(spec)` loads a model the way this run's command does; models are loaded once, on first use.
+    `load(spec)` loads a model the way this run's command does, on first use; one model is held at
+    a time (a command over several models, like `scale`, collects each model's tables together).
     """
     models: dict[str, LM] = {}
     while True:
@@ -325,6 +327,7 @@ def serve_collection(team: Team, load: Callable[[str], LM]) -> None:
         ok = True
         try:
             if message["model"] not in models:
+                models.clear()
                 models[message["model"]] = load(message["model"])
             lm = models[message["model"]]
             if lm.fingerprint != message["fingerprint"] or str(lm.head_weight.dtype) != message["dtype"]:

@@ -197,6 +197,9 @@ def add_collection_options(parser) -> None:
                             "65,536 tokens), on a CPU 128 (part of a cached table's key: it changes logits by ~1e-5)")
     group.add_argument("--logprobs", action="store_true", help="log-softmax over the full vocabulary instead of raw logits")
     group.add_argument("--no-cache", action="store_true", help="recompute logit tables instead of reusing cached ones")
+    group.add_argument("--compile", action="store_true",
+                       help="collect through torch.compile: about 1.1x faster on a CPU after a 1-2 minute compile; "
+                            "for sweeps of many tables (compiled tables are cached apart)")
     add_registry_option(group)
     add_quiet_option(group)
 
@@ -256,11 +259,12 @@ def wrote(args) -> str:
 def load_lm(args, spec: str | None = None):
     """The model of --model, or `spec`, with this command's device, dtype and trust settings; the cache is checked first."""
     from lincorr.cache import check_cache
-    from lincorr.models import load_model
+    from lincorr.models import compile_forward, load_model
 
     check_cache()
-    return load_model(spec or args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
-                      trust_remote_code=args.trust_remote_code)
+    lm = load_model(spec or args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
+                    trust_remote_code=args.trust_remote_code)
+    return compile_forward(lm) if getattr(args, "compile", False) else lm
 
 
 def load_registry_from(args):
