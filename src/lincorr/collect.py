@@ -105,15 +105,22 @@ def table_key(lm: LM, template: str, domain: Domain, inputs: Sequence[str], kind
     that would compute it bit for bit.
     """
     return {
-        "code": code_digest(__name__),
-        "model": lm.fingerprint,
-        "dtype": str(lm.head_weight.dtype),
+        **forward_key(lm),
         "template": template,
         "token_ids": list(domain.token_ids),
         "inputs_sha256": hashlib.sha256("\n".join(inputs).encode()).hexdigest(),
         "n_inputs": len(inputs),
         "kind": kind,
         "batch_size": batch_size,
+    }
+
+
+def forward_key(lm: LM) -> dict:
+    """The part of a table's key that says which code and which forward computed it (two ranks must agree on it)."""
+    return {
+        "code": code_digest(__name__),
+        "model": lm.fingerprint,
+        "dtype": str(lm.head_weight.dtype),
         "forward": "compiled" if lm.compiled_body is not None else "eager",
     }
 
@@ -275,8 +282,7 @@ def collect_jobs(lm: LM, jobs: Sequence[CollectionJob], store: TableCache | None
     mine = todo
     if shared:
         shares = balanced_assignment([plans[j].piece_cost(p) for j, p in todo], team.world_size)
-        team.broadcast({"op": "collect", "model": lm.spec, "fingerprint": lm.fingerprint, "dtype": str(lm.head_weight.dtype),
-                        "cache": str(store.root), "jobs": [dataclasses.asdict(job) for job in jobs],
+        team.broadcast({"op": "collect", "model": lm.spec, "cache": str(store.root), "jobs": [dataclasses.asdict(job) for job in jobs],
                         "shares": [[todo[i] for i in share] for share in shares]})
         mine = [todo[i] for i in shares[team.rank]]
         log.info("sharing %d pieces of %d tables across %d ranks (%s pieces each)", len(todo), len(jobs), team.world_size,
@@ -301,8 +307,9 @@ def collect_jobs(lm: LM, jobs: Sequence[CollectionJob], store: TableCache | None
         if failed:
             raise LincorrError(f"rank {', '.join(map(str, failed))} failed while collecting logits (see its log); the pieces "
                                "finished by every rank are cached: run the same command again to resume")
+        own = set(mine)
         for j, piece in todo:
-            if (j, piece) in mine:
+            if (j, piece) in own:
                 continue
             rows = plans[j].piece_rows(piece)
             finished = store.load_piece(jobs[j].key, piece, rows)
@@ -330,10 +337,11 @@ def serve_collection(team: Team, load: Callable[[str], LM]) -> None:
                 models.clear()
                 models[message["model"]] = load(message["model"])
             lm = models[message["model"]]
-            if lm.fingerprint != message["fingerprint"] or str(lm.head_weight.dtype) != message["dtype"]:
-                raise LincorrError(f"rank {team.rank} loaded a different model than rank 0 ({lm.fingerprint}, {lm.head_weight.dtype})")
-            store = TableCache(Path(message["cache"]))
             jobs = [CollectionJob.from_message(job) for job in message["jobs"]]
+            ours = forward_key(lm)
+            if any(job.key[field] != value for job in jobs for field, value in ours.items()):
+                raise LincorrError(f"rank {team.rank} does not compute what rank 0 asked for (its code, model or forward differ: {ours})")
+            store = TableCache(Path(message["cache"]))
             plans: dict[int, JobPlan] = {}
             for j, piece in message["shares"][team.rank]:
                 plan = plans.setdefault(j, plan_job(lm.tokenizer, jobs[j]))
