@@ -51,18 +51,18 @@ def new_cache(scratch: Path, name: str) -> Path:
     return cache
 
 
-def sweep(args, grids, scratch: Path, processes: int) -> list[dict]:
-    """Every grid cold (one after another on one new cache), then every grid again, fully cached."""
-    cache = new_cache(scratch, f"cache-{processes}")
+def sweep(args, grids, cache: Path, processes: int) -> list[dict]:
+    """Every grid on `cache`, one after another (cold unless --cached-only), then every grid again, fully cached."""
     rows = []
     for name, grid in grids:
         load_before = os.getloadavg()[0]
-        cold, payload = run_matrix(args, grid, cache, processes)
-        rows.append({"matrix": name, "n_prompts": len(set(payload["rows"]) | set(payload["columns"])), "cold_seconds": cold,
+        first, payload = run_matrix(args, grid, cache, processes)
+        rows.append({"matrix": name, "n_prompts": len(set(payload["rows"]) | set(payload["columns"])), "cold_seconds": first,
                      "collect_seconds": payload["seconds_collect"], "fit_seconds": payload["seconds_fit"], "load_before": load_before})
-        print(f"  {processes} process(es), {name}: cold {cold:.1f} s", file=sys.stderr, flush=True)
-    for row, (_, grid) in zip(rows, grids):
+        print(f"  {processes} process(es), {name}: {'cached' if args.cached_only else 'cold'} {first:.1f} s", file=sys.stderr, flush=True)
+    for row, (name, grid) in zip(rows, grids):
         row["cached_seconds"], _ = run_matrix(args, grid, cache, processes)
+        print(f"  {processes} process(es), {name}: cached {row['cached_seconds']:.1f} s", file=sys.stderr, flush=True)
     return rows
 
 
@@ -75,13 +75,18 @@ def main() -> None:
     parser.add_argument("--estimator", default="ols")
     parser.add_argument("--processes", type=int, nargs="+", default=[1], help="run the sweep with each of these process counts")
     parser.add_argument("--compile", action="store_true", help="pass --compile to every matrix command")
+    parser.add_argument("--cache", default=None, help="keep the logit cache here (one per process count) instead of a temporary one")
+    parser.add_argument("--cached-only", action="store_true", help="--cache already holds every table: time cached runs only")
     args = parser.parse_args()
 
     grids = REGISTRY_SWEEP if args.registry else ((args.family, ["--family", args.family]),)
     results = {}
     with tempfile.TemporaryDirectory() as scratch:
         for processes in args.processes:
-            results[processes] = sweep(args, grids, Path(scratch), processes)
+            cache = Path(args.cache) if args.cache else new_cache(Path(scratch), f"cache-{processes}")
+            if args.cache and not cache.exists():
+                cache = new_cache(cache.parent, cache.name)
+            results[processes] = sweep(args, grids, cache, processes)
     print(f"{args.model}, {args.n} inputs, {args.estimator}{', compiled' if args.compile else ''}, {os.cpu_count()} cores")
     print(f"{'matrix':<24}{'prompts':>8}" + "".join(f"{f'cold x{p}':>12}{f'collect x{p}':>13}{f'cached x{p}':>12}" for p in results))
     for i, (name, _) in enumerate(grids):

@@ -103,11 +103,17 @@ def current_team() -> Team | None:
     return _team
 
 
-def leave_team() -> None:
-    """Tear the process group down (every rank, once its part of the command is over)."""
+def leave_team(together: bool) -> None:
+    """Tear the process group down once this rank's part of the command is over.
+
+    `together`: every rank got here normally, so they first wait for each other; otherwise one
+    rank exiting while another still reads from it aborts the reader (gloo raises in a thread).
+    """
     global _team
     _team = None
     if dist.is_initialized():
+        if together:
+            dist.barrier()
         dist.destroy_process_group()
 
 

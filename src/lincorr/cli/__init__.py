@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         team = join_run(args)
         if team is not None and not team.is_main:
             serve_run(args, team)
+            finished = True
             return 0
         check_output_directories(args)
         args.handler(args)
@@ -115,7 +116,7 @@ def end_run(team, finished: bool) -> None:
 
     if team.is_main and finished:
         team.broadcast({"op": "stop"})
-    leave_team()
+    leave_team(together=finished)
 
 
 def report_error(message: str) -> int:
