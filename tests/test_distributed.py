@@ -62,7 +62,8 @@ def tables(cache: Path) -> dict[str, bytes]:
 
 
 def test_two_processes_give_the_single_process_result_bit_for_bit(workspace, tmp_path):
-    single = run(workspace, matrix_args(workspace), tmp_path / "one", 1)
+    # torchrun gives each CPU process one thread; the one-process run uses as many (see collect.forward_key).
+    single = run(workspace, matrix_args(workspace), tmp_path / "one", 1, OMP_NUM_THREADS="1")
     assert single.returncode == 0, single.stderr
     counts = tmp_path / "counts"
     counts.mkdir()
@@ -77,7 +78,7 @@ def test_two_processes_give_the_single_process_result_bit_for_bit(workspace, tmp
 
 
 def test_a_run_whose_rank_died_resumes_from_the_cache_and_equals_the_single_process_run(workspace, tmp_path):
-    single = run(workspace, matrix_args(workspace), tmp_path / "one", 1)
+    single = run(workspace, matrix_args(workspace), tmp_path / "one", 1, OMP_NUM_THREADS="1")
     crashed = run(workspace, matrix_args(workspace), tmp_path / "two", 2, LINCORR_TEST_DIE_AFTER="1")
     assert crashed.returncode != 0
     kept = list((tmp_path / "two" / "logits").glob("*.piece*.npz"))
@@ -120,9 +121,16 @@ def test_the_bundled_model_over_two_processes_equals_one_process(tmp_path):
     # 3 prompts x 1,100 inputs at batch 64: 18 batches, 3 pieces per table (the last one short), 9 pieces to share.
     args = ["matrix", "--prompts", "city,country,continent", "--model", "gemma-3-270m", "-n", "1100", "--batch-size", "64",
             "--json", "--quiet"]
-    single = run(tmp_path, args, caches[0], 1)
+    # torchrun gives each CPU process one thread; a CPU matmul's rounding depends on its thread count (collect.forward_key).
+    single = run(tmp_path, args, caches[0], 1, OMP_NUM_THREADS="1")
     assert single.returncode == 0, single.stderr
     shared = run(tmp_path, args, caches[1], 2)
     assert shared.returncode == 0, shared.stderr
     assert without_timings(shared.stdout) == without_timings(single.stdout)
     assert tables(caches[1]) == tables(caches[0]) and len(tables(caches[0])) == 3
+
+
+def test_a_cpu_table_is_keyed_by_its_thread_count(llama_lm, monkeypatch):
+    one = collect.forward_key(llama_lm)
+    monkeypatch.setattr(collect.torch, "get_num_threads", lambda: one["cpu_threads"] + 1)
+    assert collect.forward_key(llama_lm)["cpu_threads"] == one["cpu_threads"] + 1, "pieces computed with other threads never mix"

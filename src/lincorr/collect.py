@@ -116,12 +116,19 @@ def table_key(lm: LM, template: str, domain: Domain, inputs: Sequence[str], kind
 
 
 def forward_key(lm: LM) -> dict:
-    """The part of a table's key that says which code and which forward computed it (two ranks must agree on it)."""
+    """The part of a table's key that says which code and which forward computed it (two ranks must agree on it).
+
+    On a CPU the number of torch threads is part of it: some float32 matmuls of a real model
+    round differently with 1 thread than with 2 (r moves by ~1e-8), and a table must never mix
+    pieces computed both ways. torchrun gives each CPU process one thread, so a run over K
+    processes equals a one-process run with `OMP_NUM_THREADS=1` bit for bit.
+    """
     return {
         "code": code_digest(__name__),
         "model": lm.fingerprint,
         "dtype": str(lm.head_weight.dtype),
         "forward": "compiled" if lm.compiled_body is not None else "eager",
+        **({"cpu_threads": torch.get_num_threads()} if lm.device.type == "cpu" else {}),
     }
 
 
