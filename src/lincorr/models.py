@@ -94,17 +94,19 @@ class LM:
         return out.last_hidden_state[:, -1, :]
 
     def head_logits(self, hidden: torch.Tensor, token_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Logits `[batch, k]` for `token_ids` (all tokens if None) as the model's head computes them, in float32.
+        """Logits `[batch, k]` for `token_ids` (all tokens if None) as the model's head computes them, in float32 at least.
 
         A half-precision model's head would round each logit to 8 (bfloat16) or 11 bits before
         anything is fitted on it; the k rows of a restricted head are cheap to multiply in float32.
+        A float64 model keeps float64.
         """
         head = self.model.get_output_embeddings()
         weight = head.weight if token_ids is None else head.weight[token_ids.to(head.weight.device)]
-        logits = hidden.to(weight.device).float() @ weight.float().T
+        wide = torch.promote_types(weight.dtype, torch.float32)
+        logits = hidden.to(weight.device, wide) @ weight.to(wide).T
         bias = getattr(head, "bias", None)
         if bias is not None:
-            logits = logits + (bias if token_ids is None else bias[token_ids.to(bias.device)]).float()
+            logits = logits + (bias if token_ids is None else bias[token_ids.to(bias.device)]).to(wide)
         return apply_logit_transform(logits, self.model.config)
 
     def log_normalizer(self, hidden: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
