@@ -194,16 +194,21 @@ class TableCache:
         arrays = load_arrays(self.piece_path(key, index))
         if arrays is None or not {"values", "rows", "key"} <= arrays.keys():
             return None
-        if str(arrays["key"]) != json.dumps(key, sort_keys=True) or not np.array_equal(arrays["rows"], rows):
+        if str(arrays["key"]) != key_text(key) or not np.array_equal(arrays["rows"], rows):
             return None
         return arrays["values"]
 
     def store_piece(self, key: dict, index: int, rows: np.ndarray, values: np.ndarray) -> None:
-        save_array_atomic(self.piece_path(key, index), values=values, rows=rows, key=np.array(json.dumps(key, sort_keys=True)))
+        save_array_atomic(self.piece_path(key, index), values=values, rows=rows, key=np.array(key_text(key)))
+
+
+def key_text(key: dict) -> str:
+    """A key as one canonical string: what a piece file stores to be matched, and what names a table's files."""
+    return json.dumps(key, sort_keys=True)
 
 
 def key_digest(key: dict) -> str:
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
+    return hashlib.sha256(key_text(key).encode()).hexdigest()[:32]
 
 
 @dataclasses.dataclass(frozen=True)
