@@ -1,27 +1,95 @@
-"""Shared fixtures: tiny in-code models and tokenizers, an isolated cache, offline hub."""
+"""Shared fixtures: tiny in-code models and tokenizers, isolated caches, the bundled models converted once per run.
+
+No test reads or writes the user's own cache (~/.cache/lincorr or LINCORR_CACHE_DIR): the whole session runs with
+LINCORR_CACHE_DIR pointing into pytest's temporary directory. Unit tests get a fresh cache each; tests of the real
+bundled models (marker `integration`) share one session cache whose `models/` holds the conversions, made on first use
+and kept for the run, and tests that need a cache of their own (another process, a notebook kernel) get one whose
+`models/` links to the same conversions.
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tiny import WORDS, one_thread, tiny_gemma3, tiny_gpt2, tiny_llama, tiny_tokenizer  # noqa: E402
+from helpers.tiny import MODEL_WORDS, one_thread, tiny_gemma3, tiny_gpt2, tiny_llama, tiny_tokenizer  # noqa: E402
 
-from lincorr.models import wrap_model  # noqa: E402
+from lincorr.models import load_model, wrap_model  # noqa: E402
 
-NAMES = tuple(f"name{i}" for i in range(120))
-CITIES = ("Paris", "London", "Tokyo", "Rome", "Berlin")
-COUNTRIES = ("France", "England", "Japan", "Italy", "Germany")
+
+@pytest.fixture(scope="session", autouse=True)
+def session_cache(tmp_path_factory) -> Path:
+    """The run's cache: the bundled models' conversions (made once per run) and the integration tests' tables.
+
+    Set for the whole session before any other fixture runs, so nothing, module-scoped fixtures included, can fall
+    back on the user's cache.
+    """
+    root = tmp_path_factory.mktemp("lincorr-cache")
+    (root / "models").mkdir()
+    previous = os.environ.get("LINCORR_CACHE_DIR")
+    os.environ["LINCORR_CACHE_DIR"] = str(root)
+    yield root
+    if previous is None:
+        os.environ.pop("LINCORR_CACHE_DIR", None)
+    else:
+        os.environ["LINCORR_CACHE_DIR"] = previous
 
 
 @pytest.fixture(autouse=True)
-def isolated_cache(tmp_path_factory, monkeypatch):
-    """Every test gets its own lincorr cache directory."""
-    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+def isolated_cache(request, session_cache, tmp_path_factory, monkeypatch) -> Path:
+    """Unit tests get a fresh cache each; tests of the bundled models share the session's (conversions and tables)."""
+    if request.node.get_closest_marker("integration"):
+        cache = session_cache
+    else:
+        cache = tmp_path_factory.mktemp("cache")
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(cache))
+    return cache
+
+
+@pytest.fixture
+def bundled_cache(session_cache, tmp_path_factory):
+    """Make a new, empty cache whose `models/` is the session's converted models: `bundled_cache()` -> its path."""
+    def make() -> Path:
+        root = tmp_path_factory.mktemp("own-cache")
+        (root / "models").symlink_to(session_cache / "models", target_is_directory=True)
+        return root
+
+    return make
+
+
+class BundledModels:
+    """The bundled models, each loaded (and converted, the first time in a run) once per session."""
+
+    def __init__(self, cache: Path):
+        self.cache = cache
+        self.loaded = {}
+
+    def __call__(self, name: str):
+        if name not in self.loaded:
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("LINCORR_CACHE_DIR", str(self.cache))
+                self.loaded[name] = load_model(name)
+        return self.loaded[name]
+
+
+@pytest.fixture(scope="session")
+def bundled(session_cache) -> BundledModels:
+    """`bundled("gemma-3-270m")` -> the loaded LM, shared by every test of the run."""
+    return BundledModels(session_cache)
+
+
+@pytest.fixture(scope="session")
+def tiny_runs(tmp_path_factory) -> dict:
+    """Every study's run directory on a tiny Llama, written once per session for the report tests (text and browser)."""
+    from helpers.runs import write_tiny_runs
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        return write_tiny_runs(tmp_path_factory.mktemp("runs"))
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +102,7 @@ def single_thread():
 @pytest.fixture(scope="session")
 def tokenizer():
     """Word-level tokenizer over the prompt words, cities, countries and 120 input names."""
-    return tiny_tokenizer(list(WORDS) + list(NAMES))
+    return tiny_tokenizer(MODEL_WORDS)
 
 
 MODEL_BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "gemma3": tiny_gemma3}
@@ -50,3 +118,4 @@ def tiny_lm(request, tokenizer):
 @pytest.fixture
 def llama_lm(tokenizer):
     return wrap_model(tiny_llama(len(tokenizer)), tokenizer, name="tiny-llama")
+

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from conftest import CITIES, COUNTRIES, NAMES
+from helpers.tiny import CITIES, COUNTRIES, NAMES
 
 import lincorr
 

@@ -21,8 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import CITIES, COUNTRIES, NAMES
-from tiny import tiny_llama, write_tiny_gguf
+from helpers.tiny import CITIES, COUNTRIES, NAMES, tiny_llama, write_tiny_gguf
 
 import lincorr.collect as collect
 from lincorr.cli import main
@@ -212,11 +211,16 @@ def test_mistake_ends_in_one_error_line(argv, message, setup, assets, tmp_path, 
         SETUPS[setup](assets, monkeypatch)
     before = files_under(assets["ws"], tmp_path)
     assert main(filled(argv, assets)) == 2
+    assert_one_error_line(capsys, message)
+    assert files_under(assets["ws"], tmp_path) == before, "a failed command left files behind"
+
+
+def assert_one_error_line(capsys, message: str) -> None:
+    """stderr is one `lincorr: error:` line that says `message`, stdout is empty."""
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lincorr: error: "), captured.err
     assert message in lines[0] and "Traceback" not in captured.err, lines[0]
-    assert files_under(assets["ws"], tmp_path) == before, "a failed command left files behind"
     assert captured.out == ""
 
 
@@ -362,6 +366,31 @@ def test_cache_list_size_and_clear(assets, capsys):
     assert not (root / "logits").exists() and converted_directory().is_dir()
     assert main(["cache", "clear"]) == 0
     assert not (root / "models").exists() and not (root / "hashes.json").exists()
+
+
+@pytest.mark.parametrize("value", ["", " ", ".", "cache"])
+def test_an_empty_or_relative_cache_variable_never_makes_the_working_directory_the_cache(assets, capsys, monkeypatch, tmp_path, value):
+    project = tmp_path / "project"
+    for mine in ("models", "results", "logits"):
+        (project / mine).mkdir(parents=True)
+        (project / mine / "notes.txt").write_text("mine", encoding="utf-8")
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("LINCORR_CACHE_DIR", value)
+    before = sorted(project.rglob("*"))
+    for command in (["cache", "clear"], ["cache", "list"], filled(FIT, assets)):
+        assert main(command) == 2, command
+        assert_one_error_line(capsys, "LINCORR_CACHE_DIR")
+    assert sorted(project.rglob("*")) == before
+
+
+def test_cache_clear_leaves_a_directory_lincorr_did_not_make(capsys, monkeypatch, tmp_path):
+    for mine in ("models", "logits", "results"):
+        (tmp_path / mine).mkdir()
+        (tmp_path / mine / "thesis.tex").write_text("mine", encoding="utf-8")
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path))
+    assert main(["cache", "clear"]) == 2
+    assert_one_error_line(capsys, "leaves it alone")
+    assert all((tmp_path / mine / "thesis.tex").is_file() for mine in ("models", "logits", "results"))
 
 
 # ---- reproducibility ----

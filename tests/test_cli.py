@@ -6,8 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import CITIES, COUNTRIES, NAMES
-from tiny import tiny_llama
+from helpers.tiny import CITIES, COUNTRIES, NAMES, tiny_llama
 
 from lincorr.cli import main
 
@@ -114,7 +113,7 @@ def test_registry_listings(capsys):
 
 
 def test_ablate_json_on_a_tiny_model(tmp_path, capsys):
-    from tiny import tiny_subword_tokenizer
+    from helpers.tiny import tiny_subword_tokenizer
 
     tokenizer = tiny_subword_tokenizer("lives in the city country of".split() + list(CITIES) + list(COUNTRIES))
     tiny_llama(len(tokenizer)).save_pretrained(tmp_path)

@@ -10,13 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import CITIES, COUNTRIES
-from tiny import city_country_registry, tiny_llama
+from helpers.tiny import CITIES, COUNTRIES, city_country_registry, tiny_llama
 
 from lincorr import collect
 from lincorr.distributed import balanced_assignment
 
-HERE = Path(__file__).parent
+RANK_SCRIPT = Path(__file__).parent / "helpers" / "torchrun_rank.py"
 TIMINGS = ("seconds_collect", "seconds_fit")
 
 
@@ -48,7 +47,7 @@ def matrix_args(ws: Path) -> list[str]:
 
 def run(ws: Path, args: list[str], cache: Path, processes: int, **env) -> subprocess.CompletedProcess:
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes)] if processes > 1 else [sys.executable]
-    return subprocess.run([*launcher, str(HERE / "torchrun_rank.py"), *args], capture_output=True, text=True, timeout=600, cwd=ws,
+    return subprocess.run([*launcher, str(RANK_SCRIPT), *args], capture_output=True, text=True, timeout=600, cwd=ws,
                           env={**os.environ, "LINCORR_CACHE_DIR": str(cache), "HF_HUB_OFFLINE": "1", **env})
 
 
@@ -61,6 +60,7 @@ def tables(cache: Path) -> dict[str, bytes]:
     return {path.name: np.load(path)["values"].tobytes() for path in sorted((cache / "logits").glob("*.npz"))}
 
 
+@pytest.mark.multiprocess
 def test_two_processes_give_the_single_process_result_bit_for_bit(workspace, tmp_path):
     # torchrun gives each CPU process one thread; the one-process run uses as many (see collect.forward_key).
     single = run(workspace, matrix_args(workspace), tmp_path / "one", 1, OMP_NUM_THREADS="1")
@@ -77,6 +77,7 @@ def test_two_processes_give_the_single_process_result_bit_for_bit(workspace, tmp
     assert shared.stdout.count("\n") == single.stdout.count("\n"), "only rank 0 prints"
 
 
+@pytest.mark.multiprocess
 def test_a_run_whose_rank_died_resumes_from_the_cache_and_equals_the_single_process_run(workspace, tmp_path):
     single = run(workspace, matrix_args(workspace), tmp_path / "one", 1, OMP_NUM_THREADS="1")
     crashed = run(workspace, matrix_args(workspace), tmp_path / "two", 2, LINCORR_TEST_DIE_AFTER="1")
@@ -93,6 +94,7 @@ def test_a_run_whose_rank_died_resumes_from_the_cache_and_equals_the_single_proc
     assert not list((tmp_path / "two" / "logits").glob("*.piece*.npz")), "the finished tables replace their pieces"
 
 
+@pytest.mark.multiprocess
 def test_device_map_is_refused_under_torchrun(workspace, tmp_path):
     refused = run(workspace, [*matrix_args(workspace), "--device-map", "auto"], tmp_path / "c", 2)
     assert refused.returncode != 0
@@ -107,20 +109,15 @@ def test_pieces_follow_the_batches_whatever_the_world_size(tokenizer):
     assert len(plan.pieces) == -(-len(plan.batches) // collect.PIECE_BATCHES)
 
 
-PERSISTENT_MODELS = Path(os.environ.get("LINCORR_CACHE_DIR", Path.home() / ".cache" / "lincorr")) / "models"
-
-
 @pytest.mark.integration
-def test_the_bundled_model_over_two_processes_equals_one_process(tmp_path):
-    caches = []
-    for name in ("one", "two"):
-        (tmp_path / name).mkdir()
-        PERSISTENT_MODELS.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name / "models").symlink_to(PERSISTENT_MODELS, target_is_directory=True)
-        caches.append(tmp_path / name)
-    # 3 prompts x 1,100 inputs at batch 64: 18 batches, 3 pieces per table (the last one short), 9 pieces to share.
-    args = ["matrix", "--prompts", "city,country,continent", "--model", "gemma-3-270m", "-n", "1100", "--batch-size", "64",
-            "--json", "--quiet"]
+@pytest.mark.multiprocess
+def test_the_bundled_model_over_two_processes_equals_one_process(tmp_path, bundled, bundled_cache):
+    bundled("gemma-3-270m")  # converted in the session's cache, which both runs' caches link to
+    caches = [bundled_cache(), bundled_cache()]
+    # 3 prompts x 400 inputs at batch 16: 25 batches, 4 pieces per table (the last one short), 12 pieces to share. Ridge:
+    # 200 training inputs are fewer than the 247 cities ols would need.
+    args = ["matrix", "--prompts", "city,country,continent", "--model", "gemma-3-270m", "-n", "400", "--batch-size", "16",
+            "--estimator", "ridge", "--alpha", "1", "--json", "--quiet"]
     # torchrun gives each CPU process one thread; a CPU matmul's rounding depends on its thread count (collect.forward_key).
     single = run(tmp_path, args, caches[0], 1, OMP_NUM_THREADS="1")
     assert single.returncode == 0, single.stderr

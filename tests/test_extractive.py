@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 import torch
-from tiny import WORDS, state_copy, tiny_gpt2, tiny_llama, tiny_subword_tokenizer, tiny_tokenizer
+from helpers.tiny import WORDS, state_copy, tiny_gpt2, tiny_llama, tiny_subword_tokenizer, tiny_tokenizer
 
 from lincorr import finetune
 from lincorr.domains import build_domain

@@ -12,7 +12,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from test_integration import get_model, isolated_cache, models, session_cache  # noqa: F401 - fixtures
+
 
 from lincorr.experiments.extractive import SMALL_TRAIN, hop_data, load_world, mean_rank, train_model
 from lincorr.experiments.extractive_scores import exact_scores, linearized_scores, score_components
@@ -24,9 +24,9 @@ pytestmark = pytest.mark.integration
 TRAIN = dataclasses.replace(SMALL_TRAIN, progress=False)
 
 
-def trained(models, hop: str):  # noqa: F811
+def trained(bundled, hop: str):
     """The model, the hop's data, the fine-tuned model, and mean ranks before and after (no per-epoch evaluation: time)."""
-    lm = get_model(models, "gemma-3-270m")
+    lm = bundled("gemma-3-270m")
     data = hop_data(load_world(load_registry()), lm.tokenizer, hop)
     tuned, _ = train_model(lm, data.facts.facts(), TRAIN, name=f"gemma+{hop}")
     before_after = [{"fact_mean_rank": mean_rank(model, data.facts), "implication_mean_rank": mean_rank(model, data.implications)}
@@ -35,13 +35,13 @@ def trained(models, hop: str):  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def first_hop(models, session_cache):  # noqa: F811
-    return trained(models, "first")
+def first_hop(bundled, session_cache):
+    return trained(bundled, "first")
 
 
 @pytest.fixture(scope="module")
-def second_hop(models, session_cache):  # noqa: F811
-    return trained(models, "second")
+def second_hop(bundled, session_cache):
+    return trained(bundled, "second")
 
 
 def test_first_hop_facts_are_learned_and_their_implications_follow(first_hop):

@@ -48,7 +48,7 @@ def test_an_unknown_interval_method_is_refused():
 # ---- the N curve ----
 
 def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(llama_lm, tmp_path):
-    from test_studies import INPUTS, REGISTRY_YAML
+    from helpers.tiny import INPUTS, REGISTRY_YAML
 
     from lincorr.experiments.precision import precision_curve, precision_table
     from lincorr.knowledge import load_registry
@@ -72,7 +72,7 @@ def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(l
 
 
 def test_the_n_curve_refuses_more_points_than_inputs(llama_lm):
-    from test_studies import INPUTS
+    from helpers.tiny import INPUTS
 
     from lincorr.experiments.precision import precision_curve
     from lincorr.relations import RelationSpec

@@ -20,7 +20,8 @@ from lincorr.finetune import (
     single_step,
     train_on_facts,
 )
-from tiny import state_copy, tiny_gemma3, tiny_gpt2, tiny_llama, tiny_tokenizer
+from helpers.precision import TINY_FORWARD_ROUNDINGS, float32_atol, tiny_forward_atol
+from helpers.tiny import state_copy, tiny_gemma3, tiny_gpt2, tiny_llama, tiny_tokenizer
 
 FACTS = (
     Fact("Alice lives in the city of", "Paris"),
@@ -99,7 +100,7 @@ def test_padded_batch_loss_equals_unpadded_answer_nll(model, tokenizer):
     model.train()  # GPT-2's dropout must stay off while training on facts
     config = dataclasses.replace(QUICK, batch_size=len(FACTS))
     result = single_step(model, tokenizer, FACTS, config)
-    assert result.losses[0] == pytest.approx(expected, rel=1e-5)
+    assert result.losses[0] == pytest.approx(expected, abs=tiny_forward_atol(expected))  # padded batch vs one sequence at a time
 
 
 def test_single_step_accumulates_chunks_into_one_gradient(tokenizer, monkeypatch):
@@ -116,9 +117,10 @@ def test_single_step_accumulates_chunks_into_one_gradient(tokenizer, monkeypatch
     whole = single_step(model, tokenizer, FACTS, dataclasses.replace(QUICK, batch_size=len(FACTS)))
     chunked = single_step(model, tokenizer, FACTS, dataclasses.replace(QUICK, batch_size=2))
     assert whole.steps == chunked.steps == len(gradients) - 1 == 1
-    assert chunked.losses[0] == pytest.approx(whole.losses[0], rel=1e-6)
+    # Chunks of 2 against one batch: other padding widths and another order of summation, float32 rounding apart.
+    assert chunked.losses[0] == pytest.approx(whole.losses[0], abs=tiny_forward_atol(whole.losses[0]))
     for a, b in zip(*gradients):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(a, b, rtol=0, atol=float32_atol(b.abs().max(), TINY_FORWARD_ROUNDINGS))
 
 
 def test_loss_goes_down_and_facts_are_learned(model, tokenizer):

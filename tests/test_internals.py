@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny import tiny_gemma3, tiny_gpt2, tiny_llama
-from tiny_archs import tiny_gemma3_multimodal, tiny_mistral, tiny_olmo, tiny_olmo2, tiny_qwen2, tiny_qwen3
+from helpers.precision import tiny_forward_atol
+from helpers.tiny import tiny_gemma3, tiny_gpt2, tiny_llama
+from helpers.tiny_archs import tiny_gemma3_multimodal, tiny_mistral, tiny_olmo, tiny_olmo2, tiny_qwen2, tiny_qwen3
 
 from lincorr.collect import left_pad, tokenize_prompts
 from lincorr.errors import LincorrError
@@ -39,8 +40,12 @@ BUILDERS = {
 POST_NORM = {"gemma3", "olmo2", "gemma3-multimodal"}
 # Different lengths (3 to 7 tokens with <bos>), so batches are left-padded.
 PROMPTS = ["Alice lives in the city of", "Bob is", "the capital of France is", "X Y", "Carol lives in"]
+# EXACT: one computation read two ways (a hook against the model's own outputs, a patch that writes back what was read,
+# a residual sum in the model's own order): the same float32 operations, equal on any machine up to a few ulps of
+# values below 1. CLOSE: two computations of a logit or an attention output (the head applied by lincorr and by the
+# model, heads rebuilt through the output projection, a batch against one prompt): float32 rounding apart.
 EXACT = dict(atol=1e-6, rtol=0)
-CLOSE = dict(atol=1e-5, rtol=1e-5)
+CLOSE = dict(atol=tiny_forward_atol(1.0), rtol=tiny_forward_atol(1.0))
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 

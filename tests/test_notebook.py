@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -11,8 +10,6 @@ nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed (pi
 nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed (pip install -e '.[test]')")
 
 NOTEBOOK = Path(__file__).parents[1] / "examples" / "quickstart.ipynb"
-# The user's cache: converted weights and logit tables survive the session (the demo's report test collects the same tables).
-USER_CACHE = Path(os.environ.get("LINCORR_CACHE_DIR", Path.home() / ".cache" / "lincorr"))
 
 
 def test_the_committed_notebook_has_no_outputs():
@@ -22,8 +19,10 @@ def test_the_committed_notebook_has_no_outputs():
 
 
 @pytest.mark.integration
-def test_quickstart_runs_and_shows_its_figures_inline(tmp_path, monkeypatch):
-    monkeypatch.setenv("LINCORR_CACHE_DIR", str(USER_CACHE))  # the kernel inherits this environment
+@pytest.mark.multiprocess
+def test_quickstart_runs_and_shows_its_figures_inline(tmp_path, monkeypatch, bundled, bundled_cache):
+    bundled("gemma-3-270m")  # converted in the session's cache
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(bundled_cache()))  # the kernel inherits this environment
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     nbclient.NotebookClient(notebook, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from tiny import one_thread, tiny_llama, tiny_subword_tokenizer
+from helpers.tiny import one_thread, tiny_llama, tiny_subword_tokenizer
 
 from lincorr.cli import main
 from lincorr.collect import collect_tables

@@ -8,8 +8,7 @@ import hashlib
 import json
 
 import pytest
-from conftest import CITIES, COUNTRIES, NAMES
-from tiny import city_country_registry, tiny_llama
+from helpers.tiny import CITIES, COUNTRIES, NAMES, city_country_registry, tiny_llama
 
 import lincorr.collect as collect_module
 from lincorr.cli import main

@@ -8,24 +8,23 @@ can be installed these tests skip with that message. Screenshots are kept in eac
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.runs import FIGURES
 
 from lincorr.cli import main
 from lincorr.report import build_report
 
+pytestmark = pytest.mark.browser
 playwright = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (pip install -e '.[test]')")
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 LAUNCH_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                 "--disable-sync", "--no-first-run"]
-# The user's cache: converted weights and logit tables survive the test session (the notebook test reads the same tables).
-USER_CACHE = Path(os.environ.get("LINCORR_CACHE_DIR", Path.home() / ".cache" / "lincorr"))
 
 # Scroll a category cell of a plotly heatmap to the middle of the window (W can be thousands of pixels tall) and return
 # its centre in window coordinates.
@@ -88,12 +87,8 @@ def hovered(lines: list[str], label: str) -> float:
     return float(next(line for line in lines if line.startswith(f"{label}: ")).removeprefix(f"{label}: "))
 
 
-def test_tiny_runs_report_loads_offline_draws_every_figure_and_hovers_right(browser, tmp_path_factory, tmp_path):
-    from test_report import FIGURES, write_tiny_runs
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        runs = write_tiny_runs(tmp_path_factory.mktemp("runs"))
+def test_tiny_runs_report_loads_offline_draws_every_figure_and_hovers_right(browser, tiny_runs, tmp_path):
+    runs = tiny_runs
     report = build_report(list(runs.values()), title="tiny runs")
     opened = OpenedReport(browser, report.save(tmp_path / "report.html"))
     page = opened.page
@@ -134,9 +129,8 @@ def test_tiny_runs_report_loads_offline_draws_every_figure_and_hovers_right(brow
 
 
 @pytest.mark.integration
-def test_demo_writes_a_report_whose_w_hover_matches_the_bundled_model(browser, tmp_path, monkeypatch, capsys):
+def test_demo_writes_a_report_whose_w_hover_matches_the_bundled_model(browser, tmp_path, capsys):
     """`lincorr demo` on gemma-3-270m (-n 500: ols still has more training inputs than cities) writes report.html and prints its path."""
-    monkeypatch.setenv("LINCORR_CACHE_DIR", str(USER_CACHE))
     out = tmp_path / "lincorr-out"
     assert main(["demo", "-n", "500", "--quiet", "--out", str(out)]) == 0
     assert f"interactive report: {out / 'report.html'}" in capsys.readouterr().out

@@ -9,8 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from conftest import CITIES, COUNTRIES, NAMES
-from tiny import tiny_gpt2, tiny_llama
+from helpers.tiny import CITIES, COUNTRIES, INPUTS, NAMES, REGISTRY_YAML, tiny_gpt2, tiny_llama
 
 import lincorr.collect as collect_module
 from lincorr.cli import main
@@ -33,26 +32,9 @@ from lincorr.models import wrap_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-INPUTS = list(NAMES[:60])
 REAL_DOMAIN_SCORES = collect_module.domain_scores
 FAMILY = ("tiny_city", "tiny_country", "tiny_capital")
 
-REGISTRY_YAML = f"""
-domains:
-  tiny_cities: [{", ".join(CITIES)}]
-  tiny_countries: [{", ".join(COUNTRIES)}]
-  tiny_ghosts: [Atlantis, Gotham]
-prompts:
-  - {{name: tiny_city, family: tiny, language: en, template: "{{}} lives in the city of", domain: tiny_cities}}
-  - {{name: tiny_ghost, family: tiny, language: en, template: "{{}} is", domain: tiny_ghosts}}
-  - {{name: tiny_country, family: tiny, language: en, template: "{{}} lives in the country of", domain: tiny_countries}}
-  - {{name: tiny_capital, family: tiny, language: en, template: "{{}} capital is", domain: tiny_cities}}
-references:
-  - name: tiny_cities->tiny_countries
-    source_domain: tiny_cities
-    target_domain: tiny_countries
-    pairs: {{Paris: France, London: England, Tokyo: Japan, Rome: Italy, Berlin: Germany}}
-"""
 
 
 @pytest.fixture
@@ -86,6 +68,8 @@ def test_matrix_diagonal_pair_order_and_skipped_prompt(llama_lm, registry):
     for i, source in enumerate(FAMILY):
         for j, target in enumerate(FAMILY):
             pair = fit_tables(tables[source], tables[target], FitConfig())
+            # The same float32 tables fitted in float64 two ways (one shared factorisation, one pair alone): r agrees to
+            # float64 rounding amplified by the fit's conditioning, far inside 1e-5.
             assert result.labelwise_r[i, j] == pytest.approx(pair.summary()["labelwise_r_mean"], abs=1e-5)
             assert result.labelwise_std[i, j] == pytest.approx(pair.summary()["labelwise_r_std"], abs=1e-5)
             assert result.instancewise_r[i, j] == pytest.approx(pair.summary()["instancewise_r_mean"], abs=1e-5)
@@ -329,7 +313,7 @@ def test_resilience_same_checkpoint_is_unchanged_and_other_checkpoint_differs(ll
 
 
 def test_resilience_refuses_a_different_tokenizer(llama_lm, registry):
-    from tiny import tiny_tokenizer
+    from helpers.tiny import tiny_tokenizer
 
     other_tokenizer = tiny_tokenizer(list(CITIES) + list(NAMES))
     other = wrap_model(tiny_llama(len(other_tokenizer)), other_tokenizer, name="other")
@@ -444,7 +428,7 @@ def test_cli_mistakes_exit_2_with_one_line(workspace, registry_file, capsys, com
 
 
 def test_cli_resilience_with_another_tokenizer_exits_2(workspace, registry_file, capsys):
-    from tiny import tiny_tokenizer
+    from helpers.tiny import tiny_tokenizer
 
     other_tokenizer = tiny_tokenizer(list(CITIES) + list(NAMES))
     other_dir = workspace / "other"

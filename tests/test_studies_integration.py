@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 from scipy import stats
-from test_integration import MIN_GAP_OVER_CONTROL, above_chance_p, get_model, isolated_cache, models, session_cache  # noqa: F401 - fixtures
+from helpers.bundled import MIN_GAP_OVER_CONTROL, above_chance_p
 
 import lincorr.collect as collect_module
 from lincorr.collect import TableCache
@@ -29,9 +29,9 @@ RIDGE = FitConfig(seed=0, estimator="ridge", alpha="cv")
 
 
 @pytest.fixture(scope="module")
-def gemma_matrix(models, session_cache):  # noqa: F811
+def gemma_matrix(bundled, session_cache):
     """Module-scoped, so set up before the per-test cache variable: it names the session cache itself."""
-    lm = get_model(models, "gemma-3-270m")
+    lm = bundled("gemma-3-270m")
     inputs = sample_vocab_inputs(lm.tokenizer, N_INPUTS, seed=0)
     cache = TableCache(session_cache)
     return lm, inputs, measure_matrix(lm, load_registry(), Grid.square(PROMPTS), inputs, RIDGE, cache=cache, progress=False)
@@ -89,8 +89,8 @@ def test_cli_precision_json_on_gemma(gemma_matrix, capsys):
         assert stats.fisher_exact([[hits[0], n - hits[0]], [hits[1], n - hits[1]]], alternative="greater").pvalue < 0.01, (direction, hits)
 
 
-def test_smollm2_cross_language_block_skips_prompts_without_a_domain(models):  # noqa: F811
-    lm = get_model(models, "smollm2-135m-instruct")
+def test_smollm2_cross_language_block_skips_prompts_without_a_domain(bundled):
+    lm = bundled("smollm2-135m-instruct")
     registry = load_registry()
     grid, prompts, skipped = prepare_grid(registry, Grid.cross_language(registry, ["zh"]), lm.tokenizer, N_INPUTS, RIDGE)
     skipped_names = {name for name, _ in skipped}

@@ -10,8 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import CITIES, COUNTRIES, NAMES
-from tiny import WORDS, city_country_registry, one_thread, tiny_gpt2, tiny_llama, tiny_subword_tokenizer, tiny_tokenizer
+from helpers.tiny import CITIES, COUNTRIES, NAMES, WORDS, city_country_registry, one_thread, tiny_gpt2, tiny_llama, tiny_subword_tokenizer, tiny_tokenizer
 
 import lincorr.experiments.gradients as gradients_module
 import lincorr.experiments.scale as scale_module

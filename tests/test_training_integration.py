@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import binomtest
-from test_integration import above_chance_p, get_model, isolated_cache, models, session_cache  # noqa: F401 - fixtures
+from helpers.bundled import above_chance_p
 
 from lincorr.experiments.correlation import FitConfig
 from lincorr.experiments.correlation import fit_relation
@@ -28,8 +28,8 @@ N_FACTS = 24
 
 
 @pytest.fixture(scope="module")
-def relation(models, session_cache):  # noqa: F811
-    lm = get_model(models, "gemma-3-270m")
+def relation(bundled, session_cache):
+    lm = bundled("gemma-3-270m")
     return lm, fit_relation(lm, load_registry(), RelationSpec("city", "country"), n_inputs=N_INPUTS, fit=RIDGE, progress=False)
 
 

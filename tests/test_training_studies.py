@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from tiny import WORDS, city_country_registry, one_thread, state_copy, tiny_gpt2, tiny_llama, tiny_subword_tokenizer
+from helpers.tiny import WORDS, city_country_registry, one_thread, state_copy, tiny_gpt2, tiny_llama, tiny_subword_tokenizer
 
 from lincorr.experiments.correlation import FitConfig, fit_relation
 from lincorr.experiments.generalization import (

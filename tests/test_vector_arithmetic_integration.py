@@ -7,7 +7,7 @@ a paired exact test or a margin many pairs wide, not a number copied from a run.
 from __future__ import annotations
 
 import pytest
-from test_integration import get_model, isolated_cache, models, session_cache  # noqa: F401 - fixtures
+
 
 from lincorr.experiments.vector_arithmetic import ffn_ablate, lens, ovector
 from lincorr.knowledge import load_registry
@@ -18,8 +18,8 @@ N_EVAL = 32  # pairs asked in the o-vector and ablation studies
 
 
 @pytest.fixture(scope="module")
-def gemma(models):  # noqa: F811
-    return get_model(models, "gemma-3-270m")
+def gemma(bundled):
+    return bundled("gemma-3-270m")
 
 
 @pytest.fixture(scope="module")

@@ -16,13 +16,28 @@ from lincorr.errors import LincorrError
 from lincorr.filesystem import check_writable, ready_directory
 
 SECTIONS = {"models": ("models", "hashes.json"), "tables": ("logits",), "results": ("results",)}
+# In the root of a cache that lincorr made (or found empty): only such a cache has sections `cache clear` may remove.
+CACHE_MARKER = ".lincorr-cache"
+DEFAULT_ROOT = Path("~") / ".cache" / "lincorr"
 
 _checked: set[Path] = set()
 
 
 def cache_root() -> Path:
-    """Where converted weights and logit tables live (override with LINCORR_CACHE_DIR)."""
-    return Path(os.environ.get("LINCORR_CACHE_DIR", Path.home() / ".cache" / "lincorr"))
+    """Where converted weights and logit tables live: LINCORR_CACHE_DIR, an absolute path, or ~/.cache/lincorr.
+
+    A set but empty or relative LINCORR_CACHE_DIR is refused: either would make the cache the working directory (or
+    move it with the working directory), where clearing it would remove the user's own files.
+    """
+    configured = os.environ.get("LINCORR_CACHE_DIR")
+    if configured is None:
+        return DEFAULT_ROOT.expanduser()
+    if not configured.strip():
+        raise LincorrError("LINCORR_CACHE_DIR is set but empty; unset it (the cache is then ~/.cache/lincorr) or set it to an absolute path")
+    root = Path(configured).expanduser()
+    if not root.is_absolute():
+        raise LincorrError(f"LINCORR_CACHE_DIR must be an absolute path, not '{configured}', which would move with the working directory")
+    return root
 
 
 def check_cache() -> Path:
@@ -33,8 +48,17 @@ def check_cache() -> Path:
         if root.exists() and not root.is_dir():
             raise LincorrError(f"{where} is a file; point LINCORR_CACHE_DIR at a directory")
         check_writable(root, where)
+        claim(root)
         _checked.add(root)
     return root
+
+
+def claim(root: Path) -> None:
+    """Mark `root` as lincorr's when lincorr creates it, finds it empty, or it is the default location."""
+    owned = not root.exists() or not any(root.iterdir()) or root == DEFAULT_ROOT.expanduser()
+    if owned and not (root / CACHE_MARKER).exists():
+        ready_directory(root)
+        (root / CACHE_MARKER).write_text("lincorr's cache: `lincorr cache clear` removes its sections\n", encoding="utf-8")
 
 
 def cache_directory(*parts: str) -> Path:
@@ -69,8 +93,15 @@ def cache_usage() -> list[SectionUsage]:
 
 
 def clear_cache(sections) -> list[Path]:
-    """Remove the named sections of the cache; the paths removed."""
+    """Remove the named sections of the cache; the paths removed.
+
+    Only from a directory lincorr marked as its cache: a directory someone pointed LINCORR_CACHE_DIR at, holding files
+    of their own, is never emptied because some of its entries are called `models` or `results`.
+    """
     root = cache_root()
+    if root.is_dir() and not (root / CACHE_MARKER).is_file():
+        raise LincorrError(f"{root} was not made by lincorr (it has no {CACHE_MARKER} marker), so `cache clear` leaves it alone; "
+                           "remove what you no longer need there by hand")
     removed = []
     for section in sections:
         for name in SECTIONS[section]:

@@ -13,19 +13,25 @@ WORDS = (
     "X Y Z Alice Bob Carol lives in the city of country capital is "
     "Paris London Tokyo Rome Berlin France England Japan Italy Germany"
 ).split()
+NAMES = tuple(f"name{i}" for i in range(120))  # inputs X the tiny tokenizer knows as whole words
+CITIES = ("Paris", "London", "Tokyo", "Rome", "Berlin")
+COUNTRIES = ("France", "England", "Japan", "Italy", "Germany")
+MODEL_WORDS = (*WORDS, *NAMES)  # the session tokenizer's vocabulary (conftest's `tokenizer`)
+INPUTS = list(NAMES[:60])
 
 
 def tiny_tokenizer(words: tuple[str, ...] | list[str] = WORDS) -> PreTrainedTokenizerFast:
     """Whitespace word-level tokenizer over SPECIAL + `words` that prepends <bos> like Llama and Gemma."""
     vocab = {token: i for i, token in enumerate(SPECIAL + list(words))}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    return whitespace_tokenizer(models.WordLevel(vocab, unk_token="<unk>"), vocab)
+
+
+def whitespace_tokenizer(model, vocab: dict[str, int]) -> PreTrainedTokenizerFast:
+    """`model` (a `tokenizers` model over `vocab`) after a whitespace split, with <bos> prepended."""
+    backend = Tokenizer(model)
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(
-        single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", unk_token="<unk>"
-    )
+    backend.post_processor = processors.TemplateProcessing(single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", unk_token="<unk>")
 
 
 def tiny_llama(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
@@ -84,14 +90,7 @@ def tiny_subword_tokenizer(words: tuple[str, ...] | list[str]) -> PreTrainedToke
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
     pieces = [c.upper() for c in letters] + letters + ["##" + c for c in letters]
     vocab = {token: i for i, token in enumerate(dict.fromkeys(SPECIAL + list(words) + pieces))}
-    backend = Tokenizer(models.WordPiece(vocab, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    backend.post_processor = processors.TemplateProcessing(
-        single="<bos> $A", special_tokens=[("<bos>", vocab["<bos>"])]
-    )
-    return PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="<pad>", bos_token="<bos>", unk_token="<unk>"
-    )
+    return whitespace_tokenizer(models.WordPiece(vocab, unk_token="<unk>"), vocab)
 
 
 def write_tiny_gguf(path, words: tuple[str, ...] | list[str] = WORDS, seed: int = 0) -> None:
@@ -156,4 +155,23 @@ references:
     source_domain: tiny_cities
     target_domain: tiny_countries
     pairs: {pairs}
+"""
+
+
+# A family of tiny prompts (one whose domain the tokenizer lacks) with City->Country reference pairs.
+REGISTRY_YAML = f"""
+domains:
+  tiny_cities: [{", ".join(CITIES)}]
+  tiny_countries: [{", ".join(COUNTRIES)}]
+  tiny_ghosts: [Atlantis, Gotham]
+prompts:
+  - {{name: tiny_city, family: tiny, language: en, template: "{{}} lives in the city of", domain: tiny_cities}}
+  - {{name: tiny_ghost, family: tiny, language: en, template: "{{}} is", domain: tiny_ghosts}}
+  - {{name: tiny_country, family: tiny, language: en, template: "{{}} lives in the country of", domain: tiny_countries}}
+  - {{name: tiny_capital, family: tiny, language: en, template: "{{}} capital is", domain: tiny_cities}}
+references:
+  - name: tiny_cities->tiny_countries
+    source_domain: tiny_cities
+    target_domain: tiny_countries
+    pairs: {{Paris: France, London: England, Tokyo: Japan, Rome: Italy, Berlin: Germany}}
 """

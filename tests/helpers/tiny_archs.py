@@ -1,4 +1,4 @@
-"""Tiny in-code models for the architectures tests/tiny.py does not build (hidden 32, 2 blocks)."""
+"""Tiny in-code models for the architectures tests/helpers/tiny.py does not build (hidden 32, 2 blocks)."""
 
 from __future__ import annotations
 
