@@ -2,8 +2,8 @@
 
 Every mistake ends in exactly one stderr line starting `lincorr: error:`, exit code 2, no
 traceback, and no new file in the workspace or the working directory. To add a case, add one
-line to MISTAKES: an id, the arguments (`{name}` is a file of the workspace, see `assets`), a
-fragment of the expected message and, when the case needs the machine changed first (a full
+line to MISTAKES: an id, the arguments (`{name}` is a file of the workspace, see `assets`), the
+kind of the error (its class in lincorr.errors, which stays when the message is reworded) and, when the case needs the machine changed first (a full
 disk, a file where the cache should be), the name of a SETUPS entry. Runs that succeed must
 print strict JSON (no NaN or Infinity); the faults and reproducibility tests follow the table.
 """
@@ -24,7 +24,9 @@ import torch
 from helpers.tiny import CITIES, COUNTRIES, NAMES, tiny_llama, write_tiny_gguf
 
 import lincorr.collect as collect
+import lincorr.cli as cli
 from lincorr.cli import main
+from lincorr.errors import CacheError, DataError, DeviceError, InputError, ModelError, OutputError, StorageError, UsageError
 from lincorr.filesystem import OUTPUT_MARKER, STALE_SECONDS, host_name
 
 FIT = ["fit", "city", "country", "--model", "{model}", "--inputs", "{inputs}", "--quiet",
@@ -35,79 +37,77 @@ PRECISION = ["precision", "city", "country", "--model", "{model}", "--quiet"]
 
 MISTAKES = [
     # numbers: refused while parsing, before anything runs
-    ("seed-negative", FIT + ["--seed", "-1"], "argument --seed: must be at least 0"),
-    ("bootstrap-zero", FIT + ["--bootstrap", "0"], "argument --bootstrap: must be at least 1"),
-    ("bootstrap-negative", FIT + ["--bootstrap", "-1"], "argument --bootstrap: must be at least 1"),
-    ("alpha-nan", FIT + ["--estimator", "ridge", "--alpha", "nan"], "argument --alpha: must be 'cv' or a finite"),
-    ("alpha-inf", FIT + ["--estimator", "ridge", "--alpha", "inf"], "argument --alpha: must be 'cv' or a finite"),
-    ("alpha-negative", FIT + ["--estimator", "ridge", "--alpha", "-1"], "argument --alpha: must be 'cv' or a finite"),
-    ("alpha-word", FIT + ["--alpha", "lots"], "argument --alpha: must be 'cv' or a finite"),
-    ("top-k-negative", FIT + ["--top", "Paris", "-k", "-3"], "argument -k/--top-k: must be at least 1"),
-    ("batch-size-zero", FIT + ["--batch-size", "0"], "argument --batch-size: must be at least 1"),
-    ("batch-size-word", FIT + ["--batch-size", "fast"], "argument --batch-size: expected a whole number, got 'fast'"),
-    ("test-fraction-above-1", FIT + ["--test-fraction", "1.5"], "argument --test-fraction: must be between 0 and 1"),
-    ("test-fraction-nan", FIT + ["--test-fraction", "nan"], "argument --test-fraction: must be a finite number"),
-    ("n-not-a-number", FIT_N + ["-n", "many"], "argument -n/--n-inputs: expected a whole number"),
-    ("cases-top-k-negative", ["cases", "city", "country", "-k", "-1"], "argument -k/--top-k: must be at least 1"),
-    ("generalize-no-seeds", ["generalize", "--n-seeds", "0"], "argument --n-seeds: must be at least 1"),
-    ("generalize-lr-inf", ["generalize", "--lr", "inf"], "argument --lr: must be a finite number"),
-    ("predict-delta-nan", ["predict-edit", "city", "country", "--value", "Paris", "--delta", "nan"], "argument --delta: must be a finite"),
-    ("gradcorr-few-eval", ["gradcorr", "--n-eval", "3"], "argument --n-eval: must be at least 10"),
-    ("ablate-seed-negative", ["ablate", "--table7", "--seeds", "0", "-1"], "argument --seeds: must be at least 0"),
-    ("ablate-width-zero", ["ablate", "--embedding-width", "64", "0"], "argument --embedding-width: must be at least 1"),
-    ("ablate-width-and-table7", ["ablate", "--table7", "--embedding-width", "64"], "pass --table7 or --embedding-width, not both"),
-    ("ablate-width-past-the-model", ["ablate", "--model", "{model}", "--embedding-width", "999", "--quiet"],
-     "embedding widths must be between 1 and the model's embedding width 32"),
-    ("demo-seed-negative", ["demo", "--seed", "-1"], "argument --seed: must be at least 0"),
+    ("seed-negative", FIT + ["--seed", "-1"], UsageError),
+    ("bootstrap-zero", FIT + ["--bootstrap", "0"], UsageError),
+    ("bootstrap-negative", FIT + ["--bootstrap", "-1"], UsageError),
+    ("alpha-nan", FIT + ["--estimator", "ridge", "--alpha", "nan"], UsageError),
+    ("alpha-inf", FIT + ["--estimator", "ridge", "--alpha", "inf"], UsageError),
+    ("alpha-negative", FIT + ["--estimator", "ridge", "--alpha", "-1"], UsageError),
+    ("alpha-word", FIT + ["--alpha", "lots"], UsageError),
+    ("top-k-negative", FIT + ["--top", "Paris", "-k", "-3"], UsageError),
+    ("batch-size-zero", FIT + ["--batch-size", "0"], UsageError),
+    ("batch-size-word", FIT + ["--batch-size", "fast"], UsageError),
+    ("test-fraction-above-1", FIT + ["--test-fraction", "1.5"], UsageError),
+    ("test-fraction-nan", FIT + ["--test-fraction", "nan"], UsageError),
+    ("n-not-a-number", FIT_N + ["-n", "many"], UsageError),
+    ("cases-top-k-negative", ["cases", "city", "country", "-k", "-1"], UsageError),
+    ("generalize-no-seeds", ["generalize", "--n-seeds", "0"], UsageError),
+    ("generalize-lr-inf", ["generalize", "--lr", "inf"], UsageError),
+    ("predict-delta-nan", ["predict-edit", "city", "country", "--value", "Paris", "--delta", "nan"], UsageError),
+    ("gradcorr-few-eval", ["gradcorr", "--n-eval", "3"], UsageError),
+    ("ablate-seed-negative", ["ablate", "--table7", "--seeds", "0", "-1"], UsageError),
+    ("ablate-width-zero", ["ablate", "--embedding-width", "64", "0"], UsageError),
+    ("ablate-width-and-table7", ["ablate", "--table7", "--embedding-width", "64"], UsageError),
+    ("ablate-width-past-the-model", ["ablate", "--model", "{model}", "--embedding-width", "999", "--quiet"], UsageError),
+    ("demo-seed-negative", ["demo", "--seed", "-1"], UsageError),
     # usage
-    ("fit-without-prompts", ["fit"], "the following arguments are required: source, target"),
-    ("unknown-command", ["fitt", "city", "country"], "invalid choice: 'fitt'"),
-    ("cache-unknown-action", ["cache", "empty"], "invalid choice: 'empty'"),
+    ("fit-without-prompts", ["fit"], UsageError),
+    ("unknown-command", ["fitt", "city", "country"], UsageError),
+    ("cache-unknown-action", ["cache", "empty"], UsageError),
     # too few inputs to score on
-    ("n-4", FIT_N + ["-n", "4"], "hold out 2 to score on"),
-    ("inputs-file-of-8", FIT + ["--inputs", "{eight_inputs}"], "hold out 4 to score on"),
-    ("test-fraction-small", FIT + ["--test-fraction", "0.1"], "hold out 6 to score on"),
+    ("n-4", FIT_N + ["-n", "4"], DataError),
+    ("inputs-file-of-8", FIT + ["--inputs", "{eight_inputs}"], DataError),
+    ("test-fraction-small", FIT + ["--test-fraction", "0.1"], DataError),
     # an input far longer than a name
-    ("input-of-2000-words", FIT + ["--inputs", "{long_inputs}"], "at most 64 tokens"),
+    ("input-of-2000-words", FIT + ["--inputs", "{long_inputs}"], InputError),
     # model specs
-    ("gguf-garbage", FIT + ["--model", "{garbage.gguf}"], "is not a GGUF file"),
-    ("gguf-truncated", FIT + ["--model", "{truncated.gguf}"], "cannot read GGUF file"),
-    ("model-dir-empty", FIT + ["--model", "{empty_dir}"], "is not a saved model (it is empty)"),
-    ("model-dir-not-a-model", FIT + ["--model", "{notes_dir}"], "is not a saved model (it has no config.json)"),
-    ("model-weights-pickled", FIT + ["--model", "{pickled_model}"], "only as a pickle (pytorch_model.bin)"),
-    ("model-needs-remote-code", FIT + ["--model", "{remote_code_model}"], "needs its own Python code"),
-    ("model-without-tokenizer", FIT + ["--model", "{no_tokenizer_model}"], "has no tokenizer"),
+    ("gguf-garbage", FIT + ["--model", "{garbage.gguf}"], ModelError),
+    ("gguf-truncated", FIT + ["--model", "{truncated.gguf}"], ModelError),
+    ("model-dir-empty", FIT + ["--model", "{empty_dir}"], ModelError),
+    ("model-dir-not-a-model", FIT + ["--model", "{notes_dir}"], ModelError),
+    ("model-weights-pickled", FIT + ["--model", "{pickled_model}"], ModelError),
+    ("model-needs-remote-code", FIT + ["--model", "{remote_code_model}"], ModelError),
+    ("model-without-tokenizer", FIT + ["--model", "{no_tokenizer_model}"], ModelError),
     # devices and dtypes
-    ("device-quantum", FIT + ["--device", "quantum"], "unknown device 'quantum'"),
-    ("device-cuda-without-cuda", FIT + ["--device", "cuda"], "device 'cuda' is not available", "cpu_only_torch"),
-    ("float16-overflows-on-cpu", FIT + ["--model", "{overflowing_model}", "--dtype", "float16"], "NaN/inf logits in float16"),
+    ("device-quantum", FIT + ["--device", "quantum"], DeviceError),
+    ("device-cuda-without-cuda", FIT + ["--device", "cuda"], DeviceError, "cpu_only_torch"),
+    ("float16-overflows-on-cpu", FIT + ["--model", "{overflowing_model}", "--dtype", "float16"], DeviceError),
     # reference files
-    ("references-number", PRECISION + ["--references", "{refs_number.json}"], "the object of 'Paris' is 5"),
-    ("references-null", PRECISION + ["--references", "{refs_null.json}"], "the object of 'Paris' is null"),
-    ("references-bare-scalar", PRECISION + ["--references", "{refs_scalar.json}"], "the JSON is 42, not reference pairs"),
-    ("references-nested-json", PRECISION + ["--references", "{refs_nested.json}"], "the object of 'relation' is {\"samples\""),
-    ("references-sample-without-object", PRECISION + ["--references", "{refs_no_object.json}"], "sample 1 is {\"subject\": \"Paris\"}"),
-    ("references-no-usable-pair", PRECISION + ["--inputs", "{inputs}", "--references", "{refs_unusable.tsv}"],
-     "no pair of reference file"),
-    ("fit-references-no-usable-pair", FIT + ["--references", "{refs_unusable.tsv}"], "'Pizza' -> 'Italy' (subject not in the city domain)"),
-    ("precision-own-prompts-without-references", PRECISION + FIT[FIT.index("--source-template"):], "pass --references FILE with pairs of its words"),
-    ("precision-paper-with-own-inputs", PRECISION + ["--paper", "--inputs", "{inputs}"], "--paper uses the paper's inputs"),
-    ("precision-n-curve-not-numbers", PRECISION + ["--n-curve", "1000,lots"], "argument --n-curve: expected a whole number, got 'lots'"),
-    ("precision-n-curve-too-few-test-inputs", PRECISION + ["--n-curve", "8,1000"], "hold out 4 to score on"),
-    ("fit-unknown-interval", FIT + ["--ci", "jackknife"], "argument --ci: invalid choice"),
+    ("references-number", PRECISION + ["--references", "{refs_number.json}"], InputError),
+    ("references-null", PRECISION + ["--references", "{refs_null.json}"], InputError),
+    ("references-bare-scalar", PRECISION + ["--references", "{refs_scalar.json}"], InputError),
+    ("references-nested-json", PRECISION + ["--references", "{refs_nested.json}"], InputError),
+    ("references-sample-without-object", PRECISION + ["--references", "{refs_no_object.json}"], InputError),
+    ("references-no-usable-pair", PRECISION + ["--inputs", "{inputs}", "--references", "{refs_unusable.tsv}"], DataError),
+    ("fit-references-no-usable-pair", FIT + ["--references", "{refs_unusable.tsv}"], DataError),
+    ("precision-own-prompts-without-references", PRECISION + FIT[FIT.index("--source-template"):], UsageError),
+    ("precision-paper-with-own-inputs", PRECISION + ["--paper", "--inputs", "{inputs}"], UsageError),
+    ("precision-n-curve-not-numbers", PRECISION + ["--n-curve", "1000,lots"], UsageError),
+    ("precision-n-curve-too-few-test-inputs", PRECISION + ["--n-curve", "8,1000"], DataError),
+    ("fit-unknown-interval", FIT + ["--ci", "jackknife"], UsageError),
     # output locations: checked before the model loads
-    ("save-dir-is-a-file", FIT + ["--save-dir", "{a_file}"], "is a file; name a directory"),
-    ("save-dir-under-a-file", FIT + ["--save-dir", "{a_file}/run"], "is a file, not a directory"),
-    ("save-dir-read-only", FIT + ["--save-dir", "{read_only}/run"], "Read-only file system", "read_only_workspace_dir"),
-    ("save-dir-full-disk", FIT + ["--save-dir", "{read_only}/run"], "No space left on device", "full_workspace_dir"),
-    ("save-dir-of-other-files", FIT + ["--save-dir", "{notes_dir}"], "holds files lincorr did not write"),
-    ("out-is-a-file", ["matrix", "--prompts", "city,country", "--model", "{model}", "--out", "{a_file}"], "is a file; name a directory"),
-    ("demo-out-of-other-files", ["demo", "--out", "{notes_dir}"], "holds files lincorr did not write"),
-    ("disk-fills-during-save", FIT + ["--save-dir", "{ws}/run"], "No space left on device", "disk_fills_while_saving"),
+    ("save-dir-is-a-file", FIT + ["--save-dir", "{a_file}"], OutputError),
+    ("save-dir-under-a-file", FIT + ["--save-dir", "{a_file}/run"], OutputError),
+    ("save-dir-read-only", FIT + ["--save-dir", "{read_only}/run"], StorageError, "read_only_workspace_dir"),
+    ("save-dir-full-disk", FIT + ["--save-dir", "{read_only}/run"], StorageError, "full_workspace_dir"),
+    ("save-dir-of-other-files", FIT + ["--save-dir", "{notes_dir}"], OutputError),
+    ("out-is-a-file", ["matrix", "--prompts", "city,country", "--model", "{model}", "--out", "{a_file}"], OutputError),
+    ("demo-out-of-other-files", ["demo", "--out", "{notes_dir}"], OutputError),
+    ("disk-fills-during-save", FIT + ["--save-dir", "{ws}/run"], StorageError, "disk_fills_while_saving"),
     # the cache
-    ("cache-dir-is-a-file", FIT, "is a file; point LINCORR_CACHE_DIR at a directory", "cache_dir_is_a_file"),
-    ("cache-dir-read-only", FIT, "Read-only file system", "read_only_cache"),
-    ("cache-dir-full", FIT, "No space left on device", "full_cache"),
+    ("cache-dir-is-a-file", FIT, CacheError, "cache_dir_is_a_file"),
+    ("cache-dir-read-only", FIT, StorageError, "read_only_cache"),
+    ("cache-dir-full", FIT, StorageError, "full_cache"),
 ]
 
 
@@ -203,20 +203,30 @@ SETUPS = {
 }
 
 
-@pytest.mark.parametrize("argv, message, setup", [(case[1], case[2], case[3] if len(case) > 3 else None) for case in MISTAKES],
+@pytest.mark.parametrize("argv, kind, setup", [(case[1], case[2], case[3] if len(case) > 3 else None) for case in MISTAKES],
                          ids=[case[0] for case in MISTAKES])
-def test_mistake_ends_in_one_error_line(argv, message, setup, assets, tmp_path, monkeypatch, capsys):
+def test_mistake_ends_in_one_error_line(argv, kind, setup, assets, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     if setup:
         SETUPS[setup](assets, monkeypatch)
     before = files_under(assets["ws"], tmp_path)
+    reported = spy_on_errors(monkeypatch)
     assert main(filled(argv, assets)) == 2
-    assert_one_error_line(capsys, message)
+    assert_one_error_line(capsys)
+    assert [type(error) for error in reported] == [kind], reported
     assert files_under(assets["ws"], tmp_path) == before, "a failed command left files behind"
 
 
-def assert_one_error_line(capsys, message: str) -> None:
-    """stderr is one `lincorr: error:` line that says `message`, stdout is empty."""
+def spy_on_errors(monkeypatch) -> list:
+    """The errors the CLI reports from now on, as objects: their class is the stable kind of the mistake."""
+    reported = []
+    real = cli.report_error
+    monkeypatch.setattr(cli, "report_error", lambda error: reported.append(error) or real(error))
+    return reported
+
+
+def assert_one_error_line(capsys, message: str = "") -> None:
+    """stderr is one `lincorr: error:` line (that says `message`, where given), stdout is empty."""
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("lincorr: error: "), captured.err
@@ -377,9 +387,11 @@ def test_an_empty_or_relative_cache_variable_never_makes_the_working_directory_t
     monkeypatch.chdir(project)
     monkeypatch.setenv("LINCORR_CACHE_DIR", value)
     before = sorted(project.rglob("*"))
+    reported = spy_on_errors(monkeypatch)
     for command in (["cache", "clear"], ["cache", "list"], filled(FIT, assets)):
         assert main(command) == 2, command
-        assert_one_error_line(capsys, "LINCORR_CACHE_DIR")
+        assert_one_error_line(capsys)
+    assert [type(error) for error in reported] == [CacheError] * 3
     assert sorted(project.rglob("*")) == before
 
 
@@ -388,8 +400,10 @@ def test_cache_clear_leaves_a_directory_lincorr_did_not_make(capsys, monkeypatch
         (tmp_path / mine).mkdir()
         (tmp_path / mine / "thesis.tex").write_text("mine", encoding="utf-8")
     monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path))
+    reported = spy_on_errors(monkeypatch)
     assert main(["cache", "clear"]) == 2
-    assert_one_error_line(capsys, "leaves it alone")
+    assert_one_error_line(capsys)
+    assert [type(error) for error in reported] == [CacheError]
     assert all((tmp_path / mine / "thesis.tex").is_file() for mine in ("models", "logits", "results"))
 
 

@@ -8,7 +8,7 @@ import pytest
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import CI_METHODS, FitConfig, pairs_bootstrap_labelwise_ci, split_indices
 from lincorr.linear import LinearMap
-from lincorr.metrics import bootstrap_labelwise_ci, labelwise_pearson
+from lincorr.metrics import bootstrap_labelwise_ci
 
 
 def noisy_linear(n: int, n_source: int, n_target: int, noise: float, seed: int = 0):

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 from helpers.runs import FIGURES
-from helpers.tiny import CITIES, COUNTRIES, NAMES, REGISTRY_YAML, WORDS, one_thread, tiny_llama, tiny_subword_tokenizer
+from helpers.tiny import CITIES, COUNTRIES
 
 from lincorr.cli import main
 from lincorr.errors import LincorrError

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers.tiny import CITIES, COUNTRIES, INPUTS, NAMES, REGISTRY_YAML, tiny_gpt2, tiny_llama
+from helpers.tiny import CITIES, INPUTS, NAMES, REGISTRY_YAML, tiny_gpt2, tiny_llama
 
 import lincorr.collect as collect_module
 from lincorr.cli import main

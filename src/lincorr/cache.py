@@ -12,7 +12,7 @@ import os
 import shutil
 from pathlib import Path
 
-from lincorr.errors import LincorrError
+from lincorr.errors import CacheError
 from lincorr.filesystem import check_writable, ready_directory
 
 SECTIONS = {"models": ("models", "hashes.json"), "tables": ("logits",), "results": ("results",)}
@@ -33,10 +33,10 @@ def cache_root() -> Path:
     if configured is None:
         return DEFAULT_ROOT.expanduser()
     if not configured.strip():
-        raise LincorrError("LINCORR_CACHE_DIR is set but empty; unset it (the cache is then ~/.cache/lincorr) or set it to an absolute path")
+        raise CacheError("LINCORR_CACHE_DIR is set but empty; unset it (the cache is then ~/.cache/lincorr) or set it to an absolute path")
     root = Path(configured).expanduser()
     if not root.is_absolute():
-        raise LincorrError(f"LINCORR_CACHE_DIR must be an absolute path, not '{configured}', which would move with the working directory")
+        raise CacheError(f"LINCORR_CACHE_DIR must be an absolute path, not '{configured}', which would move with the working directory")
     return root
 
 
@@ -46,7 +46,7 @@ def check_cache() -> Path:
     if root not in _checked:
         where = f"cache directory {root} (set LINCORR_CACHE_DIR to move it)"
         if root.exists() and not root.is_dir():
-            raise LincorrError(f"{where} is a file; point LINCORR_CACHE_DIR at a directory")
+            raise CacheError(f"{where} is a file; point LINCORR_CACHE_DIR at a directory")
         check_writable(root, where)
         claim(root)
         _checked.add(root)
@@ -100,7 +100,7 @@ def clear_cache(sections) -> list[Path]:
     """
     root = cache_root()
     if root.is_dir() and not (root / CACHE_MARKER).is_file():
-        raise LincorrError(f"{root} was not made by lincorr (it has no {CACHE_MARKER} marker), so `cache clear` leaves it alone; "
+        raise CacheError(f"{root} was not made by lincorr (it has no {CACHE_MARKER} marker), so `cache clear` leaves it alone; "
                            "remove what you no longer need there by hand")
     removed = []
     for section in sections:

@@ -17,7 +17,7 @@ from tqdm.auto import tqdm
 from lincorr.cache import cache_directory
 from lincorr.distributed import Team, balanced_assignment, current_team
 from lincorr.domains import Domain
-from lincorr.errors import LincorrError
+from lincorr.errors import DataError, DeviceError, InputError, LincorrError, ModelError, UsageError
 from lincorr.filesystem import atomic_file, read_json, write_json_atomic
 from lincorr.models import LM
 from lincorr.prompts import Prompt
@@ -88,12 +88,12 @@ def verify_head(lm: LM, prompt: str, token_ids: torch.Tensor) -> None:
     ids, mask = left_pad(rows, lm.tokenizer.pad_token_id)
     theirs = lm.model(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device)).logits[0, -1, token_ids].float().cpu()
     if not (torch.isfinite(ours).all() and torch.isfinite(theirs).all()):
-        raise LincorrError(f"model '{lm.name}' gives NaN/inf logits in {str(lm.head_weight.dtype).removeprefix('torch.')} "
+        raise DeviceError(f"model '{lm.name}' gives NaN/inf logits in {str(lm.head_weight.dtype).removeprefix('torch.')} "
                            f"on {lm.device.type} (the activations overflow); load it with --dtype float32")
     tolerance = 1e-3 * (1 + theirs.abs().max().item()) if lm.head_weight.dtype == torch.float32 else 5e-2 * (1 + theirs.abs().max().item())
     if not torch.allclose(ours, theirs, atol=tolerance, rtol=0):
         gap = (ours - theirs).abs().max().item()
-        raise LincorrError(f"model '{lm.name}' post-processes its logits in a way lincorr does not reproduce (max gap {gap:.3g}); please report the architecture")
+        raise ModelError(f"model '{lm.name}' post-processes its logits in a way lincorr does not reproduce (max gap {gap:.3g}); please report the architecture")
     lm.head_verified = True
 
 
@@ -370,7 +370,7 @@ def largest_batch(fits: Callable[[int], bool], longest: int, max_tokens: int = M
     """The largest power of two `size` with `fits(size)`, at most `max_tokens // longest`; `fits` runs a real batch."""
     limit = max(1, max_tokens // longest)
     if not fits(1):
-        raise LincorrError("one prompt does not fit in the device's memory; load the model with --dtype bfloat16 or --device-map auto")
+        raise DeviceError("one prompt does not fit in the device's memory; load the model with --dtype bfloat16 or --device-map auto")
     size = 1
     while size * 2 <= limit and fits(size * 2):
         size *= 2
@@ -400,7 +400,7 @@ def checked_values(job: CollectionJob, values: np.ndarray) -> np.ndarray:
     bad = ~np.isfinite(values).all(axis=1)
     if bad.any():
         example = job.inputs[int(np.argmax(bad))]
-        raise LincorrError(f"the model gave NaN/inf scores for {int(bad.sum())} inputs (e.g. {example!r}); load it with --dtype float32")
+        raise DeviceError(f"the model gave NaN/inf scores for {int(bad.sum())} inputs (e.g. {example!r}); load it with --dtype float32")
     return values
 
 
@@ -408,9 +408,9 @@ def new_job(lm: LM, template: str, domain: Domain, inputs: Sequence[str], logpro
     """The job for one table, after checking what the caller passed."""
     validate_template(template)
     if not inputs:
-        raise LincorrError("no inputs to collect logits for; pass at least one input X")
+        raise DataError("no inputs to collect logits for; pass at least one input X")
     if batch_size < 1:
-        raise LincorrError(f"batch size must be positive, got {batch_size}")
+        raise UsageError(f"batch size must be positive, got {batch_size}")
     inputs = tuple(inputs)
     check_input_lengths(lm.tokenizer, inputs)
     kind = "logprobs" if logprobs else "logits"
@@ -474,7 +474,7 @@ def check_input_lengths(tokenizer, inputs: Sequence[str]) -> None:
     longest = int(np.argmax(lengths))
     if lengths[longest] > MAX_INPUT_TOKENS:
         shown = inputs[longest] if len(inputs[longest]) <= 40 else inputs[longest][:40] + "..."
-        raise LincorrError(f"input {longest + 1} ({shown!r}) is {lengths[longest]} tokens long; an input X is a name or a short phrase "
+        raise InputError(f"input {longest + 1} ({shown!r}) is {lengths[longest]} tokens long; an input X is a name or a short phrase "
                            f"of at most {MAX_INPUT_TOKENS} tokens: shorten or remove it")
 
 

@@ -1,5 +1,59 @@
-"""The one exception type for mistakes a user can fix."""
+"""The exception types for mistakes a user can fix: one base class, and one subclass per kind of mistake.
+
+The kind is what callers and tests match on (`except InputError`, `error.kind`); the message, one line that says
+what to do, may be reworded at any time.
+"""
 
 
 class LincorrError(ValueError):
     """A user-facing error: the message is one line that says what to do."""
+
+    kind = "error"
+
+
+class UsageError(LincorrError):
+    """The command line: an unknown command or option, a value out of range, options that exclude each other."""
+
+    kind = "usage"
+
+
+class InputError(LincorrError):
+    """A file or a word the user gave (registry, references, inputs, domains, templates) that cannot be read or used."""
+
+    kind = "input"
+
+
+class DataError(LincorrError):
+    """Too little to measure: too few inputs to hold some out, no usable pair or word left."""
+
+    kind = "data"
+
+
+class ModelError(LincorrError):
+    """A model that cannot be loaded as asked, or whose outputs lincorr cannot use."""
+
+    kind = "model"
+
+
+class DeviceError(LincorrError):
+    """A device or dtype this machine or this model cannot run."""
+
+    kind = "device"
+
+
+class OutputError(LincorrError):
+    """Where results would be written: a file in the way, a directory of someone else's files."""
+
+    kind = "output"
+
+
+class CacheError(LincorrError):
+    """The cache directory: unset wrongly, a file in its place, not lincorr's to clear."""
+
+    kind = "cache"
+
+
+class StorageError(LincorrError):
+    """The disk refuses to store: read-only, full, no permission."""
+
+    kind = "storage"

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from lincorr.errors import LincorrError
+from lincorr.errors import OutputError, StorageError
 
 # Longer than any conversion or save takes, so a live temporary on another host is never taken for a stale one.
 STALE_SECONDS = 24 * 3600
@@ -179,16 +179,16 @@ def check_writable(directory: Path, what: str) -> None:
     """
     existing = nearest_existing(Path(directory))
     if not existing.is_dir():
-        raise LincorrError(f"cannot write {what}: {existing} is a file, not a directory; choose another location")
+        raise OutputError(f"cannot write {what}: {existing} is a file, not a directory; choose another location")
     try:
         handle, probe = tempfile.mkstemp(prefix=temporary_prefix("probe"), dir=existing)
     except OSError as error:
-        raise LincorrError(f"cannot write {what}: {error.strerror} in {existing}; choose another location") from None
+        raise StorageError(f"cannot write {what}: {error.strerror} in {existing}; choose another location") from None
     try:
         os.write(handle, b"lincorr")
         os.fsync(handle)  # a full disk may accept the name and refuse only the data
     except OSError as error:
-        raise LincorrError(f"cannot write {what}: {error.strerror} in {existing}; free space or choose another location") from None
+        raise StorageError(f"cannot write {what}: {error.strerror} in {existing}; free space or choose another location") from None
     finally:
         os.close(handle)
         os.unlink(probe)
@@ -203,9 +203,9 @@ def check_output_directory(path, option: str = "output directory") -> None:
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise LincorrError(f"{option} {path} is a file; name a directory (it will be created)")
+        raise OutputError(f"{option} {path} is a file; name a directory (it will be created)")
     if path.is_dir() and any(path.iterdir()) and not (path / OUTPUT_MARKER).is_file():
-        raise LincorrError(f"{option} {path} holds files lincorr did not write, and each run replaces its output directory whole; "
+        raise OutputError(f"{option} {path} holds files lincorr did not write, and each run replaces its output directory whole; "
                            "name a new or empty directory")
     # The new directory is staged beside it, in its parent.
     check_writable(path.absolute().parent, f"{option} {path}")

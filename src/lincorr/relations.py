@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lincorr.domains import Domain
-from lincorr.errors import LincorrError
+from lincorr.errors import DataError, InputError
 from lincorr.outputs import settings_key
 from lincorr.prompts import Prompt, registry_prompt
 
@@ -140,16 +140,16 @@ def bind_relation(registry, spec: RelationSpec, tokenizer, *, keep_subwords: boo
                   reference_pairs: ReferencePairs | None = None, require_pairs: bool = True) -> BoundRelation:
     """Tokenize both prompts' domains and map the reference pairs (the registry's, or `reference_pairs`) to columns.
 
-    With `require_pairs`, a relation with no reference, or none that survives the tokenizer, is a LincorrError.
+    With `require_pairs`, a relation with no reference, or none that survives the tokenizer, is a DataError.
     """
     source = registry_prompt(registry, spec.source, tokenizer, keep_subwords=keep_subwords)
     target = registry_prompt(registry, spec.target, tokenizer, keep_subwords=keep_subwords)
     pairs, name = (reference_pairs, USER_FILE) if reference_pairs is not None else registry_reference(registry, spec)
     if require_pairs and not pairs:
-        raise LincorrError(f"the registry has no reference pairs for {spec.source} -> {spec.target}; see `lincorr references`")
+        raise DataError(f"the registry has no reference pairs for {spec.source} -> {spec.target}; see `lincorr references`")
     match = match_reference(pairs, source.domain, target.domain)
     if require_pairs and not match.columns:
-        raise LincorrError(match.unusable(spec.label, f"reference {name}", "try another model or relation"))
+        raise DataError(match.unusable(spec.label, f"reference {name}", "try another model or relation"))
     return BoundRelation(spec, source, target, name, tuple(pairs), match.columns)
 
 
@@ -245,17 +245,17 @@ def read_reference_file(path) -> ReferenceFile:
         raw = path.read_bytes()
         text = raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as error:
-        raise LincorrError(f"cannot read reference file {path} ({error}); pass a UTF-8 TSV or JSON file") from None
+        raise InputError(f"cannot read reference file {path} ({error}); pass a UTF-8 TSV or JSON file") from None
     if path.suffix.lower() == ".json" or text.lstrip()[:1] in ("{", "["):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
-            raise LincorrError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); write {REFERENCE_SHAPES}") from None
+            raise InputError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); write {REFERENCE_SHAPES}") from None
         pairs = json_reference_pairs(path, data)
     else:
         pairs = tsv_reference_pairs(path, text)
     if not pairs:
-        raise LincorrError(f"reference file {path} has no pairs; write {REFERENCE_SHAPES}")
+        raise InputError(f"reference file {path} has no pairs; write {REFERENCE_SHAPES}")
     return ReferenceFile(str(path), hashlib.sha256(raw).hexdigest(), pairs)
 
 
@@ -267,7 +267,7 @@ def tsv_reference_pairs(path: Path, text: str) -> ReferencePairs:
             continue
         fields = line.split("\t")
         if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
-            raise LincorrError(f"{path}:{number}: expected 'subject<TAB>object', got {line!r}; separate the two words with one tab")
+            raise InputError(f"{path}:{number}: expected 'subject<TAB>object', got {line!r}; separate the two words with one tab")
         pairs.append((fields[0].strip(), (fields[1].strip(),)))
     return tuple(pairs)
 
@@ -277,11 +277,11 @@ def json_reference_pairs(path: Path, data) -> ReferencePairs:
     if isinstance(data, dict) and "samples" in data:
         samples = data["samples"]
         if not isinstance(samples, list):
-            raise LincorrError(f"{path}: \"samples\" is {json.dumps(samples)[:40]}, not a list of samples; write {REFERENCE_SHAPES}")
+            raise InputError(f"{path}: \"samples\" is {json.dumps(samples)[:40]}, not a list of samples; write {REFERENCE_SHAPES}")
         entries = []
         for number, sample in enumerate(samples, 1):
             if not (isinstance(sample, dict) and isinstance(sample.get("subject"), str) and "object" in sample):
-                raise LincorrError(f"{path}: sample {number} is {json.dumps(sample)[:60]}, not {{\"subject\": ..., \"object\": ...}}; "
+                raise InputError(f"{path}: sample {number} is {json.dumps(sample)[:60]}, not {{\"subject\": ..., \"object\": ...}}; "
                                    f"write {REFERENCE_SHAPES}")
             entries.append((sample["subject"], sample["object"]))
     elif isinstance(data, dict):
@@ -290,9 +290,9 @@ def json_reference_pairs(path: Path, data) -> ReferencePairs:
         entries = data
         for item in entries:
             if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str)):
-                raise LincorrError(f"{path}: entry {json.dumps(item)[:60]} is not a [subject, object] pair; write {REFERENCE_SHAPES}")
+                raise InputError(f"{path}: entry {json.dumps(item)[:60]} is not a [subject, object] pair; write {REFERENCE_SHAPES}")
     else:
-        raise LincorrError(f"{path}: the JSON is {json.dumps(data)[:40]}, not reference pairs; write {REFERENCE_SHAPES}")
+        raise InputError(f"{path}: the JSON is {json.dumps(data)[:40]}, not reference pairs; write {REFERENCE_SHAPES}")
     return tuple((subject.strip(), json_objects(path, subject, objects)) for subject, objects in entries)
 
 
@@ -300,6 +300,6 @@ def json_objects(path: Path, subject: str, objects) -> tuple[str, ...]:
     """The object(s) of one JSON subject: text, or a non-empty list of text."""
     listed = [objects] if isinstance(objects, str) else objects
     if not (isinstance(listed, list) and listed and all(isinstance(obj, str) for obj in listed)):
-        raise LincorrError(f"{path}: the object of '{subject}' is {json.dumps(objects)[:40]}, not text or a list of text; "
+        raise InputError(f"{path}: the object of '{subject}' is {json.dumps(objects)[:40]}, not text or a list of text; "
                            f"write {REFERENCE_SHAPES}")
     return tuple(obj.strip() for obj in listed)

@@ -23,7 +23,7 @@ from lincorr.cli.report import add_report_command
 from lincorr.cli.studies import add_study_commands
 from lincorr.cli.options import CommandParser, check_output_directories
 from lincorr.cli.training import add_training_commands
-from lincorr.errors import LincorrError
+from lincorr.errors import LincorrError, StorageError, UsageError
 
 # What the machine, not lincorr, refused: a full disk or quota, a read-only disk, a missing permission.
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
@@ -50,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; every mistake a user can fix ends in one `lincorr: error: ...` line and exit code 2."""
     try:
         args = build_parser().parse_args(argv)
-    except SystemExit as done:  # --help, --version, or a usage mistake already reported in one line
+    except SystemExit as done:  # --help or --version
         return done.code if isinstance(done.code, int) else 0
+    except UsageError as error:
+        return report_error(error)
     configure_logging(args.verbose)
     from lincorr.provenance import record_command
 
@@ -68,14 +70,14 @@ def main(argv: list[str] | None = None) -> int:
         finished = True
     except LincorrError as error:
         finished = True
-        return report_error(str(error))
+        return report_error(error)
     except OSError as error:
         if error.errno not in ENVIRONMENT_ERRNOS:
             raise
         finished = True
         # Raised while writing: staged outputs and cache temporaries were removed on the way out.
-        return report_error(f"{error.strerror}: {error.filename or 'while writing'}; nothing half-written was left; "
-                            "free space or choose another location")
+        return report_error(StorageError(f"{error.strerror}: {error.filename or 'while writing'}; nothing half-written was left; "
+                                         "free space or choose another location"))
     except BrokenPipeError:
         # The reader went away (e.g. `| head`); silence the flush at exit too.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -95,7 +97,7 @@ def join_run(args):
     from lincorr.distributed import join_team, launched_world_size
 
     if launched_world_size() > 1 and getattr(args, "device_map", None):
-        raise LincorrError("--device-map spreads one model over several GPUs in one process; under torchrun each process "
+        raise UsageError("--device-map spreads one model over several GPUs in one process; under torchrun each process "
                            "takes one GPU: drop --device-map, or run one process")
     return join_team(getattr(args, "device", None))
 
@@ -119,8 +121,9 @@ def end_run(team, finished: bool) -> None:
     leave_team(together=finished)
 
 
-def report_error(message: str) -> int:
-    print(f"lincorr: error: {' '.join(message.splitlines())}", file=sys.stderr)
+def report_error(error: LincorrError) -> int:
+    """The one line every mistake ends in; exit code 2."""
+    print(f"lincorr: error: {' '.join(str(error).splitlines())}", file=sys.stderr)
     return 2
 
 

@@ -20,7 +20,7 @@ from lincorr.cli.options import (
     save_and_print,
     show_progress,
 )
-from lincorr.errors import LincorrError
+from lincorr.errors import UsageError
 
 SUMMARY_FIELDS = ("relation", "mapping", "seed", "generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_test", "seconds")
 
@@ -56,7 +56,7 @@ def run_ablate(args) -> None:
     from lincorr.relations import RelationSpec
 
     if args.table7 and args.embedding_width:
-        raise LincorrError("pass --table7 or --embedding-width, not both")
+        raise UsageError("pass --table7 or --embedding-width, not both")
 
     config = AblationConfig(
         stage1_epochs=args.stage1_epochs, stage2_epochs=args.stage2_epochs, batch_size=args.train_batch_size or None,

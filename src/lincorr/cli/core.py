@@ -29,7 +29,7 @@ from lincorr.cli.options import (
     read_references,
     resolve_prompt,
 )
-from lincorr.errors import LincorrError
+from lincorr.errors import UsageError
 
 DEMO_CITIES = ("Tokyo", "Paris", "Shanghai", "Moscow", "Madrid")
 
@@ -94,7 +94,7 @@ def run_fit(args) -> None:
     from lincorr.relations import USER_FILE
 
     if args.heatmap and not args.save_dir:
-        raise LincorrError("--heatmap writes into --save-dir; give a directory with --save-dir")
+        raise UsageError("--heatmap writes into --save-dir; give a directory with --save-dir")
     reference_file = read_references(args)
     result = measure(args, reference_file)
     precision = precision_of(result, reference_file.pairs, reference=USER_FILE, reference_file=reference_file) if reference_file else None

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from lincorr import strict_json
-from lincorr.errors import LincorrError
+from lincorr.errors import InputError, UsageError
 
 MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
 PAPER_ESTIMATOR = "ols (the paper's estimator) or ridge"
@@ -27,7 +27,7 @@ class CommandParser(argparse.ArgumentParser):
     """A usage mistake ends like every other mistake: one `lincorr: error: ...` line on stderr and exit code 2."""
 
     def error(self, message: str):
-        self.exit(2, f"lincorr: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+        raise UsageError(f"{' '.join(message.split())} (see {self.prog} --help)")
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -300,7 +300,7 @@ def count_inputs(args) -> int:
     from lincorr.inputs import read_inputs_file
 
     if not Path(args.inputs).is_file():
-        raise LincorrError(f"--inputs file {args.inputs} does not exist; pass a text file with one input per line")
+        raise InputError(f"--inputs file {args.inputs} does not exist; pass a text file with one input per line")
     return len(read_inputs_file(args.inputs))
 
 
@@ -316,9 +316,9 @@ def custom_sides(args) -> tuple[str, ...]:
     for side in SIDES:
         template, domain_file = getattr(args, f"{side}_template", None), getattr(args, f"{side}_domain", None)
         if (template is None) != (domain_file is None):
-            raise LincorrError(f"--{side}-template and --{side}-domain go together; give both or neither")
+            raise UsageError(f"--{side}-template and --{side}-domain go together; give both or neither")
         if domain_file is not None and not Path(domain_file).is_file():
-            raise LincorrError(f"--{side}-domain file {domain_file} does not exist; pass a text file with one word per line")
+            raise InputError(f"--{side}-domain file {domain_file} does not exist; pass a text file with one word per line")
         if template is not None:
             sides.append(side)
     return tuple(sides)

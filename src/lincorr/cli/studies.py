@@ -33,7 +33,7 @@ from lincorr.cli.options import (
     show_progress,
     wrote,
 )
-from lincorr.errors import LincorrError
+from lincorr.errors import DataError, InputError, UsageError
 
 
 def add_study_commands(commands) -> None:
@@ -114,7 +114,7 @@ def split_names(text: str, option: str) -> list[str]:
     """"a, b,c" -> ["a", "b", "c"]; an empty list is the user's mistake."""
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names:
-        raise LincorrError(f"{option} needs at least one name, e.g. {option} city,country")
+        raise UsageError(f"{option} needs at least one name, e.g. {option} city,country")
     return names
 
 
@@ -150,7 +150,7 @@ def apply_paper_setting(args) -> None:
     if not getattr(args, "paper", False):
         return
     if args.inputs or args.logprobs:
-        raise LincorrError("--paper uses the paper's inputs (a vocabulary sample) and raw logits; drop --inputs/--logprobs")
+        raise UsageError("--paper uses the paper's inputs (a vocabulary sample) and raw logits; drop --inputs/--logprobs")
     args.n_inputs, args.estimator = PAPER_N_INPUTS, "ols"
 
 
@@ -186,14 +186,14 @@ def run_precision(args) -> None:
 
     single = not (args.table2 or args.all_references)
     if single and not (args.source and args.target):
-        raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr precision city country), or pass --table2 or --all-references")
+        raise UsageError("name a SOURCE and a TARGET prompt (e.g. lincorr precision city country), or pass --table2 or --all-references")
     if not single and args.source:
-        raise LincorrError("--table2 and --all-references take no SOURCE/TARGET; drop them or drop the option")
+        raise UsageError("--table2 and --all-references take no SOURCE/TARGET; drop them or drop the option")
     custom = custom_sides(args)
     if custom and not single:
-        raise LincorrError("--source-template and --target-template give one SOURCE TARGET pair; drop --table2/--all-references")
+        raise UsageError("--source-template and --target-template give one SOURCE TARGET pair; drop --table2/--all-references")
     if custom and not args.references:
-        raise LincorrError("a prompt of your own has no registry reference to judge W by; pass --references FILE with pairs of its words")
+        raise UsageError("a prompt of your own has no registry reference to judge W by; pass --references FILE with pairs of its words")
     reference_file = read_references(args)
     if single:
         registry = checked_registry(args, [getattr(args, side) for side in SIDES if side not in custom])
@@ -208,7 +208,7 @@ def run_precision(args) -> None:
                             **collection_settings(args))
     # A single relation without its headline estimator is a failure: say why, and write nothing.
     if single and not any(row.estimator == configs[0].label for row in table.rows):
-        raise LincorrError("; ".join(reason for _, reason in table.skipped) or "no result")
+        raise DataError("; ".join(reason for _, reason in table.skipped) or "no result")
     if args.out:
         table.save(args.out)
     if args.json:
@@ -227,10 +227,10 @@ def run_precision_curve(args) -> None:
     from lincorr.relations import RelationSpec
 
     if args.table2 or args.all_references or not (args.source and args.target):
-        raise LincorrError("--n-curve measures one relation: name a SOURCE and a TARGET prompt (e.g. lincorr precision city country "
+        raise UsageError("--n-curve measures one relation: name a SOURCE and a TARGET prompt (e.g. lincorr precision city country "
                            "--n-curve 1000,10000) and drop --table2/--all-references")
     if custom_sides(args):
-        raise LincorrError("--n-curve measures registry prompts; drop --source-template/--target-template")
+        raise UsageError("--n-curve measures registry prompts; drop --source-template/--target-template")
     args.n_inputs = max(args.n_curve)
     registry = checked_registry(args, (args.source, args.target))
     reference_file = read_references(args)
@@ -256,12 +256,12 @@ def run_cases(args) -> None:
 
     if args.paper_table:
         if args.source or args.word:
-            raise LincorrError("--paper-table chooses the prompts and words itself; drop SOURCE/TARGET and --word")
+            raise UsageError("--paper-table chooses the prompts and words itself; drop SOURCE/TARGET and --word")
         specs = paper_cases(args.paper_table)
     elif args.source and args.target:
         specs = [CaseSpec(RelationSpec(args.source, args.target), "influencing" if args.influencing else "influenced", tuple(args.word) or None, args.top_k)]
     else:
-        raise LincorrError("name a SOURCE and a TARGET prompt (e.g. lincorr cases city country --word Paris), or pass --paper-table 3")
+        raise UsageError("name a SOURCE and a TARGET prompt (e.g. lincorr cases city country --word Paris), or pass --paper-table 3")
     registry = checked_registry(args, {n for spec in specs for n in (spec.relation.source, spec.relation.target)})
     config = fit_config(args)
     lm = load_lm(args)
@@ -274,7 +274,7 @@ def run_resilience(args) -> None:
     from lincorr.finetune import TrainConfig
 
     if args.finetune_text and not Path(args.finetune_text).is_file():
-        raise LincorrError(f"--finetune-text file {args.finetune_text} does not exist; pass a text file")
+        raise InputError(f"--finetune-text file {args.finetune_text} does not exist; pass a text file")
     grid = chosen_grid(args)
     config = fit_config(args)
     fit_lm = load_lm(args)
@@ -301,12 +301,12 @@ def run_scale(args) -> None:
     from lincorr.relations import RelationSpec
 
     if args.inputs:
-        raise LincorrError("scale samples inputs from each model's own vocabulary; use -n instead of --inputs")
+        raise UsageError("scale samples inputs from each model's own vocabulary; use -n instead of --inputs")
     relations = []
     for item in split_names(args.relations, "--relations"):
         source, _, target = item.partition(":")
         if not target:
-            raise LincorrError(f"--relations takes SOURCE:TARGET pairs, got {item!r}")
+            raise UsageError(f"--relations takes SOURCE:TARGET pairs, got {item!r}")
         relations.append(RelationSpec(source, target))
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
     result = measure_scale(split_names(args.models, "--models"), registry, relations, args.n_inputs, precision_configs(args),

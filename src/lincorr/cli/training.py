@@ -30,7 +30,7 @@ from lincorr.cli.options import (
     show_progress,
     whole_number,
 )
-from lincorr.errors import LincorrError
+from lincorr.errors import UsageError
 
 GENERALIZATION_FILES = "result.json, facts.json, table6.md and fig5.png"
 
@@ -228,7 +228,7 @@ def run_predict_edit(args) -> None:
     from lincorr.relations import RelationSpec
 
     if args.delta is not None and args.margin is not None:
-        raise LincorrError("pass --delta (the rise of the source logit) or --margin (its lead over the others), not both")
+        raise UsageError("pass --delta (the rise of the source logit) or --margin (its lead over the others), not both")
     registry = checked_registry(args, (args.source, args.target))
     config = fit_config(args)
     result = predict_relation_edit(

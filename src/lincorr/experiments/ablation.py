@@ -20,7 +20,7 @@ from transformers.activations import ACT2FN
 
 from lincorr.collect import left_pad, tokenize_prompts
 from lincorr.domains import build_domain, tokenize_word
-from lincorr.errors import LincorrError
+from lincorr.errors import LincorrError, UsageError
 from lincorr.knowledge import load_registry
 from lincorr.metrics import chance_top1
 from lincorr.names import pseudo_names
@@ -173,7 +173,7 @@ def pca_vocabularies(vocabulary: Vocabulary, widths: Sequence[int]) -> list[Voca
 
     full = vocabulary.input_embeddings.shape[1]
     if not widths or any(not 1 <= width <= full for width in widths):
-        raise LincorrError(f"embedding widths must be between 1 and the model's embedding width {full}, got {list(widths)}")
+        raise UsageError(f"embedding widths must be between 1 and the model's embedding width {full}, got {list(widths)}")
     # Tied models (Gemma) read a scaled copy of the head rows; the same subspace, so one PCA would do, but
     # untied models (Llama) need their own, and fitting both keeps one code path.
     fitted = [PCA(svd_solver="full").fit(matrix.double().numpy())

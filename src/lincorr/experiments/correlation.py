@@ -11,7 +11,7 @@ import numpy as np
 import scipy.special
 
 from lincorr.collect import LogitTable, TableCache, collect_many
-from lincorr.errors import LincorrError
+from lincorr.errors import DataError, LincorrError
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
 from lincorr.models import LM
@@ -230,7 +230,7 @@ def split_sizes(n: int, test_fraction: float) -> tuple[int, int]:
     n_test = int(round(n * test_fraction))
     if n_test < MIN_TEST_INPUTS:
         needed = math.ceil(MIN_TEST_INPUTS / test_fraction)
-        raise LincorrError(f"{n} inputs hold out {n_test} to score on (test fraction {test_fraction:g}), and every r needs at least "
+        raise DataError(f"{n} inputs hold out {n_test} to score on (test fraction {test_fraction:g}), and every r needs at least "
                            f"{MIN_TEST_INPUTS}; use -n {needed} or more (or --inputs with that many lines)")
     if n - n_test < 2:
         raise LincorrError(f"{n} inputs leave {n - n_test} to fit W on; lower the test fraction or use more inputs")

@@ -193,7 +193,6 @@ def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components:
         for name in names:
             own[name].requires_grad_(True)
         for prompts, answers in _chunks(queries, batch_size):
-            inputs: dict = {}
             shifted = _shifted_outputs(original, tuned, prompts, components, batch_size=len(prompts))
             trace = run(original, prompts, capture=components, positions="all", token_ids=token_ids, grad=True)
             mask = trace.attention_mask

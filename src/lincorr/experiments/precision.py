@@ -10,7 +10,7 @@ import numpy as np
 
 from lincorr.collect import LogitTable, collect_tables
 from lincorr.domains import Domain
-from lincorr.errors import LincorrError
+from lincorr.errors import DataError, LincorrError
 from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
 from lincorr.linear import column_scales
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference
@@ -124,7 +124,7 @@ def checked_reference(reference_pairs: ReferencePairs, source: Domain, target: D
         else:
             where = f"reference {reference}" if reference else "the reference"
             fix = "pass --references FILE with pairs of words from the two domains"
-        raise LincorrError(match.unusable(label, where, fix))
+        raise DataError(match.unusable(label, where, fix))
     return match
 
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from lincorr.domains import DomainWord, tokenize_word
-from lincorr.errors import LincorrError
+from lincorr.errors import DataError, LincorrError
 from lincorr.internals import Ablate, Patch, token_ranks
 from lincorr.knowledge import TaskSpec
 from lincorr.models import LM
@@ -105,7 +105,7 @@ def bind_task(spec: TaskSpec, tokenizer) -> BoundTask:
             continue
         kept.append(TaskPair(argument, tuple(a for a in answers if a in good.values()), first.token_id, tuple(good)))
     if not kept:
-        raise LincorrError(f"no pair of task '{spec.name}' survives this tokenizer ({len(dropped)} dropped); add pairs whose answers start differently from their arguments")
+        raise DataError(f"no pair of task '{spec.name}' survives this tokenizer ({len(dropped)} dropped); add pairs whose answers start differently from their arguments")
     return BoundTask(spec, tuple(kept), tuple(dropped))
 
 
