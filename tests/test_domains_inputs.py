@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
+
 import pytest
 
 from lincorr.domains import build_domain, classify_first_token, read_word_file
-from lincorr.errors import LincorrError
+from lincorr.errors import InputError, LincorrError
 from lincorr.inputs import read_inputs_file, sample_vocab_inputs, usable_vocab_word
 
 
@@ -87,10 +89,19 @@ def test_word_and_input_files(tmp_path):
     inputs.write_text("Alice\nBob\nAlice\n", encoding="utf-8")
     assert read_inputs_file(inputs) == ["Alice", "Bob"]
     (tmp_path / "empty.txt").write_text("\n", encoding="utf-8")
-    with pytest.raises(LincorrError, match="empty"):
+    with pytest.raises(InputError):
         read_inputs_file(tmp_path / "empty.txt")
-    with pytest.raises(LincorrError, match="cannot read"):
+    with pytest.raises(InputError):
         read_inputs_file(tmp_path / "missing.txt")
     (tmp_path / "binary.txt").write_bytes(b"\xff\xfe\x00")
-    with pytest.raises(LincorrError, match="cannot read"):
+    with pytest.raises(InputError):
         read_word_file(tmp_path / "binary.txt")
+
+
+def test_a_byte_order_mark_and_windows_line_ends_lose_no_word(tmp_path):
+    """Windows editors start UTF-8 files with a byte-order mark and end lines with CRLF: the first word stays whole."""
+    for reader, text, expected in ((read_word_file, "Paris\r\nTokyo\r\n", ["Paris", "Tokyo"]),
+                                   (read_inputs_file, "Alice\r\nBob\r\n", ["Alice", "Bob"])):
+        path = tmp_path / "windows.txt"
+        path.write_bytes(codecs.BOM_UTF8 + text.encode("utf-8"))
+        assert reader(path) == expected

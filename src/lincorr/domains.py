@@ -7,7 +7,8 @@ import re
 from collections.abc import Sequence
 from typing import Literal
 
-from lincorr.errors import LincorrError
+from lincorr.errors import InputError, LincorrError
+from lincorr.reading import read_lines
 
 Category = Literal["whole_word", "word_in_phrase", "subword"]
 CATEGORIES: tuple[Category, ...] = ("whole_word", "word_in_phrase", "subword")
@@ -165,12 +166,7 @@ def build_domain(
 
 def read_word_file(path) -> list[str]:
     """One word or phrase per line; blank lines and lines starting with '#' are skipped."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise LincorrError(f"cannot read word file {path}: {error}; pass a UTF-8 text file with one word per line") from None
-    words = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    words = [line for line in read_lines(path, "word file") if not line.startswith("#")]
     if not words:
-        raise LincorrError(f"word file {path} has no words; put one answer per line")
+        raise InputError(f"word file {path} has no words; put one answer per line")
     return words

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from lincorr.errors import LincorrError
+from lincorr.errors import InputError, LincorrError
+from lincorr.reading import read_lines
 
 
 def usable_vocab_word(text: str) -> bool:
@@ -44,12 +45,7 @@ def sample_vocab_inputs(tokenizer, n: int, seed: int = 0) -> list[str]:
 
 def read_inputs_file(path) -> list[str]:
     """One X per line (blank lines skipped, duplicates kept once, order kept)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = handle.read().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise LincorrError(f"cannot read inputs file {path} ({error}); pass a UTF-8 text file with one input per line") from None
-    inputs = list(dict.fromkeys(line.strip() for line in lines if line.strip()))
+    inputs = list(dict.fromkeys(read_lines(path, "inputs file")))
     if not inputs:
-        raise LincorrError(f"inputs file {path} is empty; put one input X per line")
+        raise InputError(f"inputs file {path} is empty; put one input X per line")
     return inputs

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from lincorr.domains import Domain
 from lincorr.errors import DataError, InputError
+from lincorr.reading import check_nesting, json_depth, read_text, visible
 from lincorr.outputs import settings_key
 from lincorr.prompts import Prompt, registry_prompt
 
@@ -85,7 +86,7 @@ class ReferenceMatch:
 
     def unusable(self, relation: str, reference: str, fix: str) -> str:
         """The error when no pair is left: how many were read, the first few dropped with why, and `fix`."""
-        shown = ", ".join(f"'{d.subject}' -> '{d.object}' ({d.reason})" for d in self.dropped[:3])
+        shown = ", ".join(f"{visible(d.subject)} -> {visible(d.object)} ({d.reason})" for d in self.dropped[:3])
         more = f" and {len(self.dropped) - 3} more" if len(self.dropped) > 3 else ""
         return f"no pair of {reference} can be used for {relation} ({self.n_read} read): {shown}{more}; {fix}"
 
@@ -241,12 +242,9 @@ def read_reference_file(path) -> ReferenceFile:
     counts as right.
     """
     path = Path(path)
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise InputError(f"cannot read reference file {path} ({error}); pass a UTF-8 TSV or JSON file") from None
+    text = read_text(path, "reference file")
     if path.suffix.lower() == ".json" or text.lstrip()[:1] in ("{", "["):
+        check_nesting(path, "reference file", json_depth(text))
         try:
             data = json.loads(text)
         except json.JSONDecodeError as error:
@@ -256,7 +254,7 @@ def read_reference_file(path) -> ReferenceFile:
         pairs = tsv_reference_pairs(path, text)
     if not pairs:
         raise InputError(f"reference file {path} has no pairs; write {REFERENCE_SHAPES}")
-    return ReferenceFile(str(path), hashlib.sha256(raw).hexdigest(), pairs)
+    return ReferenceFile(str(path), hashlib.sha256(path.read_bytes()).hexdigest(), pairs)
 
 
 def tsv_reference_pairs(path: Path, text: str) -> ReferencePairs:

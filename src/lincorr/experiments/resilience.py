@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from lincorr.errors import LincorrError
+from lincorr.reading import read_text
 from lincorr.experiments.correlation import FitConfig
 from lincorr.collect import collect_tables
 from lincorr.experiments.matrix import Grid, MatrixResult, matrix_from_tables, prepare_grid
@@ -166,10 +167,7 @@ def text_facts(path, max_words: int = MAX_WORDS_PER_EXAMPLE) -> list[Fact]:
     (after the first, which nothing predicts when the tokenizer adds no BOS), so the shared
     training loop of `lincorr.finetune` does ordinary causal-LM fine-tuning.
     """
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        raise LincorrError(f"cannot read training text {path} ({error}); pass a UTF-8 text file") from None
+    lines = read_text(path, "training text").splitlines()
     pieces = []
     for line in lines:
         words = line.split()

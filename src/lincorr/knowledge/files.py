@@ -9,7 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from lincorr.errors import LincorrError
+from lincorr.errors import InputError
+from lincorr.reading import check_nesting, read_text, yaml_depth
 from lincorr.knowledge.registry import PromptSpec, Reference, Registry, TaskSpec, suggest
 
 TOP_LEVEL_KEYS = ("domains", "prompts", "references", "tasks")
@@ -27,9 +28,9 @@ class Where:
     path: Path
     line: int
 
-    def error(self, problem: str, fix: str) -> LincorrError:
+    def error(self, problem: str, fix: str) -> InputError:
         """A one-line error naming this place, the problem and the fix."""
-        return LincorrError(f"{self.path}:{self.line}: {problem}; {fix}")
+        return InputError(f"{self.path}:{self.line}: {problem}; {fix}")
 
 
 class _Problem(Exception):
@@ -116,11 +117,8 @@ class FileContents:
 
 def read_registry_file(path: Path) -> FileContents:
     """Parse and check one file on its own; cross-file checks happen in `merge`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or str(error)
-        raise Where(path, 1).error(f"cannot read registry file ({reason})", "pass a readable UTF-8 YAML or JSON file") from None
+    text = read_text(path, "registry file")
+    check_nesting(path, "registry file", yaml_depth(text))
     try:
         return _parse_document(path, yaml.load(text, Loader=_LineLoader))  # noqa: S506 - a SafeLoader
     except _Problem as problem:

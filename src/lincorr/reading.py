@@ -1,0 +1,125 @@
+"""Reading the files a user names: what a file is and how large, checked before a byte is parsed.
+
+Every file lincorr reads on a user's behalf (registries, reference pairs, inputs, domains, texts to fine-tune on,
+the JSON of run directories) goes through `read_text`: a directory, FIFO or device is refused by what it is, a file
+over MAX_FILE_BYTES by its size, text that is not UTF-8 by where it stops being so, and a UTF-8 byte-order mark (as
+Windows editors write) is removed rather than glued to the first word. Structured text is refused when it nests
+deeper than MAX_NESTING, counted on the text before any parser recurses into it (a parser's recursion is where a
+stranger's file would crash the process).
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+import stat
+from pathlib import Path
+
+from lincorr.errors import InputError
+
+MAX_FILE_BYTES = 100_000_000
+MAX_NESTING = 64
+UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+# JSON strings, so that brackets inside them are not counted as nesting.
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+# YAML's quoted scalars, for the same reason.
+_YAML_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\n]|\'\')*\'')
+
+
+def read_text(path, what: str) -> str:
+    """The text of the file `path` (`what` names it in errors, e.g. "reference file"), BOM removed, newlines as read."""
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{what} {path} does not exist") from None
+    except OSError as error:
+        raise InputError(f"cannot read {what} {path}: {error.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise InputError(f"{what} {path} is {kind_of(info.st_mode)}, not a file; name a regular file")
+    if info.st_size > MAX_FILE_BYTES:
+        raise InputError(f"{what} {path} is {human_bytes(info.st_size)}; lincorr reads files up to {human_bytes(MAX_FILE_BYTES)}")
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)  # a file that grows while it is read is still bounded
+    except OSError as error:
+        raise InputError(f"cannot read {what} {path}: {error.strerror}") from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise InputError(f"{what} {path} is over {human_bytes(MAX_FILE_BYTES)}; lincorr reads files up to {human_bytes(MAX_FILE_BYTES)}")
+    if raw.startswith(UTF16_MARKS):
+        raise InputError(f"{what} {path} is UTF-16 text; save it as UTF-8")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise InputError(f"{what} {path} is not UTF-8 text (byte {error.start} is {raw[error.start]:#04x}); save it as UTF-8") from None
+
+
+def read_lines(path, what: str) -> list[str]:
+    """The file's non-empty lines, stripped (CRLF or LF endings alike)."""
+    return [line.strip() for line in read_text(path, what).splitlines() if line.strip()]
+
+
+def read_json(path, what: str):
+    """The parsed JSON of the file, refused with the line where it goes wrong or where it nests too deep."""
+    text = read_text(path, what)
+    check_nesting(path, what, json_depth(text))
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputError(f"{path}:{error.lineno}: {what} is not valid JSON ({error.msg})") from None
+
+
+def check_nesting(path, what: str, depth: int) -> None:
+    if depth > MAX_NESTING:
+        raise InputError(f"{what} {path} nests {depth} levels deep; lincorr reads structures up to {MAX_NESTING} levels deep")
+
+
+def json_depth(text: str) -> int:
+    """How deep the brackets of a JSON text nest (strings ignored)."""
+    return _bracket_depth(_JSON_STRING.sub('""', text))
+
+
+def yaml_depth(text: str) -> int:
+    """An upper bound on how deep a YAML text nests: flow brackets, plus one level per indentation step and per "- " run."""
+    deepest, indents = 0, []
+    for line in _YAML_QUOTED.sub("''", text).splitlines():
+        content = line.lstrip(" ")
+        if not content or content.startswith("#"):
+            continue
+        indent = len(line) - len(content)
+        while indents and indents[-1] >= indent:
+            indents.pop()
+        indents.append(indent)
+        dashes = len(re.match(r"(?:-\s+)*", content).group(0).split("-")) - 1
+        deepest = max(deepest, len(indents) + dashes + _bracket_depth(content))
+    return deepest
+
+
+def _bracket_depth(text: str) -> int:
+    depth = deepest = 0
+    for character in re.findall(r"[\[\]{}]", text):
+        depth += 1 if character in "[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
+
+
+def kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def human_bytes(n: int) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} GB"
+
+
+def visible(word: str) -> str:
+    """`word` quoted with invisible characters shown (a byte-order mark, a zero-width space, a tab): for error messages."""
+    return ascii(word) if any(not c.isprintable() or c in "\ufeff\u200b\u200c\u200d\u2060" for c in word) else repr(word)
