@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from lincorr.errors import LincorrError
+from lincorr.errors import InputError
 
 
 def validate_template(template: str) -> str:
     """A template must hold exactly one "{}" where the input X goes."""
     if template.count("{}") != 1:
-        raise LincorrError(f"template {template!r} must contain exactly one '{{}}' where the input goes, e.g. '{{}} lives in the city of'")
+        raise InputError(f"template {template!r} must contain exactly one '{{}}' where the input goes, e.g. '{{}} lives in the city of'")
     return template
 
 

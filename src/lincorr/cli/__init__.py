@@ -21,7 +21,7 @@ from lincorr.cli.mechanisms import add_mechanism_commands
 from lincorr.cli.registry import add_registry_commands
 from lincorr.cli.report import add_report_command
 from lincorr.cli.studies import add_study_commands
-from lincorr.cli.options import CommandParser, check_output_directories
+from lincorr.cli.options import CommandParser, check_output_directories, check_user_files
 from lincorr.cli.training import add_training_commands
 from lincorr.errors import LincorrError, StorageError, UsageError
 
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             finished = True
             return 0
         check_output_directories(args)
+        check_user_files(args)
         args.handler(args)
         finished = True
     except LincorrError as error:

@@ -10,7 +10,6 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
 
 from lincorr import strict_json
 from lincorr.errors import InputError, UsageError
@@ -241,6 +240,30 @@ def check_output_directories(args) -> None:
             check_output_directory(getattr(args, dest), option)
 
 
+def check_user_files(args) -> None:
+    """Before any model is looked for: every file and template the user gave is read and checked.
+
+    A bad file is the user's to fix in seconds; finding it only after a model has loaded (or failed to) wastes minutes
+    and hides the file's error behind the model's.
+    """
+    from lincorr.domains import read_word_file
+    from lincorr.reading import read_text
+    from lincorr.templates import validate_template
+
+    if getattr(args, "registry", None):
+        load_registry_from(args)
+    read_references(args)
+    if getattr(args, "inputs", None):
+        count_inputs(args)
+    for side in SIDES:
+        if getattr(args, f"{side}_template", None) is not None:
+            validate_template(getattr(args, f"{side}_template"))
+        if getattr(args, f"{side}_domain", None) is not None:
+            read_word_file(getattr(args, f"{side}_domain"))
+    if getattr(args, "finetune_text", None) and not read_text(args.finetune_text, "--finetune-text file").strip():
+        raise InputError(f"--finetune-text file {args.finetune_text} is empty; give it the passages to fine-tune on")
+
+
 def save_and_print(args, result, text: Callable[[], str] | None, *, payload: Callable[[], object] | None = None) -> None:
     """How a study ends: `result` saves itself into --out when given; then its JSON (its summary, or `payload()`) with --json, else `text()`."""
     if args.out:
@@ -299,8 +322,6 @@ def count_inputs(args) -> int:
         return args.n_inputs
     from lincorr.inputs import read_inputs_file
 
-    if not Path(args.inputs).is_file():
-        raise InputError(f"--inputs file {args.inputs} does not exist; pass a text file with one input per line")
     return len(read_inputs_file(args.inputs))
 
 
@@ -317,8 +338,6 @@ def custom_sides(args) -> tuple[str, ...]:
         template, domain_file = getattr(args, f"{side}_template", None), getattr(args, f"{side}_domain", None)
         if (template is None) != (domain_file is None):
             raise UsageError(f"--{side}-template and --{side}-domain go together; give both or neither")
-        if domain_file is not None and not Path(domain_file).is_file():
-            raise InputError(f"--{side}-domain file {domain_file} does not exist; pass a text file with one word per line")
         if template is not None:
             sides.append(side)
     return tuple(sides)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -15,6 +16,11 @@ DATA_DIR = Path(__file__).parent / "data"
 
 def load_registry(extra_files: Sequence[str | Path] = ()) -> Registry:
     """The bundled registry with user files of the same schema on top (a same-named entry replaces)."""
-    bundled = [(read_registry_file(path), 0) for path in sorted(DATA_DIR.glob("*.yaml"))]
     extra = [(read_registry_file(Path(path)), layer) for layer, path in enumerate(extra_files, start=1)]
-    return merge(bundled + extra)
+    return merge([*bundled_files(), *extra])
+
+
+@functools.cache
+def bundled_files() -> tuple:
+    """The bundled registry files, parsed once per process: they ship with the package and never change under it."""
+    return tuple((read_registry_file(path), 0) for path in sorted(DATA_DIR.glob("*.yaml")))

@@ -132,7 +132,7 @@ def read_registry_file(path: Path) -> FileContents:
 def _parse_document(path: Path, document: object) -> FileContents:
     contents = FileContents(path, {}, {}, {})
     if document is None:
-        return contents
+        raise _Problem(1, "the registry file is empty", f"add one of {', '.join(k + ':' for k in TOP_LEVEL_KEYS)} (schema: docs/registry.md)")
     if not isinstance(document, _Map):
         raise _Problem(1, "a registry file must be a mapping", f"start it with one of {', '.join(k + ':' for k in TOP_LEVEL_KEYS)}")
     _check_keys(document, TOP_LEVEL_KEYS, required=(), what="top-level key")
