@@ -396,6 +396,9 @@ def test_user_tasks_add_and_replace_bundled_ones(tmp_path):
     (TASK_FILE.replace("the opposite of {}?", "the opposite of {} {}?"), 9, "has 2 '{}' placeholders, not 1"),
     (TASK_FILE.replace("is {y}. Q: What is the opposite", "is. Q: What is the opposite"), 10, "lacks {x} or {y}"),
     (TASK_FILE.replace("    demonstrations: 2\n", "    demonstrations: two\n"), 11, "`demonstrations` of task 'opposites' is 'two'"),
+    # '²' and '٣' pass str.isdigit() and then crash int() or read as another number: only ASCII digits are a count.
+    (TASK_FILE.replace("    demonstrations: 2\n", "    demonstrations: '²'\n"), 11, "`demonstrations` of task 'opposites' is '²'"),
+    (TASK_FILE.replace("    demonstrations: 2\n", "    demonstrations: ٣\n"), 11, "`demonstrations` of task 'opposites' is '٣'"),
     (TASK_FILE.replace("      up: [down]\n", "      up: []\n"), 14, "subject 'up' needs one or more objects"),
     (TASK_FILE.replace("    reference: planet->country\n", "    reference: planet->moon\n"), 18, "names unknown reference 'planet->moon'"),
     (TASK_FILE.replace("    reference: planet->country\n", "    reference: planet->country\n    pairs: {a: b}\n"), 15,

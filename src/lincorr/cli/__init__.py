@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         finished = True
     except LincorrError as error:
         finished = True
-        return report_error(error)
+        serving = team is not None and not team.is_main
+        return report_error(error, rank=team.rank if serving else None)
     except OSError as error:
         if error.errno not in ENVIRONMENT_ERRNOS:
             raise
@@ -122,9 +123,16 @@ def end_run(team, finished: bool) -> None:
     leave_team(together=finished)
 
 
-def report_error(error: LincorrError) -> int:
-    """The one line every mistake ends in; exit code 2."""
-    print(f"lincorr: error: {' '.join(str(error).splitlines())}", file=sys.stderr)
+def report_error(error: LincorrError, *, rank: int | None = None) -> int:
+    """The one line every mistake ends in; exit code 2.
+
+    Under torchrun every process meets the same mistake in the command line or its files, so only rank 0 (or a process
+    started alone) prints it; an error met by another rank while serving its share (`rank`) is its own and is printed.
+    """
+    if rank is None and os.environ.get("RANK", "0") != "0":
+        return 2
+    where = f"rank {rank}: " if rank is not None else ""
+    print(f"lincorr: error: {where}{' '.join(str(error).splitlines())}", file=sys.stderr)
     return 2
 
 

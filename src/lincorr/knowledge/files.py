@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -249,7 +250,8 @@ def _parse_task(item: _Map) -> TaskSpec:
     if ("pairs" in item) == ("reference" in item):
         raise _Problem(item.line, f"task '{name}' needs either `pairs:` or `reference:`, not both or neither", "list `pairs:` (argument: [answer, alias, ...]) or name a registry reference")
     count = _text(item, "demonstrations") if "demonstrations" in item else "3"
-    if not count.isdigit():
+    # ASCII digits only: str.isdigit() also accepts '²' and other digits int() refuses.
+    if not re.fullmatch(r"[0-9]+", count):
         raise _Problem(item.key_lines["demonstrations"], f"`demonstrations` of task '{name}' is {count!r}", "write a whole number such as 3")
     prefix = _text(item, "answer_prefix", allow_empty=True) if "answer_prefix" in item else " "
     pairs, reference = (_parse_pairs(item), "") if "pairs" in item else ((), _text(item, "reference"))
