@@ -221,7 +221,7 @@ def spy_on_errors(monkeypatch) -> list:
     """The errors the CLI reports from now on, as objects: their class is the stable kind of the mistake."""
     reported = []
     real = cli.report_error
-    monkeypatch.setattr(cli, "report_error", lambda error: reported.append(error) or real(error))
+    monkeypatch.setattr(cli, "report_error", lambda error, **where: reported.append(error) or real(error, **where))
     return reported
 
 

@@ -78,7 +78,7 @@ def test_a_hostile_file_ends_in_one_error_line_before_the_model(command, option,
     monkeypatch.chdir(tmp_path)
     reported = []
     real = cli.report_error
-    monkeypatch.setattr(cli, "report_error", lambda error: reported.append(error) or real(error))
+    monkeypatch.setattr(cli, "report_error", lambda error, **where: reported.append(error) or real(error, **where))
     model = [] if command in MODEL_FREE else ["--model", str(tmp_path / "no-such-model")]
     side = option.removeprefix("--").removesuffix("-domain")
     partner = [f"--{side}-template", "{} is"] if option.endswith("-domain") else []
@@ -97,3 +97,13 @@ def test_a_hostile_file_ends_in_one_error_line_before_the_model(command, option,
         assert len(err) == 1 and err[0].startswith("lincorr: error: ") and path in err[0], (name, err)
         assert isinstance(reported[-1], InputError), (name, reported[-1])
     assert sorted(tmp_path.rglob("*")) == before, "a refused file left files behind"
+
+
+@pytest.mark.parametrize("template", ["lives in the city of", "{} and {} live in"])
+def test_a_template_without_one_placeholder_is_reported_before_the_model(template, tmp_path, capsys):
+    (tmp_path / "cities.txt").write_text("Paris\nTokyo\n", encoding="utf-8")
+    argv = ["fit", "city", "country", "--model", str(tmp_path / "no-such-model"), "--source-template", template,
+            "--source-domain", str(tmp_path / "cities.txt"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "template" in err[0] and "no-such-model" not in err[0], err
