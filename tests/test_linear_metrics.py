@@ -148,3 +148,12 @@ def test_ols_with_a_duplicated_source_column_still_fits_exactly():
     fitted = LinearMap("ols").fit(source, target)
     np.testing.assert_allclose(fitted.predict(source), target, atol=1e-4)
     assert np.isfinite(fitted.coef_).all()
+
+
+def test_pearson_of_two_vectors_is_scipys_and_undefined_where_r_means_nothing():
+    from lincorr.metrics import pearson
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=20), rng.normal(size=20)
+    assert pearson(a, b) == pytest.approx(stats.pearsonr(a, b)[0], abs=1e-12)  # float64 both ways
+    assert np.isnan(pearson([1.0, 2.0], [2.0, 1.0])) and np.isnan(pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))

@@ -34,7 +34,7 @@ from lincorr.experiments.gradients import GradientConfig, gradient_correlation_f
 from lincorr.experiments.subwords import subword_study
 from lincorr.finetune import TrainConfig
 from lincorr.knowledge import load_registry
-from lincorr.metrics import chance_top1, mann_whitney_auc
+from lincorr.metrics import chance_top1, roc_auc
 from lincorr.models import wrap_model
 from lincorr.relations import RelationSpec
 
@@ -366,12 +366,12 @@ def test_gradient_correlation_study_on_a_tiny_model_and_its_resumable_table(lm, 
 
 # ---- AUC ----
 
-def test_mann_whitney_auc():
-    assert mann_whitney_auc([1, 2, 3, 4], [0, 0, 1, 1]) == 1.0
-    assert mann_whitney_auc([4, 3, 2, 1], [0, 0, 1, 1]) == 0.0
-    assert mann_whitney_auc([1, 1, 1, 1], [0, 1, 0, 1]) == 0.5
-    assert mann_whitney_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.75
-    assert np.isnan(mann_whitney_auc([1, 2], [1, 1]))
+def test_roc_auc():
+    assert roc_auc([1, 2, 3, 4], [0, 0, 1, 1]) == 1.0
+    assert roc_auc([4, 3, 2, 1], [0, 0, 1, 1]) == 0.0
+    assert roc_auc([1, 1, 1, 1], [0, 1, 0, 1]) == 0.5
+    assert roc_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == 0.75
+    assert np.isnan(roc_auc([1, 2], [1, 1]))
 
 
 def torch_equal(a, b) -> bool:

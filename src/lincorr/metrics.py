@@ -104,18 +104,17 @@ def hit_at_k(scores: np.ndarray, right: dict[int, tuple[int, ...]], ks: Sequence
 
 
 def chance_hit_at_k(n_columns: int, right: dict[int, tuple[int, ...]], ks: Sequence[int] = (1, 3, 5)) -> dict[int, float]:
-    """Expected `hit_at_k` of a uniformly random ranking of `n_columns` columns (the floor to compare against)."""
-    import math
+    """Expected `hit_at_k` of a uniformly random ranking of `n_columns` columns (the floor to compare against).
+
+    The top k of a random ranking is k columns drawn without replacement: the number of right columns among them is
+    hypergeometric, and a hit is at least one.
+    """
+    from scipy.stats import hypergeom
 
     if not right:
         return {k: float("nan") for k in ks}
-    rates = {}
-    for k in ks:
-        drawn = min(k, n_columns)
-        # P(no right column among k drawn without replacement) = C(n - m, k) / C(n, k).
-        misses = [math.comb(n_columns - len(columns), drawn) / math.comb(n_columns, drawn) for columns in right.values()]
-        rates[k] = float(1 - np.mean(misses))
-    return rates
+    return {k: float(np.mean([hypergeom(n_columns, len(columns), min(k, n_columns)).sf(0) for columns in right.values()]))
+            for k in ks}
 
 
 def chance_top1(accepted: Iterable[Collection], domain_size: int) -> float:
@@ -128,17 +127,22 @@ def chance_top1(accepted: Iterable[Collection], domain_size: int) -> float:
     return rate(len(answers) / domain_size for answers in accepted)
 
 
-def mann_whitney_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
-    """ROC AUC of `scores` for `labels` as the Mann-Whitney U statistic (ties count half); NaN with one class only."""
-    from scipy.stats import rankdata
+def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """ROC AUC of `scores` for `labels` (ties count half); NaN with one class only, where it is undefined."""
+    from sklearn.metrics import roc_auc_score
 
-    scores = np.asarray(scores, np.float64)
     labels = np.asarray(labels, bool)
-    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
-    if n_pos == 0 or n_neg == 0:
+    if labels.all() or not labels.any():
         return float("nan")
-    ranks = rankdata(scores)  # average ranks: a tie between a positive and a negative counts one half
-    return float((ranks[labels].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+    return float(roc_auc_score(labels, np.asarray(scores, np.float64)))
+
+
+def pearson(a, b) -> float:
+    """Pearson r of two vectors; NaN with fewer than 3 values or a constant one, where r means nothing."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if len(a) < 3 or a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(columnwise_pearson(a[:, None], b[:, None])[0])
 
 
 def rate(values) -> float:

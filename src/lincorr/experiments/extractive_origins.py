@@ -35,6 +35,7 @@ from lincorr.experiments.extractive import (
 )
 from lincorr.experiments.extractive_scores import linearized_scores, score_components
 from lincorr.finetune import Fact, TrainConfig
+from lincorr.metrics import pearson
 from lincorr.models import LM
 from lincorr.names import pseudo_names
 from lincorr.outputs import staged_directory, write_csv, write_json
@@ -266,8 +267,7 @@ class GraftResult:
         out = {}
         for kind in ("mlp", "head"):
             chosen = np.array([c.startswith(kind) for c in self.components])
-            a, b = self.downstream[chosen], self.informative[chosen]
-            out[kind] = float(np.corrcoef(a, b)[0, 1]) if chosen.sum() > 2 and a.std() > 0 and b.std() > 0 else float("nan")
+            out[kind] = pearson(self.downstream[chosen], self.informative[chosen])
             out[f"n_{kind}"] = int(chosen.sum())
         return out
 

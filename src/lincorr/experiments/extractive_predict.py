@@ -30,7 +30,7 @@ from lincorr.experiments.extractive import (
 )
 from lincorr.experiments.generalization import DEFAULT_MARGIN, predict_from_logits
 from lincorr.finetune import TrainConfig
-from lincorr.metrics import mann_whitney_auc
+from lincorr.metrics import roc_auc
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_csv, write_json
 from lincorr.relations import RelationSpec
@@ -74,9 +74,9 @@ class PredictResult:
         """ROC AUC of each predictor for "right after training", and of random scores (mean, 2.5% and 97.5% quantiles)."""
         rows = self.usable()
         labels = [r["right_after"] for r in rows]
-        out = {name: mann_whitney_auc([r[name] for r in rows], labels) for name in PREDICTORS}
+        out = {name: roc_auc([r[name] for r in rows], labels) for name in PREDICTORS}
         rng = np.random.default_rng(self.config.seed)
-        random = np.array([mann_whitney_auc(rng.random(len(rows)), labels) for _ in range(self.config.n_random)])
+        random = np.array([roc_auc(rng.random(len(rows)), labels) for _ in range(self.config.n_random)])
         finite = random[np.isfinite(random)]
         out["random"] = ({"mean": float(finite.mean()), "low": float(np.quantile(finite, 0.025)), "high": float(np.quantile(finite, 0.975))}
                          if finite.size else {"mean": float("nan"), "low": float("nan"), "high": float("nan")})

@@ -51,6 +51,7 @@ from lincorr.experiments.extractive import (
 )
 from lincorr.internals import Component, Patch, component_parameters, head, head_indices, layout, mlp, run
 from lincorr.internals.trace import NO_TOKENS
+from lincorr.metrics import pearson
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_csv, write_json
 
@@ -336,12 +337,6 @@ def checked_components(lm: LM, n_checked: int) -> list[Component]:
     return [mlp(int(l)) for l in layers] + heads
 
 
-def _pearson(a: np.ndarray, b: np.ndarray) -> float:
-    if len(a) < 3 or np.std(a) == 0 or np.std(b) == 0:
-        return float("nan")
-    return float(np.corrcoef(a, b)[0, 1])
-
-
 @dataclasses.dataclass(frozen=True)
 class ScoresConfig:
     """The update to score (dataset and training, as in the OCR study), how many components to check by intervention, the batch size."""
@@ -370,7 +365,7 @@ class ScoresResult:
 
     def linearization_r(self) -> dict:
         """Pearson r of exact against linearised scores over the checked components, per score."""
-        return {key: _pearson(self.exact_checked[key], self.linear_checked[key]) for key in SCORES}
+        return {key: pearson(self.exact_checked[key], self.linear_checked[key]) for key in SCORES}
 
     def summary(self) -> dict:
         """The JSON contract of `lincorr extractive scores --json`."""

@@ -19,7 +19,9 @@ from lincorr.collect import entity_logits
 from lincorr.errors import LincorrError
 from lincorr.experiments.correlation import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
-from lincorr.metrics import chance_top1, mann_whitney_auc, rate
+from scipy.special import softmax
+
+from lincorr.metrics import chance_top1, rate, roc_auc
 from lincorr.models import LM, wrap_model
 from lincorr.names import pseudo_names
 from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_provenance, write_text_atomic
@@ -126,12 +128,6 @@ def predicted_target_logits(coef: np.ndarray, target_before: np.ndarray, source_
     return np.asarray(target_before, np.float64) + delta * np.asarray(coef[source_index], np.float64)
 
 
-def softmax(scores: np.ndarray) -> np.ndarray:
-    """Probabilities over the last axis."""
-    shifted = np.exp(scores - scores.max(-1, keepdims=True))
-    return shifted / shifted.sum(-1, keepdims=True)
-
-
 def predict_from_logits(
     coef: np.ndarray, source_before: np.ndarray, target_before: np.ndarray, source_index: int, source_words: Sequence[str],
     target_words: Sequence[str], reference_columns_of_s: Sequence[int] = (), margin: float = DEFAULT_MARGIN,
@@ -145,7 +141,7 @@ def predict_from_logits(
         delta = edit_delta(np.asarray(source_before, np.float64), source_index, margin)
     predicted = predicted_target_logits(coef, target_before, source_index, delta)
     order = np.argsort(-predicted, kind="stable")
-    probabilities = softmax(predicted)
+    probabilities = softmax(predicted, axis=-1)
     columns = list(reference_columns_of_s)
     return EditPrediction(
         source_answer=source_words[source_index],
@@ -391,11 +387,11 @@ class GeneralizationResult:
         return {
             "prediction_accuracy": rate(o.predicted == o.generated for o in outcomes),
             "prediction_accuracy_learned": rate(o.predicted == o.generated for o in outcomes if o.learned),
-            "prediction_success_auc": mann_whitney_auc([o.predicted_success for o in outcomes], [o.generalized for o in outcomes]),
+            "prediction_success_auc": roc_auc([o.predicted_success for o in outcomes], [o.generalized for o in outcomes]),
             "predicted_generalization_rate": rate(o.predicted in o.references for o in outcomes),
             "calibrated_delta_mean": rate(o.calibrated_delta for o in calibrated),
             "calibrated_prediction_accuracy": rate(o.predicted_calibrated == o.generated for o in calibrated),
-            "calibrated_prediction_success_auc": mann_whitney_auc([o.predicted_success_calibrated for o in calibrated],
+            "calibrated_prediction_success_auc": roc_auc([o.predicted_success_calibrated for o in calibrated],
                                                                   [o.generalized for o in calibrated]),
             "calibrated_predicted_generalization_rate": rate(o.predicted_calibrated in o.references for o in calibrated),
         }
