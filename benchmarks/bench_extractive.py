@@ -24,8 +24,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lincorr.experiments.extractive import hop_data, load_world, snapshot  # noqa: E402
-from lincorr.experiments.extractive_scores import linearized_scores, rewards, score_components  # noqa: E402
+from lincorr.studies.extractive.ocr import hop_data, load_world, snapshot  # noqa: E402
+from lincorr.studies.extractive.scores import linearized_scores, rewards, score_components  # noqa: E402
 from lincorr.internals import component_parameters, head_indices, run  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402
 from lincorr.models import load_model  # noqa: E402

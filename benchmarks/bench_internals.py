@@ -23,8 +23,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lincorr.experiments.vector_arithmetic import lens, pair_order  # noqa: E402
-from lincorr.experiments.vector_tasks import bind_task, fewshot_prompts  # noqa: E402
+from lincorr.studies.vectors.arithmetic import lens, pair_order  # noqa: E402
+from lincorr.tasks import bind_task, fewshot_prompts  # noqa: E402
 from lincorr.internals import layout  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402
 from lincorr.models import load_model  # noqa: E402

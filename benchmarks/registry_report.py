@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from transformers import AutoTokenizer  # noqa: E402
 
-from lincorr.experiments.vector_tasks import task_survival  # noqa: E402
+from lincorr.tasks import task_survival  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402
 from lincorr.knowledge.report import domains_report  # noqa: E402
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.ablation import (
+from lincorr.studies.training.ablation import (
     AblationConfig,
     AblationResult,
     AblationTable,

@@ -1,4 +1,4 @@
-"""The layout holds: imports point one way (cli -> experiments -> core stages -> models), and studies use each other only through public APIs."""
+"""The layout holds: imports point one way (cli -> studies -> core stages -> models), and studies use each other only through public APIs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 import lincorr
 
 SOURCE = Path(lincorr.__file__).parent
+STUDY_PACKAGES = {"lincorr.studies", "lincorr.studies.logits", "lincorr.studies.training", "lincorr.studies.vectors",
+                  "lincorr.studies.extractive"}
 
 
 def modules() -> dict[str, Path]:
@@ -44,7 +46,7 @@ def layer(module: str) -> int:
     """0: core stages and models, 1: studies, 2: the command line."""
     if module.startswith("lincorr.cli") or module == "lincorr.__main__":
         return 2
-    return 1 if module.startswith("lincorr.experiments") else 0
+    return 1 if module.startswith("lincorr.studies") else 0
 
 
 def test_imports_never_point_back_up_the_layers():
@@ -55,6 +57,34 @@ def test_imports_never_point_back_up_the_layers():
         if layer(target) > layer(name)
     ]
     assert not backwards
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (or a module importing itself): the import cycles."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    names = sorted(graph)
+    index = {name: i for i, name in enumerate(names)}
+    edges = [(index[a], index[b]) for a in names for b in graph[a] if b in index]
+    rows, cols = zip(*edges) if edges else ((), ())
+    adjacency = csr_matrix(([1] * len(edges), (rows, cols)), shape=(len(names), len(names)))
+    _, labels = connected_components(adjacency, directed=True, connection="strong")
+    groups = [[n for n in names if labels[index[n]] == label] for label in set(labels)]
+    return [g for g in groups if len(g) > 1 or g[0] in graph[g[0]]]
+
+
+def test_no_import_cycle_anywhere():
+    """Not even through an import inside a function: a cycle means two modules that cannot be understood apart."""
+    graph = {name: {target for target, _ in imports(path) if target != name} for name, path in modules().items()}
+    # A package's own __init__ importing its modules (and they it) is how a package exports; those edges are not cycles.
+    graph = {name: {t for t in targets if not (t.startswith(name + ".") or name.startswith(t + "."))} for name, targets in graph.items()}
+    assert not import_cycles(graph)
+
+
+def test_the_cycle_finder_finds_a_planted_cycle():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_studies_import_no_private_names():
@@ -75,7 +105,7 @@ def test_a_study_uses_another_study_only_through_its_public_api():
         if layer(name) != 1:
             continue
         for target, names in imports(path):
-            if target == name or layer(target) != 1 or target not in known or target == "lincorr.experiments":
+            if target == name or layer(target) != 1 or target not in known or target in STUDY_PACKAGES:
                 continue
             public = set(getattr(importlib.import_module(target), "__all__", ()))
             reaching += [f"{name} uses {target}.{n}, which is not in its __all__" for n in names if n not in public]
@@ -83,7 +113,7 @@ def test_a_study_uses_another_study_only_through_its_public_api():
 
 
 def test_every_study_declares_its_public_api():
-    studies = [name for name in modules() if layer(name) == 1 and name != "lincorr.experiments"]
+    studies = [name for name in modules() if layer(name) == 1 and name not in STUDY_PACKAGES]
     missing = [name for name in studies if not hasattr(importlib.import_module(name), "__all__")]
     assert not missing
     for name in studies:
@@ -96,7 +126,7 @@ def test_the_walker_sees_nested_and_type_checking_imports_correctly(tmp_path):
     sample.write_text(
         "from typing import TYPE_CHECKING\n"
         "from lincorr.metrics import rate\n"
-        "if TYPE_CHECKING:\n    from lincorr.experiments.correlation import PairResult\n"
+        "if TYPE_CHECKING:\n    from lincorr.fit import PairResult\n"
         "def f():\n    import lincorr.plots\n    from lincorr.names import _private\n"
     )
     assert sorted(imports(sample)) == [("lincorr.metrics", ("rate",)), ("lincorr.names", ("_private",)), ("lincorr.plots", ())]

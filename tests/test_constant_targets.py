@@ -10,9 +10,9 @@ import pytest
 from lincorr.cli.core import print_result
 from lincorr.collect import LogitTable
 from lincorr.domains import Domain
-from lincorr.experiments.correlation import FitConfig, fit_tables
-from lincorr.experiments.gradients import gradient_correlation_from_changes
-from lincorr.experiments.matrix import Grid, matrix_from_tables
+from lincorr.fit import FitConfig, fit_tables
+from lincorr.studies.training.gradients import gradient_correlation_from_changes
+from lincorr.studies.logits.matrix import Grid, matrix_from_tables
 from lincorr.metrics import summarize
 from lincorr.report.page import KeyNumbers
 from lincorr.report.runs import read_pair

@@ -15,15 +15,15 @@ from helpers.tiny import WORDS, state_copy, tiny_gpt2, tiny_llama, tiny_subword_
 from lincorr import finetune
 from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
-from lincorr.experiments.extractive import (
+from lincorr.studies.extractive.ocr import (
     HOPS, PAPER_TRAIN, OcrConfig, QuerySet, Templates, chance_mean_rank, hop_data, load_world, made_up_names, ranks,
     run_ocr, token_report, train_model,
 )
-from lincorr.experiments.extractive_freeze import SETTINGS, FreezeConfig, choose_split, reset_blocks, run_freeze
-from lincorr.experiments.extractive_origins import (
+from lincorr.studies.extractive.freeze import SETTINGS, FreezeConfig, choose_split, reset_blocks, run_freeze
+from lincorr.studies.extractive.origins import (
     ORDERS, WEIGHT_SETS, OriginsConfig, graft_weights, novel_data, ordering_phases, run_graft, run_ordering,
 )
-from lincorr.experiments.extractive_scores import (
+from lincorr.studies.extractive.scores import (
     SCORES, exact_scores, linearized_scores, score_components, score_grid,
 )
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
@@ -447,7 +447,7 @@ def test_novel_data_moves_every_counterfactual_name_and_keeps_test_names_new(wor
 
 
 def test_orderings_feed_exactly_the_documented_sequence(world_tokenizer, tmp_path, monkeypatch):
-    import lincorr.experiments.extractive as extractive
+    import lincorr.studies.extractive.ocr as extractive
 
     calls = []
     real = extractive.train_on_facts
@@ -506,8 +506,8 @@ def test_graft_study_reports_table_3_and_both_correlations(world_tokenizer, tmp_
 
 
 def test_w_predictor_scores_each_fact_from_the_untrained_fit(world_tokenizer, tmp_path):
-    from lincorr.experiments.correlation import FitConfig, fit_relation
-    from lincorr.experiments.extractive_predict import PREDICTORS, PredictConfig, run_predict
+    from lincorr.fit import FitConfig, fit_relation
+    from lincorr.studies.extractive.predict import PREDICTORS, PredictConfig, run_predict
 
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
     registry = tiny_world_registry(tmp_path)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 
-from lincorr.experiments.extractive import SMALL_TRAIN, hop_data, load_world, mean_rank, train_model
-from lincorr.experiments.extractive_scores import exact_scores, linearized_scores, score_components
+from lincorr.studies.extractive.ocr import SMALL_TRAIN, hop_data, load_world, mean_rank, train_model
+from lincorr.studies.extractive.scores import exact_scores, linearized_scores, score_components
 from lincorr.internals import head, mlp
 from lincorr.knowledge import load_registry
 

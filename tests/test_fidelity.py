@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.correlation import CI_METHODS, FitConfig, pairs_bootstrap_labelwise_ci, split_indices
+from lincorr.fit import CI_METHODS, FitConfig, pairs_bootstrap_labelwise_ci, split_indices
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci
 
@@ -50,7 +50,7 @@ def test_an_unknown_interval_method_is_refused():
 def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(llama_lm, tmp_path):
     from helpers.tiny import INPUTS, REGISTRY_YAML
 
-    from lincorr.experiments.precision import precision_curve, precision_table
+    from lincorr.studies.logits.precision import precision_curve, precision_table
     from lincorr.knowledge import load_registry
     from lincorr.relations import RelationSpec
 
@@ -74,7 +74,7 @@ def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(l
 def test_the_n_curve_refuses_more_points_than_inputs(llama_lm):
     from helpers.tiny import INPUTS
 
-    from lincorr.experiments.precision import precision_curve
+    from lincorr.studies.logits.precision import precision_curve
     from lincorr.relations import RelationSpec
 
     with pytest.raises(LincorrError, match="needs 100 inputs and the input list has 60"):
@@ -104,7 +104,7 @@ def test_within_domain_logprobs_are_a_distribution_that_keeps_every_difference()
     from scipy.special import logsumexp
 
     from lincorr.collect import LogitTable
-    from lincorr.experiments.correlation import within_domain_logprobs
+    from lincorr.fit import within_domain_logprobs
 
     values = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32) * 5
     table = LogitTable(values, tuple("abcdef"), "{} is", None, "logits", "model")
@@ -115,8 +115,8 @@ def test_within_domain_logprobs_are_a_distribution_that_keeps_every_difference()
 
 def test_a_standardized_fit_is_ranked_in_standard_units():
     from lincorr.collect import LogitTable
-    from lincorr.experiments.correlation import fit_tables
-    from lincorr.experiments.precision import ranked_weights
+    from lincorr.fit import fit_tables
+    from lincorr.studies.logits.precision import ranked_weights
 
     rng = np.random.default_rng(5)
     source_values = (rng.normal(size=(80, 6)) * rng.uniform(0.5, 4, size=6)).astype(np.float32)

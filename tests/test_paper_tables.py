@@ -12,8 +12,8 @@ from helpers.tiny import one_thread, tiny_llama, tiny_subword_tokenizer
 
 from lincorr.cli import main
 from lincorr.collect import collect_tables
-from lincorr.experiments.cases import paper_cases
-from lincorr.experiments.correlation import FitConfig, fit_tables
+from lincorr.studies.logits.cases import paper_cases
+from lincorr.fit import FitConfig, fit_tables
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.knowledge import load_registry
 from lincorr.metrics import hit_at_k

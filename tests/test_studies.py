@@ -16,15 +16,15 @@ from lincorr.cli import main
 from lincorr.collect import LogitTable
 from lincorr.domains import Domain
 from lincorr.errors import LincorrError
-from lincorr.experiments.cases import CaseTables, case_table
-from lincorr.experiments.correlation import FitConfig, fit_tables
+from lincorr.studies.logits.cases import CaseTables, case_table
+from lincorr.fit import FitConfig, fit_tables
 from lincorr.collect import collect_tables
-from lincorr.experiments.matrix import Grid, measure_matrix
+from lincorr.studies.logits.matrix import Grid, measure_matrix
 from lincorr.prompts import registry_prompts
-from lincorr.experiments.precision import precision_of, precision_table
+from lincorr.studies.logits.precision import precision_of, precision_table
 from lincorr.relations import RelationSpec, read_reference_file
-from lincorr.experiments.resilience import finetune_on_text, measure_resilience, text_facts
-from lincorr.experiments.scale import measure_scale
+from lincorr.studies.logits.resilience import finetune_on_text, measure_resilience, text_facts
+from lincorr.studies.logits.scale import measure_scale
 from lincorr.finetune import TrainConfig
 from lincorr.knowledge import load_registry
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference

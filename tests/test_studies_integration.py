@@ -14,9 +14,9 @@ from helpers.bundled import MIN_GAP_OVER_CONTROL, above_chance_p
 import lincorr.collect as collect_module
 from lincorr.collect import TableCache
 from lincorr.cli import main
-from lincorr.experiments.correlation import FitConfig
-from lincorr.experiments.matrix import Grid, measure_matrix, prepare_grid
-from lincorr.experiments.precision import precision_table
+from lincorr.fit import FitConfig
+from lincorr.studies.logits.matrix import Grid, measure_matrix, prepare_grid
+from lincorr.studies.logits.precision import precision_table
 from lincorr.relations import RelationSpec
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.knowledge import load_registry

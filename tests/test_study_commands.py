@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from helpers.tiny import CITIES, COUNTRIES, NAMES, WORDS, city_country_registry, one_thread, tiny_gpt2, tiny_llama, tiny_subword_tokenizer, tiny_tokenizer
 
-import lincorr.experiments.gradients as gradients_module
-import lincorr.experiments.scale as scale_module
+import lincorr.studies.training.gradients as gradients_module
+import lincorr.studies.logits.scale as scale_module
 from lincorr.cli import main
-from lincorr.experiments.correlation import FitConfig, fit_relation
-from lincorr.experiments.precision import precision_table
+from lincorr.fit import FitConfig, fit_relation
+from lincorr.studies.logits.precision import precision_table
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.knowledge import load_registry
 from lincorr.metrics import hit_at_k

@@ -10,11 +10,11 @@ import torch
 from scipy.stats import binomtest
 from helpers.bundled import above_chance_p
 
-from lincorr.experiments.correlation import FitConfig
-from lincorr.experiments.correlation import fit_relation
-from lincorr.experiments.generalization import DEFAULT_TRAIN, GeneralizationConfig, predict_edit, run_generalization
+from lincorr.fit import FitConfig
+from lincorr.fit import fit_relation
+from lincorr.studies.training.generalization import DEFAULT_TRAIN, GeneralizationConfig, predict_edit, run_generalization
 from lincorr.relations import RelationSpec
-from lincorr.experiments.gradients import GradientConfig, measure_gradient_correlation
+from lincorr.studies.training.gradients import GradientConfig, measure_gradient_correlation
 from lincorr.knowledge import load_registry
 
 pytestmark = pytest.mark.integration

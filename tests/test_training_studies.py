@@ -10,8 +10,8 @@ import pytest
 import torch
 from helpers.tiny import WORDS, city_country_registry, one_thread, state_copy, tiny_gpt2, tiny_llama, tiny_subword_tokenizer
 
-from lincorr.experiments.correlation import FitConfig, fit_relation
-from lincorr.experiments.generalization import (
+from lincorr.fit import FitConfig, fit_relation
+from lincorr.studies.training.generalization import (
     DEFAULT_TRAIN,
     PAPER_MAX_EPOCHS,
     PAPER_PRESET,
@@ -28,10 +28,10 @@ from lincorr.experiments.generalization import (
     run_generalization,
     score_outcomes,
 )
-import lincorr.experiments.generalization as generalization_module
-import lincorr.experiments.gradients as gradients_module
-from lincorr.experiments.gradients import GradientConfig, gradient_correlation_from_changes, gradient_table, measure_gradient_correlation
-from lincorr.experiments.subwords import subword_study
+import lincorr.studies.training.generalization as generalization_module
+import lincorr.studies.training.gradients as gradients_module
+from lincorr.studies.training.gradients import GradientConfig, gradient_correlation_from_changes, gradient_table, measure_gradient_correlation
+from lincorr.studies.training.subwords import subword_study
 from lincorr.finetune import TrainConfig
 from lincorr.knowledge import load_registry
 from lincorr.metrics import chance_top1, roc_auc

@@ -13,7 +13,7 @@ from helpers.precision import correlation_atol, tiny_forward_atol
 from helpers.tiny import tiny_gemma3, tiny_llama
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.vector_arithmetic import (
+from lincorr.studies.vectors.arithmetic import (
     crossing_component,
     crossing_layer,
     ffn_ablate,
@@ -23,7 +23,7 @@ from lincorr.experiments.vector_arithmetic import (
     ovector,
     pair_order,
 )
-from lincorr.experiments.vector_tasks import bind_task, copy_prompts, extractive_prompts, fewshot_prompts, task_survival
+from lincorr.tasks import bind_task, copy_prompts, extractive_prompts, fewshot_prompts, task_survival
 from lincorr.knowledge import TaskSpec, load_registry
 from lincorr.models import wrap_model
 
@@ -438,8 +438,8 @@ references:
 
 
 def test_ovector_w_correlates_the_hooked_effect_with_ws_rows(llama, tmp_path):
-    from lincorr.experiments.correlation import FitConfig, fit_relation
-    from lincorr.experiments.vector_w import CAPITALS, ovector_w
+    from lincorr.fit import FitConfig, fit_relation
+    from lincorr.studies.vectors.ovector_w import CAPITALS, ovector_w
 
     registry = load_registry([write(tmp_path, W_FILE)])
     spec = planted_task(llama, 0, 40, "capitals")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 
-from lincorr.experiments.vector_arithmetic import ffn_ablate, lens, ovector
+from lincorr.studies.vectors.arithmetic import ffn_ablate, lens, ovector
 from lincorr.knowledge import load_registry
 
 pytestmark = pytest.mark.integration

@@ -34,10 +34,10 @@ _EXPORTS = {
     "labelwise_pearson": "lincorr.metrics",
     "instancewise_pearson": "lincorr.metrics",
     "bootstrap_labelwise_ci": "lincorr.metrics",
-    "FitConfig": "lincorr.experiments.correlation",
-    "PairResult": "lincorr.experiments.correlation",
-    "fit_tables": "lincorr.experiments.correlation",
-    "measure_pair": "lincorr.experiments.correlation",
+    "FitConfig": "lincorr.fit",
+    "PairResult": "lincorr.fit",
+    "fit_tables": "lincorr.fit",
+    "measure_pair": "lincorr.fit",
 }
 
 __all__ = ["prompt", *_EXPORTS]

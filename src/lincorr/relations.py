@@ -2,7 +2,7 @@
 
 `RelationSpec` is pure data (prompt names, a label, a reference name); `bind_relation` binds it
 to one tokenizer as a `BoundRelation` (both prompts with their domains, the reference pairs and
-their domain columns), and `experiments.correlation.fit_relation` adds W fitted on one model.
+their domain columns), and `fit.fit_relation` adds W fitted on one model.
 `knowledge.Reference` stays what the registry stores: a named set of pairs between two domains.
 """
 
@@ -22,7 +22,7 @@ from lincorr.outputs import settings_key
 from lincorr.prompts import Prompt, registry_prompt
 
 if TYPE_CHECKING:
-    from lincorr.experiments.correlation import PairResult
+    from lincorr.fit import PairResult
 
 ReferencePairs = tuple[tuple[str, tuple[str, ...]], ...]  # (subject, acceptable objects)
 USER_FILE = "user file"

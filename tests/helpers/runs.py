@@ -17,8 +17,8 @@ FIGURES = {"fit": 2, "matrix": 3, "precision": 0, "cases": 0, "resilience": 4, "
 
 def write_extractive_and_lens_runs(root) -> None:
     """Results of the inside-path studies, saved without a model: planted score grids, an OCR and logit-lens curves."""
-    from lincorr.experiments.extractive_scores import SCORES, ScoresConfig, ScoresResult
-    from lincorr.experiments.vector_arithmetic import LensResult
+    from lincorr.studies.extractive.scores import SCORES, ScoresConfig, ScoresResult
+    from lincorr.studies.vectors.arithmetic import LensResult
     from lincorr.outputs import write_json
 
     rng = np.random.default_rng(0)
@@ -47,9 +47,9 @@ def write_extractive_and_lens_runs(root) -> None:
 
 def write_tiny_runs(root) -> dict:
     """One directory per study of lincorr, written by the CLI on a tiny Llama saved to disk (or by the study's `.save`)."""
-    from lincorr.experiments.ablation import AblationResult, AblationTable
-    from lincorr.experiments.correlation import FitConfig
-    from lincorr.experiments.generalization import GeneralizationConfig, generalization_table
+    from lincorr.studies.training.ablation import AblationResult, AblationTable
+    from lincorr.fit import FitConfig
+    from lincorr.studies.training.generalization import GeneralizationConfig, generalization_table
     from lincorr.finetune import TrainConfig
     from lincorr.knowledge import load_registry
     from lincorr.models import load_model

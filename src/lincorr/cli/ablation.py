@@ -52,7 +52,7 @@ def add_ablation_command(commands) -> None:
 
 
 def run_ablate(args) -> None:
-    from lincorr.experiments.ablation import AblationConfig, ablate, run_table7, run_width_sweep, vocabulary_from_model
+    from lincorr.studies.training.ablation import AblationConfig, ablate, run_table7, run_width_sweep, vocabulary_from_model
     from lincorr.relations import RelationSpec
 
     if args.table7 and args.embedding_width:

@@ -65,8 +65,8 @@ def measure(args, reference_file=None):
     `reference_file` (a `relations.ReferenceFile`) is checked against both tokenized domains before
     any logit is collected.
     """
-    from lincorr.experiments.correlation import measure_pair
-    from lincorr.experiments.precision import checked_reference
+    from lincorr.fit import measure_pair
+    from lincorr.studies.logits.precision import checked_reference
 
     config = fit_config(args)
     custom = custom_sides(args)
@@ -90,7 +90,7 @@ def registry_pairs(args):
 
 
 def run_fit(args) -> None:
-    from lincorr.experiments.precision import precision_of
+    from lincorr.studies.logits.precision import precision_of
     from lincorr.relations import USER_FILE
 
     if args.heatmap and not args.save_dir:
@@ -125,7 +125,7 @@ def run_fit(args) -> None:
 def run_demo(args) -> None:
     import dataclasses
 
-    from lincorr.experiments.correlation import fit_tables
+    from lincorr.fit import fit_tables
     from lincorr.report import build_report
 
     result = measure(args)

@@ -49,35 +49,35 @@ def add_extractive_command(commands) -> None:
     ocr = study("ocr", "fine-tune on facts only; mean ranks of facts and implications after every epoch (Fig. 2)",
                 "ocr.json, per_epoch.csv and ocr.png", hop=True)
     add_n_facts(ocr)
-    ocr.set_defaults(handler=study_handler("extractive", "run_ocr", ocr_config))
+    ocr.set_defaults(handler=study_handler("ocr", "run_ocr", ocr_config))
 
     scores = study("scores", "informative, downstream and upstream scores of every MLP and head (Fig. 3)",
                    "scores.json, scores.csv, scores.png and linearization.png", hop=True)
     add_n_facts(scores)
     scores.add_argument("--check", type=NON_NEGATIVE, default=12, help="components whose exact scores (eqs. 1-3) check the linearisation")
-    scores.set_defaults(handler=study_handler("extractive_scores", "run_scores", scores_config))
+    scores.set_defaults(handler=study_handler("scores", "run_scores", scores_config))
 
     freeze = study("freeze", "reset or freeze early-middle or late blocks; mean ranks for both hops (Table 2)",
                    "freeze.json, freeze.csv and freeze.png")
     add_n_facts(freeze)
     freeze.add_argument("--split-layer", type=COUNT, default=None, help="first late block (default: chosen from the informative scores)")
-    freeze.set_defaults(handler=study_handler("extractive_freeze", "run_freeze", freeze_config))
+    freeze.set_defaults(handler=study_handler("freeze", "run_freeze", freeze_config))
 
     ordering = study("ordering", "continued training in three orders, then OCR on new facts (Fig. 4)",
                      "ordering.json, ordering.csv and ordering.png")
     add_novel_sizes(ordering)
-    ordering.set_defaults(handler=study_handler("extractive_origins", "run_ordering", origins_config))
+    ordering.set_defaults(handler=study_handler("origins", "run_ordering", origins_config))
 
     graft = study("graft", "graft the weight change of training on implications onto counterfactual facts (Table 3, Fig. 6)",
                   "graft.json, graft_scores.csv and graft.png")
     add_novel_sizes(graft)
-    graft.set_defaults(handler=study_handler("extractive_origins", "run_graft", origins_config))
+    graft.set_defaults(handler=study_handler("origins", "run_graft", origins_config))
 
     predict = study("predict", "does W[city, language] of the untrained model predict which first-hop implications come out right?",
                     "predict.json, predict.csv and predict.png")
     add_n_facts(predict)
     add_n_inputs_option(predict, "vocabulary inputs W is fitted on")
-    predict.set_defaults(handler=study_handler("extractive_predict", "run_predict", predict_config))
+    predict.set_defaults(handler=study_handler("predict", "run_predict", predict_config))
 
 
 def add_n_facts(parser) -> None:
@@ -104,7 +104,7 @@ def train_config(args, base=None):
     """The preset's TrainConfig (or `base`, a study's own default under the small preset) with --lr, --epochs, --train-batch-size and --seed."""
     import dataclasses
 
-    from lincorr.experiments.extractive import PAPER_TRAIN, SMALL_TRAIN
+    from lincorr.studies.extractive.ocr import PAPER_TRAIN, SMALL_TRAIN
 
     preset = PAPER_TRAIN if args.preset == "paper" else (base or SMALL_TRAIN)
     overrides = {"learning_rate": args.lr, "epochs": args.epochs, "batch_size": args.train_batch_size}
@@ -112,7 +112,7 @@ def train_config(args, base=None):
 
 
 def study_handler(module: str, function: str, make_config):
-    """A handler running `lincorr.experiments.<module>.<function>(lm, registry, make_config(args), progress=...)`.
+    """A handler running `lincorr.studies.extractive.<module>.<function>(lm, registry, make_config(args), progress=...)`.
 
     The registry's extractive data is checked before the model loads; the study module is imported
     only when its command runs.
@@ -121,12 +121,12 @@ def study_handler(module: str, function: str, make_config):
     def handle(args) -> None:
         from importlib import import_module
 
-        from lincorr.experiments.extractive import load_world
+        from lincorr.studies.extractive.ocr import load_world
 
         registry = load_registry_from(args)
         load_world(registry)
         config = make_config(args)
-        run = getattr(import_module(f"lincorr.experiments.{module}"), function)
+        run = getattr(import_module(f"lincorr.studies.extractive.{module}"), function)
         result = run(load_lm(args), registry, config, progress=show_progress(args))
         save_and_print(args, result, result.format_table)
 
@@ -134,31 +134,31 @@ def study_handler(module: str, function: str, make_config):
 
 
 def ocr_config(args):
-    from lincorr.experiments.extractive import OcrConfig
+    from lincorr.studies.extractive.ocr import OcrConfig
 
     return OcrConfig(hop=args.hop, n_facts=args.n_facts, seed=args.seed, train=train_config(args))
 
 
 def scores_config(args):
-    from lincorr.experiments.extractive_scores import ScoresConfig
+    from lincorr.studies.extractive.scores import ScoresConfig
 
     return ScoresConfig(update=ocr_config(args), n_checked=args.check)
 
 
 def freeze_config(args):
-    from lincorr.experiments.extractive_freeze import FreezeConfig
+    from lincorr.studies.extractive.freeze import FreezeConfig
 
     return FreezeConfig(n_facts=args.n_facts, seed=args.seed, train=train_config(args), split_layer=args.split_layer)
 
 
 def origins_config(args):
-    from lincorr.experiments.extractive_origins import CONTINUED_TRAIN, OriginsConfig
+    from lincorr.studies.extractive.origins import CONTINUED_TRAIN, OriginsConfig
 
     return OriginsConfig(n_train=args.n_train, n_test=args.n_test, n_cities=args.n_cities, seed=args.seed,
                          continued=train_config(args, CONTINUED_TRAIN), train=train_config(args))
 
 
 def predict_config(args):
-    from lincorr.experiments.extractive_predict import PredictConfig
+    from lincorr.studies.extractive.predict import PredictConfig
 
     return PredictConfig(n_facts=args.n_facts, seed=args.seed, train=train_config(args), n_inputs=args.n_inputs)

@@ -91,7 +91,7 @@ def checked_task(args, name: str):
 
 
 def run_lens(args) -> None:
-    from lincorr.experiments.vector_arithmetic import lens
+    from lincorr.studies.vectors.arithmetic import lens
 
     task = checked_task(args, args.task)
     result = lens(load_lm(args), task, n_pairs=args.n_pairs, seed=args.seed, floor=args.floor, batch_size=args.batch_size,
@@ -100,7 +100,7 @@ def run_lens(args) -> None:
 
 
 def run_ovector(args) -> None:
-    from lincorr.experiments.vector_arithmetic import ovector
+    from lincorr.studies.vectors.arithmetic import ovector
 
     task = checked_task(args, args.task)
     control = checked_task(args, args.control) if args.control else None
@@ -111,7 +111,7 @@ def run_ovector(args) -> None:
 
 
 def run_ffn_ablate(args) -> None:
-    from lincorr.experiments.vector_arithmetic import ffn_ablate
+    from lincorr.studies.vectors.arithmetic import ffn_ablate
 
     task = checked_task(args, args.task)
     result = ffn_ablate(load_lm(args), task, args.from_layer, "mean" if args.mean else "zero", n_pairs=args.n_pairs,
@@ -120,7 +120,7 @@ def run_ffn_ablate(args) -> None:
 
 
 def run_ovector_w(args) -> None:
-    from lincorr.experiments.vector_w import CAPITALS, ovector_w
+    from lincorr.studies.vectors.ovector_w import CAPITALS, ovector_w
 
     registry = checked_registry(args, (CAPITALS.source, CAPITALS.target))
     task = checked_task(args, args.task)

@@ -119,7 +119,7 @@ def split_names(text: str, option: str) -> list[str]:
 
 
 def chosen_grid(args):
-    from lincorr.experiments.matrix import Grid
+    from lincorr.studies.logits.matrix import Grid
 
     registry = load_registry_from(args)
     if args.cross_language:
@@ -138,14 +138,14 @@ PRECISION_REASON = ("ridge-std (lincorr's, the default): ridge on z-scored colum
 
 def precision_configs(args) -> list:
     """Every precision fit, the --estimator one (the headline) first."""
-    from lincorr.experiments.precision import precision_fits
+    from lincorr.studies.logits.precision import precision_fits
 
     return list(precision_fits(fit_config(args), args.estimator))
 
 
 def apply_paper_setting(args) -> None:
     """--paper: the paper's inputs, N and estimator, checked against options that would change them."""
-    from lincorr.experiments.precision import PAPER_N_INPUTS
+    from lincorr.studies.logits.precision import PAPER_N_INPUTS
 
     if not getattr(args, "paper", False):
         return
@@ -155,7 +155,7 @@ def apply_paper_setting(args) -> None:
 
 
 def run_matrix(args) -> None:
-    from lincorr.experiments.matrix import measure_matrix
+    from lincorr.studies.logits.matrix import measure_matrix
 
     grid = chosen_grid(args)
     config = fit_config(args)
@@ -180,7 +180,7 @@ def run_precision(args) -> None:
     if args.n_curve:
         run_precision_curve(args)
         return
-    from lincorr.experiments.precision import precision_table
+    from lincorr.studies.logits.precision import precision_table
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec, registry_relations
 
@@ -222,8 +222,8 @@ def run_precision(args) -> None:
 
 
 def run_precision_curve(args) -> None:
-    from lincorr.experiments.correlation import split_sizes
-    from lincorr.experiments.precision import precision_curve
+    from lincorr.fit import split_sizes
+    from lincorr.studies.logits.precision import precision_curve
     from lincorr.relations import RelationSpec
 
     if args.table2 or args.all_references or not (args.source and args.target):
@@ -251,7 +251,7 @@ def single_precision_payload(table, estimator: str) -> dict:
 
 
 def run_cases(args) -> None:
-    from lincorr.experiments.cases import CaseSpec, measure_cases, paper_cases
+    from lincorr.studies.logits.cases import CaseSpec, measure_cases, paper_cases
     from lincorr.relations import RelationSpec
 
     if args.paper_table:
@@ -270,7 +270,7 @@ def run_cases(args) -> None:
 
 
 def run_resilience(args) -> None:
-    from lincorr.experiments.resilience import finetune_on_text, measure_resilience
+    from lincorr.studies.logits.resilience import finetune_on_text, measure_resilience
     from lincorr.finetune import TrainConfig
 
     if args.finetune_text and not Path(args.finetune_text).is_file():
@@ -297,7 +297,7 @@ def run_resilience(args) -> None:
 
 
 def run_scale(args) -> None:
-    from lincorr.experiments.scale import measure_scale
+    from lincorr.studies.logits.scale import measure_scale
     from lincorr.relations import RelationSpec
 
     if args.inputs:

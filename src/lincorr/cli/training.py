@@ -36,9 +36,9 @@ GENERALIZATION_FILES = "result.json, facts.json, table6.md and fig5.png"
 
 
 def add_training_commands(commands) -> None:
-    from lincorr.experiments.correlation import MIN_TEST_INPUTS
-    from lincorr.experiments.generalization import DEFAULT_MARGIN
-    from lincorr.experiments.gradients import GradientConfig
+    from lincorr.fit import MIN_TEST_INPUTS
+    from lincorr.studies.training.generalization import DEFAULT_MARGIN
+    from lincorr.studies.training.gradients import GradientConfig
 
     def study(name: str, help_text: str, *, writes: str, pair_required: bool = False):
         parser = add_command(commands, name, help_text)
@@ -92,7 +92,7 @@ def add_training_commands(commands) -> None:
 
 def training_options(parser, train, with_epochs: bool = True) -> None:
     """--paper, --lr, --epochs, --train-batch-size and --full, defaulting to the study's TrainConfig `train`."""
-    from lincorr.experiments.generalization import PAPER_PRESET
+    from lincorr.studies.training.generalization import PAPER_PRESET
 
     paper = PAPER_PRESET.apply(train)
     until_learned = (f", until every taught fact is learned (at most {paper.epochs} epochs; the epochs run are reported)"
@@ -111,7 +111,7 @@ def training_options(parser, train, with_epochs: bool = True) -> None:
 
 
 def generalization_options(parser) -> None:
-    from lincorr.experiments.generalization import DEFAULT_MARGIN, DEFAULT_TRAIN
+    from lincorr.studies.training.generalization import DEFAULT_MARGIN, DEFAULT_TRAIN
 
     parser.add_argument("--n-facts", type=COUNT, default=16, help="fresh entities taught per seed")
     parser.add_argument("--n-seeds", type=COUNT, default=3, help="seeds --seed, --seed+1, ...")
@@ -125,7 +125,7 @@ def training_config(args, study_default):
     """The study's TrainConfig `study_default`, under --paper the paper's preset, then --lr, --epochs, --train-batch-size and --full."""
     import dataclasses
 
-    from lincorr.experiments.generalization import PAPER_PRESET
+    from lincorr.studies.training.generalization import PAPER_PRESET
 
     train = PAPER_PRESET.apply(study_default) if args.paper else study_default
     overrides = {"learning_rate": args.lr, "epochs": getattr(args, "epochs", None), "batch_size": args.train_batch_size}
@@ -134,7 +134,7 @@ def training_config(args, study_default):
 
 
 def generalization_config(args):
-    from lincorr.experiments.generalization import DEFAULT_TRAIN, GeneralizationConfig
+    from lincorr.studies.training.generalization import DEFAULT_TRAIN, GeneralizationConfig
 
     return GeneralizationConfig(
         n_facts=args.n_facts, seeds=tuple(range(args.seed, args.seed + args.n_seeds)), n_inputs=args.n_inputs, fit=fit_config(args),
@@ -143,7 +143,7 @@ def generalization_config(args):
 
 
 def run_generalize(args) -> None:
-    from lincorr.experiments.generalization import generalization_table, run_generalization
+    from lincorr.studies.training.generalization import generalization_table, run_generalization
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
 
@@ -171,7 +171,7 @@ def table5_line(row: dict) -> str:
 
 
 def run_diagnose(args) -> None:
-    from lincorr.experiments.generalization import run_generalization
+    from lincorr.studies.training.generalization import run_generalization
     from lincorr.relations import RelationSpec
 
     config = generalization_config(args)
@@ -191,7 +191,7 @@ def run_diagnose(args) -> None:
 
 
 def run_subwords(args) -> None:
-    from lincorr.experiments.subwords import subword_study
+    from lincorr.studies.training.subwords import subword_study
     from lincorr.relations import RelationSpec
 
     config = generalization_config(args)
@@ -201,7 +201,7 @@ def run_subwords(args) -> None:
 
 
 def run_gradcorr(args) -> None:
-    from lincorr.experiments.gradients import GradientConfig, gradient_table
+    from lincorr.studies.training.gradients import GradientConfig, gradient_table
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
 
@@ -224,7 +224,7 @@ def run_gradcorr(args) -> None:
 
 
 def run_predict_edit(args) -> None:
-    from lincorr.experiments.generalization import DEFAULT_MARGIN, predict_relation_edit
+    from lincorr.studies.training.generalization import DEFAULT_MARGIN, predict_relation_edit
     from lincorr.relations import RelationSpec
 
     if args.delta is not None and args.margin is not None:

@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.correlation import FitConfig, fit_relation
-from lincorr.experiments.vector_arithmetic import check_layer, o_vectors, pair_order
-from lincorr.experiments.vector_tasks import COPY_TEMPLATE, bind_task
+from lincorr.fit import FitConfig, fit_relation
+from lincorr.studies.vectors.arithmetic import check_layer, o_vectors, pair_order
+from lincorr.tasks import COPY_TEMPLATE, bind_task
 from lincorr.internals import Patch, mlp, run
 from lincorr.knowledge import TaskSpec
 from lincorr.metrics import instancewise_pearson

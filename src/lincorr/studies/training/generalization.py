@@ -17,7 +17,7 @@ import numpy as np
 
 from lincorr.collect import entity_logits
 from lincorr.errors import LincorrError
-from lincorr.experiments.correlation import FitConfig, fit_relation
+from lincorr.fit import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from scipy.special import softmax
 

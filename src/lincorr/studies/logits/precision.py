@@ -11,7 +11,7 @@ import numpy as np
 from lincorr.collect import LogitTable, collect_tables
 from lincorr.domains import Domain
 from lincorr.errors import DataError, LincorrError
-from lincorr.experiments.correlation import FitConfig, PairResult, fit_tables
+from lincorr.fit import FitConfig, PairResult, fit_tables
 from lincorr.linear import column_scales
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference
 from lincorr.models import LM

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.extractive import (
+from lincorr.studies.extractive.ocr import (
     HOPS, SMALL_TRAIN, Templates, chance_mean_rank, hop_data, load_world, mean_rank, saved_figure, snapshot, train_model,
     training_settings,
 )
-from lincorr.experiments.extractive_scores import linearized_scores, score_components
+from lincorr.studies.extractive.scores import linearized_scores, score_components
 from lincorr.finetune import TrainConfig, layer_index
 from lincorr.internals import layout
 from lincorr.models import LM

@@ -25,7 +25,7 @@ from scipy.stats import binomtest
 from tqdm.auto import tqdm
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.vector_tasks import (
+from lincorr.tasks import (
     BoundTask,
     TaskScores,
     bind_task,

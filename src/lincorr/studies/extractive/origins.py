@@ -29,11 +29,11 @@ import torch
 
 from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
-from lincorr.experiments.extractive import (
+from lincorr.studies.extractive.ocr import (
     SMALL_TRAIN, QuerySet, Templates, chance_mean_rank, load_world, mean_rank, saved_figure, snapshot, train_model, training_settings,
     usable_cities,
 )
-from lincorr.experiments.extractive_scores import linearized_scores, score_components
+from lincorr.studies.extractive.scores import linearized_scores, score_components
 from lincorr.finetune import Fact, TrainConfig
 from lincorr.metrics import pearson
 from lincorr.models import LM

@@ -24,11 +24,11 @@ import time
 import numpy as np
 
 from lincorr.collect import entity_logits
-from lincorr.experiments.correlation import FitConfig, fit_relation
-from lincorr.experiments.extractive import (
+from lincorr.fit import FitConfig, fit_relation
+from lincorr.studies.extractive.ocr import (
     SMALL_TRAIN, Templates, hop_data, load_world, ranks, saved_figure, train_model, training_settings,
 )
-from lincorr.experiments.generalization import DEFAULT_MARGIN, predict_from_logits
+from lincorr.studies.training.generalization import DEFAULT_MARGIN, predict_from_logits
 from lincorr.finetune import TrainConfig
 from lincorr.metrics import roc_auc
 from lincorr.models import LM

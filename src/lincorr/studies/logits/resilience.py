@@ -15,9 +15,9 @@ import numpy as np
 
 from lincorr.errors import LincorrError
 from lincorr.reading import read_text
-from lincorr.experiments.correlation import FitConfig
+from lincorr.fit import FitConfig
 from lincorr.collect import collect_tables
-from lincorr.experiments.matrix import Grid, MatrixResult, matrix_from_tables, prepare_grid
+from lincorr.studies.logits.matrix import Grid, MatrixResult, matrix_from_tables, prepare_grid
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.models import LM, wrap_model
 from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json, write_provenance

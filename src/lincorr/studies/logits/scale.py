@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from lincorr.experiments.correlation import FitConfig
-from lincorr.experiments.precision import KS, PrecisionTable, precision_table
+from lincorr.fit import FitConfig
+from lincorr.studies.logits.precision import KS, PrecisionTable, precision_table
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.models import LM, load_model
 from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance

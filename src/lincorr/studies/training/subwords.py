@@ -11,8 +11,8 @@ import dataclasses
 import numpy as np
 
 from lincorr.domains import CATEGORIES
-from lincorr.experiments.correlation import fit_relation
-from lincorr.experiments.generalization import GeneralizationConfig, GeneralizationResult, run_generalization
+from lincorr.fit import fit_relation
+from lincorr.studies.training.generalization import GeneralizationConfig, GeneralizationResult, run_generalization
 from lincorr.metrics import hit_at_k, rate
 from lincorr.models import LM
 from lincorr.outputs import settings_key, staged_directory, write_json, write_provenance

@@ -14,7 +14,7 @@ import numpy as np
 
 from lincorr.errors import LincorrError
 from lincorr.collect import entity_logits
-from lincorr.experiments.correlation import FitConfig, fit_relation
+from lincorr.fit import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, single_step
 from lincorr.metrics import labelwise_pearson, summarize
 from lincorr.models import LM, wrap_model

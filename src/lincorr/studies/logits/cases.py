@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.correlation import FitConfig, PairResult, measure_pair
+from lincorr.fit import FitConfig, PairResult, measure_pair
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json, write_provenance
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, bind_relation

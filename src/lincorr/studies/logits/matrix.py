@@ -16,7 +16,7 @@ import numpy as np
 
 from lincorr.collect import LogitTable, collect_tables
 from lincorr.errors import LincorrError
-from lincorr.experiments.correlation import FitConfig, split_indices
+from lincorr.fit import FitConfig, split_indices
 from lincorr.metrics import instancewise_pearson, labelwise_pearson, summarize
 from lincorr.models import LM
 from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json, write_provenance

@@ -46,7 +46,7 @@ import numpy as np
 import torch
 
 from lincorr.errors import LincorrError
-from lincorr.experiments.extractive import (
+from lincorr.studies.extractive.ocr import (
     OcrConfig, QuerySet, hop_data, load_world, saved_figure, snapshot, train_and_measure, training_settings,
 )
 from lincorr.internals import Component, Patch, component_parameters, head, head_indices, layout, mlp, run

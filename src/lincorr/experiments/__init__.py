@@ -1,1 +1,0 @@
-"""Studies built from collect, fit and metrics: one module per study, each returning a result dataclass."""

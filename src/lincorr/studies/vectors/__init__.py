@@ -1,0 +1,1 @@
+"""Vector arithmetic (Merullo et al.): the logit lens, o-vectors, FFN ablation, and ours, o-vectors against W."""
