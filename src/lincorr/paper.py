@@ -1,4 +1,4 @@
-"""The paper's published numbers (paper.yaml), for the "paper" column beside ours.
+"""The papers' published numbers (paper.yaml), for the "paper" column beside ours.
 
 Every table carries where it comes from and the model it was measured on, so a printed paper
 number always says which model it belongs to. Algorithms never read this module.
@@ -56,13 +56,46 @@ class PaperTable:
         return f"paper ({self.model})"
 
 
+@dataclasses.dataclass(frozen=True)
+class PublishedValues:
+    """A table of a paper that is not about prompt relations: its numbers keyed by the study's own settings."""
+
+    name: str
+    where: str
+    model: str
+    setting: str
+    values: Mapping[str, object]
+
+
+@functools.cache
+def paper_data() -> dict:
+    return yaml.safe_load(resources.files("lincorr").joinpath("paper.yaml").read_text(encoding="utf-8"))
+
+
+def paper_entry(name: str) -> dict:
+    data = paper_data()
+    if name not in data:
+        raise LincorrError(f"no published table '{name}' in lincorr's data; known: {', '.join(data)}")
+    return data[name]
+
+
+@functools.cache
+def published_values(name: str) -> PublishedValues:
+    """A table keyed by settings ("feng_table2", "feng_table3"), lists read as tuples."""
+    entry = paper_entry(name)
+
+    def frozen(value):
+        if isinstance(value, list):
+            return tuple(value)
+        return {k: frozen(v) for k, v in value.items()} if isinstance(value, dict) else value
+
+    return PublishedValues(name, entry["where"], entry["model"], entry["setting"], frozen(entry["values"]))
+
+
 @functools.cache
 def paper_table(name: str) -> PaperTable:
-    """A table of paper.yaml by name ("table2", "table4", "table5", "table7", "table18", "cases")."""
-    data = yaml.safe_load(resources.files("lincorr").joinpath("paper.yaml").read_text(encoding="utf-8"))
-    if name not in data:
-        raise LincorrError(f"the paper has no table '{name}' in lincorr's data; known: {', '.join(data)}")
-    entry = data[name]
+    """A table of Peng et al. in paper.yaml by name ("table2", "table4", "table5", "table7", "table18", "cases")."""
+    entry = paper_entry(name)
     rows = []
     for row in entry["rows"]:
         values = {k: v for k, v in row.items() if k not in ("label", "source", "target")}

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from lincorr.errors import LincorrError
+from lincorr.paper import published_values
 from lincorr.studies.extractive.ocr import (
     HOPS, SMALL_TRAIN, Templates, chance_mean_rank, hop_data, load_world, mean_rank, saved_figure, snapshot, train_model,
     training_settings,
@@ -34,20 +35,10 @@ from lincorr.internals import layout
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_csv, write_json
 
-__all__ = ["SETTINGS", "PAPER_TABLE2", "FreezeConfig", "FreezeResult", "reset_blocks", "choose_split", "run_freeze"]
+__all__ = ["SETTINGS", "FreezeConfig", "FreezeResult", "reset_blocks", "choose_split", "run_freeze"]
 
 SETTINGS = ("none", "all", "early_post", "late_post", "early_pre", "late_pre")
-# Feng et al. Table 2 (OLMo-7B): (fact, implication) mean ranks per setting and hop.
-PAPER_TABLE2 = {
-    "none": {"first": (0.00, 0.00), "second": (0.00, 1.80)},
-    "early_post": {"first": (5.10, 8.40), "second": (0.95, 1.85)},
-    "late_post": {"first": (0.00, 0.00), "second": (0.10, 6.30)},
-    "all": {"first": (9.20, 9.25), "second": (9.10, 9.50)},
-    "early_pre": {"first": (0.00, 6.50), "second": (0.00, 0.50)},
-    "late_pre": {"first": (0.00, 0.10), "second": (0.00, 6.60)},
-}
-
-
+PAPER = published_values("feng_table2")
 @dataclasses.dataclass(frozen=True)
 class FreezeConfig:
     """Dataset size and seed, training (as `extractive.OcrConfig`), and the split block (None: chosen from informative scores)."""
@@ -107,20 +98,20 @@ class FreezeResult:
             "informative_by_layer": {hop: [float(v) for v in values] for hop, values in self.informative_by_layer.items()},
             "rows": [dict(r) for r in self.rows], "chance_mean_rank": self.chance, "n_facts": self.config.n_facts,
             "seed": self.config.seed, "training": training_settings(self.config.train),
-            "paper": {"model": "OLMo-7B", "rows": [{"setting": s, "hop": h, "fact_mean_rank": v[0], "implication_mean_rank": v[1]}
-                                                   for s, hops in PAPER_TABLE2.items() for h, v in hops.items()]},
+            "paper": {"model": PAPER.model, "rows": [{"setting": s, "hop": h, "fact_mean_rank": v[0], "implication_mean_rank": v[1]}
+                                                     for s, hops in PAPER.values.items() for h, v in hops.items()]},
             "seconds": self.seconds,
         }
 
     def format_table(self) -> str:
         """Table 2 with the paper's OLMo-7B numbers in brackets."""
         lines = [f"Table 2 on {self.model_name}: split at block {self.split_layer} of {self.n_layers} (chance {self.chance:.2f}); "
-                 "paper (OLMo-7B) in brackets",
+                 f"paper ({PAPER.model}) in brackets",
                  f"{'setting':<11} {'1st fact':>14} {'1st impl':>14} {'2nd fact':>14} {'2nd impl':>14}"]
         for setting in SETTINGS:
             cells = []
             for hop in HOPS:
-                row, paper = self.row(setting, hop), PAPER_TABLE2[setting][hop]
+                row, paper = self.row(setting, hop), PAPER.values[setting][hop]
                 cells += [f"{row['fact_mean_rank']:5.2f} ({paper[0]:4.2f})", f"{row['implication_mean_rank']:5.2f} ({paper[1]:4.2f})"]
             lines.append(f"{setting:<11} " + " ".join(f"{c:>14}" for c in cells))
         return "\n".join(lines)

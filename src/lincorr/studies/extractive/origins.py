@@ -29,6 +29,7 @@ import torch
 
 from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
+from lincorr.paper import published_values
 from lincorr.studies.extractive.ocr import (
     SMALL_TRAIN, QuerySet, Templates, chance_mean_rank, load_world, mean_rank, saved_figure, snapshot, train_model, training_settings,
     usable_cities,
@@ -47,8 +48,7 @@ __all__ = [
 ]
 
 ORDERS = ("facts_then_implications", "implications_then_facts", "shuffled")
-# Feng et al. Table 3 (OLMo-7B): mean ranks of (Impl F', Impl F, F').
-PAPER_TABLE3 = {"W_F'": (9.13, 8.55, 0.00), "W_graft": (1.13, 3.30, 0.10), "W~_graft": (8.38, 0.43, 0.32)}
+PAPER_TABLE3 = published_values("feng_table3")  # mean ranks of (Impl F', Impl F, F') for three weight sets
 # Table 3's rows, in the order of §6.2.
 WEIGHT_SETS = ("W", "W_F", "W_F,ImplF", "W_ImplF", "W_F'", "W_graft", "W~_graft")
 # Continued training sees 160 examples per epoch; batches of 8 (the paper's size) halve its steps.
@@ -275,18 +275,18 @@ class GraftResult:
         """The JSON contract of `lincorr extractive graft --json`."""
         return {"model": self.model_name, "rows": [dict(r) for r in self.rows], "chance_mean_rank": self.chance,
                 "downstream_informative_r": self.correlation(),
-                "paper": {"model": "OLMo-7B", "rows": [{"weights": w, "impl_counterfactual": v[0], "impl_original": v[1],
-                                                        "facts_counterfactual": v[2]} for w, v in PAPER_TABLE3.items()]},
+                "paper": {"model": PAPER_TABLE3.model, "rows": [{"weights": w, "impl_counterfactual": v[0], "impl_original": v[1],
+                                                                 "facts_counterfactual": v[2]} for w, v in PAPER_TABLE3.values.items()]},
                 "n_train": self.config.n_train, "n_test": self.config.n_test, "n_cities": self.config.n_cities, "seed": self.config.seed,
                 "continued_training": training_settings(self.config.continued), "test_training": training_settings(self.config.train),
                 "seconds": self.seconds}
 
     def format_table(self) -> str:
         """Table 3 with the paper's OLMo-7B numbers in brackets where it has them, and Fig. 6's correlations."""
-        lines = [f"Table 3 on {self.model_name} (chance {self.chance:.2f}); paper (OLMo-7B) in brackets",
+        lines = [f"Table 3 on {self.model_name} (chance {self.chance:.2f}); paper ({PAPER_TABLE3.model}) in brackets",
                  f"{'weights':<12} {'Impl F_cf':>14} {'Impl F':>14} {'F_cf':>14} {'F':>6}"]
         for row in self.rows:
-            paper = PAPER_TABLE3.get(row["weights"])
+            paper = PAPER_TABLE3.values.get(row["weights"])
             cells = [f"{row[key]:5.2f}" + (f" ({paper[i]:4.2f})" if paper else "")
                      for i, key in enumerate(("impl_counterfactual", "impl_original", "facts_counterfactual"))]
             lines.append(f"{row['weights']:<12} " + " ".join(f"{c:>14}" for c in cells) + f" {row['facts_original']:>6.2f}")
