@@ -527,7 +527,6 @@ def test_mechanism_commands_print_strict_json_and_save(cli_workspace, capsys, ar
     (["ovector", "capitals", "--layer", "0", "--control", "nope"], "unknown task 'nope'"),
     (["ffn-ablate", "capitals", "--from-layer", "7"], "--from-layer 7 is outside this 2-block model; use 0..1"),
     (["ovector", "capitals", "--layer", "-1"], "argument --layer: must be at least 0"),
-    (["ovector", "capitals"], "the following arguments are required: --layer"),
     (["lens", "capitals", "--floor", "1.5"], "argument --floor: must be at least 0 and below 1"),
 ])
 def test_mechanism_commands_fail_in_one_line(cli_workspace, capsys, monkeypatch, args, needle):
@@ -539,3 +538,27 @@ def test_mechanism_commands_fail_in_one_line(cli_workspace, capsys, monkeypatch,
     assert main(cli(cli_workspace, *args)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("lincorr: error: ") and needle in err, err
+
+
+@pytest.mark.parametrize("command, option, name", [("ovector", "--layer", "ovector"), ("ffn-ablate", "--from-layer", "ffn_ablation")])
+def test_without_a_layer_the_mechanism_commands_take_the_lens_crossing_block(cli_workspace, capsys, monkeypatch, command, option, name):
+    """`lincorr lens T` then `lincorr ovector T` / `ffn-ablate T` with no layer: the block whose sub-layer made the crossing."""
+    import lincorr.studies.vectors.arithmetic as arithmetic
+    from lincorr.cli import main
+
+    crossing = {"layer": 2, "component": "mlp"}  # planted: the FFN of block 1 made the crossing at resid[2]
+    monkeypatch.setattr(arithmetic, "crossing_layer", lambda *a, **k: crossing["layer"])
+    monkeypatch.setattr(arithmetic, "crossing_component", lambda *a, **k: crossing["component"])
+    assert main(cli(cli_workspace, "lens", "capitals", "--n-pairs", "5", "--json")) == 0
+    lens_json = json.loads(capsys.readouterr().out)
+    assert (lens_json["crossing_layer"], lens_json["crossing_block"]) == (2, 1)
+    extra = ["--n-pairs", "5"] + (["--n-source", "3", "--control", "other"] if command == "ovector" else [])
+    assert main(cli(cli_workspace, command, "capitals", *extra, "--json")) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload.get("layer", payload.get("from_layer")) == 1, payload
+    # No crossing made by a sub-layer: the command says so and asks for the layer, before any o-vector is computed.
+    crossing["component"] = None
+    assert main(cli(cli_workspace, command, "capitals", *extra)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no crossing" in err[0], err
+

@@ -6,6 +6,8 @@ layer's upper bound needs the model, so it is checked right after loading, befor
 
 from __future__ import annotations
 
+import sys
+
 from lincorr.cli.options import (
     COUNT,
     NON_NEGATIVE,
@@ -25,6 +27,8 @@ from lincorr.cli.options import (
     save_and_print,
     show_progress,
 )
+from lincorr.errors import UsageError
+from lincorr.studies.vectors.arithmetic import OVECTOR_SCALE
 
 TASK_HELP = "registry task: capitals, past-tense, uppercase, or one from --registry"
 unit_floor = finite_number_that(lambda value: 0 <= value < 1, "at least 0 and below 1")
@@ -65,7 +69,8 @@ def add_mechanism_commands(commands) -> None:
 
     ablate = study("ffn-ablate", "ablate every FFN from a layer on: accuracy on the task and on its extractive control",
                    "ffn_ablation.json, ffn_ablation.csv and ffn_ablation.png")
-    ablate.add_argument("--from-layer", type=NON_NEGATIVE, required=True, metavar="L", help="first ablated FFN, mlp[L]")
+    ablate.add_argument("--from-layer", type=NON_NEGATIVE, default=None, metavar="L",
+                        help="first ablated FFN, mlp[L] (default: the block where `lincorr lens TASK` finds the crossing)")
     ablate.add_argument("--mean", action="store_true", help="replace the FFN outputs by their mean over reference prompts, not zeros")
     ablate.add_argument("--n-pairs", type=COUNT, default=64, help="pairs asked both ways")
     ablate.add_argument("--n-reference", type=COUNT, default=16, help="prompts the --mean outputs are averaged over")
@@ -80,14 +85,31 @@ def add_mechanism_commands(commands) -> None:
 
 
 def add_vector_options(parser) -> None:
-    parser.add_argument("--layer", type=NON_NEGATIVE, required=True, metavar="L", help="the FFN, mlp[L], whose output is the o-vector and where it is added")
-    parser.add_argument("--scale", type=positive_number, default=1.0, help="multiply the added vectors (o-vector and controls) by this")
+    parser.add_argument("--layer", type=NON_NEGATIVE, default=None, metavar="L",
+                        help="the FFN, mlp[L], whose output is the o-vector and where it is added (default: the block where "
+                             "`lincorr lens TASK` finds the crossing)")
+    parser.add_argument("--scale", type=positive_number, default=OVECTOR_SCALE, help="multiply the added vectors (o-vector and controls) by this")
     parser.add_argument("--n-source", type=COUNT, default=8, help="solved few-shot prompts the o-vector averages")
 
 
 def checked_task(args, name: str):
     """The registry task `name`: an unknown name fails before the model loads."""
     return load_registry_from(args).task(name)
+
+
+def layer_or_crossing(given: int | None, args, lm, task) -> int:
+    """The layer the user gave, else the block whose sub-layer made the logit lens's crossing for `task` on this model."""
+    from lincorr.studies.vectors.arithmetic import lens
+
+    if given is not None:
+        return given
+    block = lens(lm, task, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args)).crossing_block
+    if block is None:
+        raise UsageError(f"the logit lens finds no crossing for task '{task.name}' on this model (see `lincorr lens {task.name}`); "
+                         "pass the layer yourself")
+    if show_progress(args):
+        print(f"lincorr: using block {block}, where the logit lens finds the crossing (lincorr lens {task.name})", file=sys.stderr)
+    return block
 
 
 def run_lens(args) -> None:
@@ -104,7 +126,8 @@ def run_ovector(args) -> None:
 
     task = checked_task(args, args.task)
     control = checked_task(args, args.control) if args.control else None
-    result = ovector(load_lm(args), task, args.layer, control=control, scale=args.scale, n_source=args.n_source,
+    lm = load_lm(args)
+    result = ovector(lm, task, layer_or_crossing(args.layer, args, lm, task), control=control, scale=args.scale, n_source=args.n_source,
                      n_pairs=args.n_pairs, sweep=args.sweep, transfer_from=args.transfer_from, seed=args.seed,
                      batch_size=args.batch_size, progress=show_progress(args))
     save_and_print(args, result, result.format_table)
@@ -114,7 +137,8 @@ def run_ffn_ablate(args) -> None:
     from lincorr.studies.vectors.arithmetic import ffn_ablate
 
     task = checked_task(args, args.task)
-    result = ffn_ablate(load_lm(args), task, args.from_layer, "mean" if args.mean else "zero", n_pairs=args.n_pairs,
+    lm = load_lm(args)
+    result = ffn_ablate(lm, task, layer_or_crossing(args.from_layer, args, lm, task), "mean" if args.mean else "zero", n_pairs=args.n_pairs,
                         n_reference=args.n_reference, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args))
     save_and_print(args, result, result.format_table)
 
@@ -124,6 +148,7 @@ def run_ovector_w(args) -> None:
 
     registry = checked_registry(args, (CAPITALS.source, CAPITALS.target))
     task = checked_task(args, args.task)
-    result = ovector_w(load_lm(args), registry, task, args.layer, scale=args.scale, n_source=args.n_source, n_inputs=args.n_inputs,
+    lm = load_lm(args)
+    result = ovector_w(lm, registry, task, layer_or_crossing(args.layer, args, lm, task), scale=args.scale, n_source=args.n_source, n_inputs=args.n_inputs,
                        n_shuffles=args.n_shuffles, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args))
     save_and_print(args, result, result.format_table)

@@ -40,7 +40,7 @@ from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
 
 __all__ = [
-    "FLOOR", "FFNAblationResult", "LensResult", "OVectorResult", "OVectors", "check_layer", "crossing_component", "crossing_layer",
+    "FLOOR", "OVECTOR_SCALE", "FFNAblationResult", "LensResult", "OVectorResult", "OVectors", "check_layer", "crossing_component", "crossing_layer",
     "ffn_ablate",
     "lens", "more_often", "o_vectors", "other_task", "ovector", "pair_order",
 ]
@@ -49,6 +49,12 @@ __all__ = [
 # median ranks there are in the thousands, and which one is "ahead" flips from layer to layer.
 FLOOR = 0.1
 NOTHING = torch.empty(0, dtype=torch.long)  # as `token_ids`: activations only, no head
+
+
+# Added once at one layer, the o-vector stands in for the paper's substitution at every layer from the crossing on; at
+# x1 it moves the answer's rank but rarely to the top (docs/mechanisms.md: capitals on gemma-3-270m, accuracy 0.02 at
+# x1 and 0.53 at x3, every control 0.00), so x3 is the default.
+OVECTOR_SCALE = 3.0
 
 
 def crossing_layer(argument_rr: Sequence[float], answer_rr: Sequence[float], floor: float = FLOOR) -> int | None:
@@ -121,6 +127,14 @@ class LensResult:
     def layers(self) -> list[int]:
         return list(range(len(self.argument_rr)))
 
+    @property
+    def crossing_block(self) -> int | None:
+        """The block whose sub-layer made the crossing (`crossing_layer` is the residual stream after it), or None.
+
+        This is the layer `ovector` and `ffn-ablate` take: the crossing at resid[13] made by block 12's FFN is mlp[12].
+        """
+        return None if self.crossing_component is None else self.crossing_layer - 1
+
     def summary(self) -> dict:
         """The JSON contract of `lincorr lens --json`."""
         return {
@@ -128,7 +142,7 @@ class LensResult:
             "argument_rr": rr_list(self.argument_rr), "answer_rr": rr_list(self.answer_rr),
             "answer_top1": rr_list(self.answer_top1), "mid_argument_rr": rr_list(self.mid_argument_rr),
             "mid_answer_rr": rr_list(self.mid_answer_rr), "crossing_layer": self.crossing_layer,
-            "crossing_component": self.crossing_component, "final_accuracy": self.final_accuracy,
+            "crossing_block": self.crossing_block, "crossing_component": self.crossing_component, "final_accuracy": self.final_accuracy,
             "floor": self.settings["floor"], "example_prompt": self.example_prompt, "seed": self.settings["seed"],
             "seconds": self.seconds,
         }
@@ -367,7 +381,7 @@ class OVectorResult:
                          out / "ovector.png", f"{title}, mlp[{self.layer}]", y_label="accuracy / mean RR")
 
 
-def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = None, scale: float = 1.0, n_source: int = 8,
+def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = None, scale: float = OVECTOR_SCALE, n_source: int = 8,
             n_pairs: int = 64, sweep: bool = False, transfer_from: str | None = None, seed: int = 0, batch_size: int = 16,
             progress: bool = True) -> OVectorResult:
     """Add `scale` times the task's o-vector to `mlp[layer]` at the last position of copy contexts, with controls.

@@ -22,7 +22,7 @@ import torch
 
 from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig, fit_relation
-from lincorr.studies.vectors.arithmetic import check_layer, o_vectors, pair_order
+from lincorr.studies.vectors.arithmetic import OVECTOR_SCALE, check_layer, o_vectors, pair_order
 from lincorr.tasks import COPY_TEMPLATE, bind_task
 from lincorr.internals import Patch, mlp, run
 from lincorr.knowledge import TaskSpec
@@ -118,7 +118,7 @@ class OVectorWResult:
                      out / "ovector_w.png", f"{self.task} o-vector vs W, {self.relation}, {self.model}", y_label="mean Pearson r")
 
 
-def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: RelationSpec = CAPITALS, scale: float = 1.0,
+def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: RelationSpec = CAPITALS, scale: float = OVECTOR_SCALE,
               n_source: int = 8, n_inputs: int = 1000, fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100),
               n_shuffles: int = 1000, seed: int = 0, batch_size: int = 16, progress: bool = True) -> OVectorWResult:
     """Compare the effect of `task`'s o-vector at `mlp[layer]` on `relation`'s target logits with W's rows (module docstring).
