@@ -26,7 +26,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from costs import flops_per_prompt  # noqa: E402
-from lincorr.collect import collect_logits, tokenize_prompts  # noqa: E402
+from lincorr.collect import collect_logits  # noqa: E402
+from lincorr.models import tokenize_prompts
 from lincorr.inputs import sample_vocab_inputs  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402
 from lincorr.models import load_model  # noqa: E402

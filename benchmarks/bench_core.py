@@ -21,7 +21,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lincorr.collect import collect_logits, tokenize_prompts  # noqa: E402
+from lincorr.collect import collect_logits  # noqa: E402
+
+from lincorr.models import tokenize_prompts
 from lincorr.templates import fill  # noqa: E402
 from lincorr.inputs import sample_vocab_inputs  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402

@@ -21,7 +21,7 @@ import numpy as np  # noqa: E402
 
 from bench_collection import square_matmul_rate  # noqa: E402
 from costs import H100_BF16_PEAK, LLAMA_3_8B, flops_per_prompt  # noqa: E402
-from lincorr.collect import tokenize_prompts  # noqa: E402
+from lincorr.models import tokenize_prompts  # noqa: E402
 from lincorr.inputs import sample_vocab_inputs  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402
 from lincorr.models import load_model  # noqa: E402

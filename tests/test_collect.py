@@ -9,7 +9,8 @@ from helpers.precision import float32_atol, tiny_forward_atol
 from helpers.tiny import CITIES, NAMES, tiny_llama
 
 import lincorr.collect as collect
-from lincorr.collect import TableCache, collect_logits, tokenize_prompts
+from lincorr.collect import TableCache, collect_logits
+from lincorr.models import tokenize_prompts
 from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
 from lincorr.models import compile_forward, wrap_model

@@ -14,7 +14,8 @@ import torch
 from helpers.bundled import CONTROL_BOUND, MIN_GAP_OVER_CONTROL, above_chance_p
 
 from lincorr.cli import main
-from lincorr.collect import collect_logits, domain_scores, tokenize_prompts
+from lincorr.collect import collect_logits, domain_scores
+from lincorr.models import tokenize_prompts
 from lincorr.fit import FitConfig, fit_tables, measure_pair
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.knowledge import load_registry

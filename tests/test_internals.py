@@ -8,7 +8,7 @@ from helpers.precision import tiny_forward_atol
 from helpers.tiny import tiny_gemma3, tiny_gpt2, tiny_llama
 from helpers.tiny_archs import tiny_gemma3_multimodal, tiny_mistral, tiny_olmo, tiny_olmo2, tiny_qwen2, tiny_qwen3
 
-from lincorr.collect import left_pad, tokenize_prompts
+from lincorr.models import left_pad, tokenize_prompts
 from lincorr.errors import LincorrError
 from lincorr.internals import (
     ARCHITECTURES,

@@ -9,7 +9,9 @@ import torch
 from helpers.precision import float32_atol, tiny_forward_atol
 from helpers.tiny import CITIES, NAMES
 
-from lincorr.collect import domain_scores, left_pad, tokenize_prompts
+from lincorr.collect import domain_scores
+
+from lincorr.models import left_pad, tokenize_prompts
 from lincorr.errors import LincorrError
 from lincorr.models import apply_logit_transform, load_model, wrap_model
 

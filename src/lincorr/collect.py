@@ -19,7 +19,7 @@ from lincorr.distributed import Team, balanced_assignment, current_team
 from lincorr.domains import Domain
 from lincorr.errors import DataError, DeviceError, InputError, LincorrError, ModelError, UsageError
 from lincorr.filesystem import atomic_file, read_json, write_json_atomic
-from lincorr.models import LM
+from lincorr.models import LM, left_pad, tokenize_prompts
 from lincorr.prompts import Prompt
 from lincorr.provenance import code_digest
 from lincorr.templates import fill, validate_template
@@ -49,22 +49,6 @@ class LogitTable:
     domain: Domain
     kind: str  # "logits" (the paper's default) or "logprobs" (log-softmax over the full vocabulary)
     model: str  # the model's fingerprint
-
-
-def tokenize_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
-    """Token ids per prompt, with the special tokens the model expects (BOS where it uses one)."""
-    return tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
-
-
-def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded `input_ids` and `attention_mask`, both `[batch, max_len]`."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
-        mask[i, width - len(row):] = 1
-    return ids, mask
 
 
 @torch.inference_mode()

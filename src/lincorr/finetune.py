@@ -13,7 +13,7 @@ import torch
 from tqdm.auto import tqdm
 
 from lincorr.errors import LincorrError
-from lincorr.collect import left_pad
+from lincorr.models import left_pad
 from lincorr.models import apply_logit_transform, position_ids_from_mask
 
 IGNORE_INDEX = -100

@@ -10,6 +10,7 @@ import logging
 import os
 import struct
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -129,6 +130,22 @@ def compile_forward(lm: LM) -> LM:
     """
     lm.compiled_body = torch.compile(lm.model.base_model, dynamic=True)
     return lm
+
+
+def tokenize_prompts(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
+    """Token ids per prompt, with the special tokens the model expects (BOS where it uses one)."""
+    return tokenizer(list(prompts), add_special_tokens=True)["input_ids"]
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded `input_ids` and `attention_mask`, both `[batch, max_len]`."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        ids[i, width - len(row):] = torch.tensor(row, dtype=torch.long)
+        mask[i, width - len(row):] = 1
+    return ids, mask
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

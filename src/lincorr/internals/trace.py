@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from lincorr.collect import left_pad, tokenize_prompts
+from lincorr.models import left_pad, tokenize_prompts
 from lincorr.errors import LincorrError
 from lincorr.internals.arch import Component, Layout, as_component, check_component, layout
 from lincorr.models import LM

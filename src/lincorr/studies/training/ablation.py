@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers.activations import ACT2FN
 
-from lincorr.collect import left_pad, tokenize_prompts
+from lincorr.models import left_pad, tokenize_prompts
 from lincorr.domains import build_domain, tokenize_word
 from lincorr.errors import LincorrError, UsageError
 from lincorr.knowledge import load_registry
