@@ -336,10 +336,38 @@ def test_gradient_correlation_of_planted_changes():
     rng = np.random.default_rng(0)
     coef = rng.normal(size=(6, 4))
     source_change = rng.normal(size=(50, 6))
-    labelwise, control = gradient_correlation_from_changes(coef, source_change, source_change @ coef + 1e-6 * rng.normal(size=(50, 4)))
-    assert np.allclose(labelwise, 1.0, atol=1e-6) and abs(control) < 0.6
-    unrelated, _ = gradient_correlation_from_changes(coef, source_change, rng.normal(size=(50, 4)))
-    assert np.nanmean(unrelated) < 0.5
+    # float64 throughout: r of a planted relation with 1e-6 noise is 1 - O(1e-12).
+    planted = gradient_correlation_from_changes(coef, source_change, source_change @ coef + 1e-6 * rng.normal(size=(50, 4)))
+    assert np.allclose(planted.labelwise, 1.0, atol=1e-6) and abs(planted.control) < 0.6 and planted.p_value < 0.01
+    unrelated = gradient_correlation_from_changes(coef, source_change, rng.normal(size=(50, 4)))
+    assert unrelated.r < 0.5 and unrelated.p_value > 0.05
+    # Sign and direction: W's transpose or a negated W predicts nothing or the opposite.
+    assert gradient_correlation_from_changes(-coef, source_change, source_change @ coef).r == pytest.approx(-1.0)
+    swapped = gradient_correlation_from_changes(coef, source_change, (source_change @ coef) @ coef.T @ rng.normal(size=(6, 4)))
+    assert swapped.r < planted.r - 0.3
+
+
+def test_a_shift_common_to_every_logit_passes_the_papers_control_but_not_the_centred_one():
+    """One step moves every logit of an input by about the same amount: W with shuffled rows keeps its column sums, so
+    under the paper's measure the control is as high as the measurement; centred per input, the shift contributes nothing."""
+    rng = np.random.default_rng(1)
+    n_eval, n_source, n_target = 200, 12, 8
+    coef = rng.normal(size=(n_source, n_target))
+    shift = 10 * rng.normal(size=(n_eval, 1))  # per input, common to its whole domain, 10x the relation's size
+    relation_change = rng.normal(size=(n_eval, n_source))
+    source_change = relation_change + shift
+    related = source_change @ coef - shift @ coef.sum(0, keepdims=True) + shift  # dT = (dS without the shift) @ W + shift
+    shift_only = shift + 0.1 * rng.normal(size=(n_eval, n_target))
+    for target_change, real in ((related, True), (shift_only, False)):
+        paper = gradient_correlation_from_changes(coef, source_change, target_change)
+        ours = gradient_correlation_from_changes(coef, source_change, target_change, centred=True)
+        # The paper's control moves with the shift: it is far from a null in both cases (measured 0.4 to 0.6 here).
+        assert abs(paper.control) > 0.3, (real, paper.r, paper.control)
+        # Centred: the relation is found with a permutation p at its floor, the shift alone is not found at all.
+        if real:
+            assert ours.r > 0.8 and ours.p_value < 0.01 and abs(ours.control) < 0.2, (ours.r, ours.control, ours.p_value)
+        else:
+            assert abs(ours.r) < 0.2 and ours.p_value > 0.05, (ours.r, ours.control, ours.p_value)
 
 
 def test_gradient_correlation_study_on_a_tiny_model_and_its_resumable_table(lm, registry, monkeypatch):

@@ -2,7 +2,15 @@
 
 After one AdamW step on "source_template(x_j) s_j" for training inputs x_j, the source-domain
 logits of held-out inputs change by dS `[n_eval, n_source]` and the target-domain logits by dT
-`[n_eval, n_target]`; if the update travels through the linear correlation, dS @ W predicts dT.
+`[n_eval, n_target]`; if the update travels through the linear correlation, dS @ W predicts dT
+(the paper's "W · ∇LogP" estimate of the target gradient from the source gradient).
+
+Measured two ways. The paper's: label-wise r of dS @ W against dT, beside W with its rows
+shuffled. A step also shifts every logit of an input by about the same amount, and a shuffled W
+keeps its column sums, so a common shift makes the control as high as the measurement and can
+hide or fake the effect. Ours: the same with each input's changes centred over its domain first
+(what moves one answer against the others), where a common shift contributes nothing, and a
+permutation p-value over row shuffles.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from lincorr.relations import RelationSpec, study_key
 from lincorr.templates import fill
 
 __all__ = [
-    "GradientConfig", "GradientCorrelation", "GradientTable", "gradient_correlation_from_changes", "measure_gradient_correlation", "gradient_table",
+    "ChangeCorrelation", "GradientConfig", "GradientCorrelation", "GradientTable", "centred_per_input", "gradient_correlation_from_changes", "measure_gradient_correlation", "gradient_table",
 ]
 
 
@@ -37,7 +45,7 @@ class GradientConfig:
     n_eval: int = 200
     fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100)
     train: TrainConfig = TrainConfig(learning_rate=5e-6, batch_size=8, blocks_only=True, progress=False)
-    n_control: int = 5
+    n_control: int = 200  # row shuffles of W: cheap, and enough for a p-value down to 1/201
     seed: int = 0
     progress: bool = True
 
@@ -51,9 +59,12 @@ class GradientCorrelation:
     source: str
     target: str
     logit_r: float  # label-wise r of W on held-out logits (the usual fit)
-    gradient_r: float
+    gradient_r: float  # the paper's: changes as they are
     control_r: float  # mean over W's with permuted rows
     labelwise_gradient_r: np.ndarray  # [n_target]
+    centred_gradient_r: float  # ours: each input's changes centred over its domain
+    centred_control_r: float
+    centred_p_value: float  # share of row shuffles whose centred r reaches the observed one (the observed counted in)
     mean_abs_source_change: float
     mean_abs_target_change: float
     config: GradientConfig
@@ -70,6 +81,8 @@ class GradientCorrelation:
         return {
             "relation": self.label, "model": self.model_name, "source": self.source, "target": self.target,
             "logit_r": self.logit_r, "gradient_r": self.gradient_r, "control_r": self.control_r,
+            "centred_gradient_r": self.centred_gradient_r, "centred_control_r": self.centred_control_r,
+            "centred_p_value": self.centred_p_value, "n_control": self.config.n_control,
             "n_constant_targets": self.n_constant_targets, "n_undefined_gradient_targets": self.n_undefined_gradient_targets,
             "mean_abs_source_change": self.mean_abs_source_change, "mean_abs_target_change": self.mean_abs_target_change,
             "n_step_facts": self.config.n_step_facts, "n_eval": self.config.n_eval, "n_inputs": self.config.n_inputs,
@@ -89,18 +102,48 @@ class GradientCorrelation:
             label=row["relation"], model_name=row["model"], source=row["source"], target=row["target"], logit_r=row["logit_r"],
             gradient_r=row["gradient_r"], control_r=row["control_r"], labelwise_gradient_r=np.array(row["labelwise_gradient_r"], float),
             mean_abs_source_change=row["mean_abs_source_change"], mean_abs_target_change=row["mean_abs_target_change"], config=config,
-            n_constant_targets=row["n_constant_targets"],
-            seconds=row["seconds"],
+            centred_gradient_r=row["centred_gradient_r"], centred_control_r=row["centred_control_r"],
+            centred_p_value=row["centred_p_value"], n_constant_targets=row["n_constant_targets"], seconds=row["seconds"],
         )
 
 
-def gradient_correlation_from_changes(coef: np.ndarray, source_change: np.ndarray, target_change: np.ndarray, *, n_control: int = 5,
-                                      seed: int = 0) -> tuple[np.ndarray, float]:
-    """Label-wise r of `source_change @ W` against `target_change` `[n_eval, n_target]`, and the mean r with row-shuffled W."""
-    labelwise = labelwise_pearson(source_change @ coef, target_change)
+@dataclasses.dataclass(frozen=True)
+class ChangeCorrelation:
+    """How well dS @ W predicts dT: per target word, and the same with W's rows shuffled among source words."""
+
+    labelwise: np.ndarray  # [n_target] r across the evaluation inputs (NaN for a word that did not move)
+    control_means: np.ndarray  # [n_control] mean label-wise r of each row-shuffled W
+
+    @property
+    def r(self) -> float:
+        return summarize(self.labelwise)["mean"]
+
+    @property
+    def control(self) -> float:
+        return float(np.mean(self.control_means))
+
+    @property
+    def p_value(self) -> float:
+        """Permutation p: the observed mean r counts as one of the shuffles it is compared with."""
+        return float((1 + np.sum(self.control_means >= self.r)) / (1 + len(self.control_means)))
+
+
+def centred_per_input(changes: np.ndarray) -> np.ndarray:
+    """`[n, k]` changes minus each input's mean over its k domain words: a shift common to all of them is removed."""
+    return changes - changes.mean(axis=1, keepdims=True)
+
+
+def gradient_correlation_from_changes(coef: np.ndarray, source_change: np.ndarray, target_change: np.ndarray, *, centred: bool = False,
+                                      n_control: int = 200, seed: int = 0) -> ChangeCorrelation:
+    """Label-wise r of `source_change @ W` against `target_change` `[n_eval, n_target]`, and with row-shuffled W's.
+
+    `centred`: both changes centred per input first (ours); else as they are (the paper's).
+    """
+    if centred:
+        source_change, target_change = centred_per_input(source_change), centred_per_input(target_change)
     rng = np.random.default_rng(seed)
     control = [np.nanmean(labelwise_pearson(source_change @ coef[rng.permutation(coef.shape[0])], target_change)) for _ in range(n_control)]
-    return labelwise, float(np.mean(control))
+    return ChangeCorrelation(labelwise_pearson(source_change @ coef, target_change), np.array(control))
 
 
 def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, config: GradientConfig = GradientConfig()) -> GradientCorrelation:
@@ -123,11 +166,12 @@ def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, confi
     tuned = wrap_model(stepped.model, lm.tokenizer, name=f"{lm.name}+step")
     after = [entity_logits(tuned, p, eval_inputs) for p in (relation.source, relation.target)]
     source_change, target_change = after[0] - before[0], after[1] - before[1]
-    labelwise, control = gradient_correlation_from_changes(relation.fit.coef, source_change, target_change, n_control=config.n_control,
-                                                           seed=config.seed)
+    paper, ours = (gradient_correlation_from_changes(relation.fit.coef, source_change, target_change, centred=centred,
+                                                     n_control=config.n_control, seed=config.seed) for centred in (False, True))
     return GradientCorrelation(
         label=relation.label, model_name=lm.name, source=relation.source.name, target=relation.target.name, logit_r=relation.fit.labelwise_r_mean,
-        gradient_r=summarize(labelwise)["mean"], n_constant_targets=relation.fit.n_constant_targets, control_r=control, labelwise_gradient_r=labelwise,
+        gradient_r=paper.r, n_constant_targets=relation.fit.n_constant_targets, control_r=paper.control, labelwise_gradient_r=paper.labelwise,
+        centred_gradient_r=ours.r, centred_control_r=ours.control, centred_p_value=ours.p_value,
         mean_abs_source_change=float(np.abs(source_change).mean()), mean_abs_target_change=float(np.abs(target_change).mean()),
         config=config, seconds=time.perf_counter() - started,
     )
@@ -158,13 +202,15 @@ class GradientTable:
     def markdown(self) -> str:
         """Our logit and gradient correlation (and the shuffled-W control) next to the paper's."""
         paper = paper_table("table4")
-        lines = [f"| relation | logit r | gradient r | control (shuffled W) | {paper.column_title} logit r | {paper.column_title} gradient r |",
-                 "|---|---|---|---|---|---|"]
+        lines = [f"| relation | logit r | gradient r | control (shuffled W) | centred: gradient r | control | p "
+                 f"| {paper.column_title} logit r | {paper.column_title} gradient r |",
+                 "|---|---|---|---|---|---|---|---|---|"]
         for r in self.rows:
             published = paper.row(r.label)
             theirs = f"{published['logit_r']:.2f} | {published['gradient_r']:.2f}" if published else " | "
-            lines.append(f"| {r.label} | {r.logit_r:.2f} | {r.gradient_r:.2f} | {r.control_r:.2f} | {theirs} |")
-        lines += [f"| {label} | skipped: {why} | | | | |" for label, why in self.skipped]
+            lines.append(f"| {r.label} | {r.logit_r:.2f} | {r.gradient_r:.2f} | {r.control_r:.2f} | {r.centred_gradient_r:.2f} "
+                         f"| {r.centred_control_r:.2f} | {r.centred_p_value:.2g} | {theirs} |")
+        lines += [f"| {label} | skipped: {why} | | | | | | | |" for label, why in self.skipped]
         return "\n".join(lines)
 
     def save(self, directory) -> None:
