@@ -61,4 +61,10 @@ def test_one_step_gradient_correlation_beats_a_shuffled_w(relation):
     config = GradientConfig(n_inputs=N_INPUTS, n_step_facts=8, n_eval=40, fit=RIDGE, progress=False)
     result = measure_gradient_correlation(lm, load_registry(), RelationSpec("city", "country"), config)
     assert result.mean_abs_target_change > 0 and np.isfinite(result.gradient_r)
-    assert result.gradient_r > result.control_r
+    # The phenomenon of §4.1, measured on changes centred per input (a shift common to every logit, which also lifts the
+    # paper's shuffled-W control to 0.41-0.54 here, is removed). Measured (seeds 0, 1, 2): centred gradient r 0.31, 0.40,
+    # 0.33 against controls 0.00, 0.00, 0.00, and no one of the 200 row shuffles reached it (p = 1/201 each time). The
+    # test: significant at 0.01 against the shuffles, and a gap of at least 0.15, half the smallest measured.
+    assert result.centred_p_value < 0.01, result.summary()
+    assert result.centred_gradient_r - result.centred_control_r >= 0.15, result.summary()
+    assert result.gradient_r > result.control_r, result.summary()  # the paper's measure points the same way

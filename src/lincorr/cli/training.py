@@ -216,7 +216,9 @@ def run_gradcorr(args) -> None:
     )
 
     def report(row: dict) -> None:
-        done = f"skipped: {row['skipped']}" if "skipped" in row else f"gradient r {row['gradient_r']:.2f} (control {row['control_r']:.2f})"
+        done = (f"skipped: {row['skipped']}" if "skipped" in row else
+                f"gradient r {row['gradient_r']:.2f} (control {row['control_r']:.2f}); centred {row['centred_gradient_r']:.2f} "
+                f"(control {row['centred_control_r']:.2f}, p {row['centred_p_value']:.2g})")
         print(f"{row['relation']}: {done}", file=sys.stderr, flush=True)
 
     table = gradient_table(load_lm(args), registry, relations, config, on_row=report if args.table4 and not args.quiet else None)
