@@ -19,7 +19,7 @@ from lincorr.studies.extractive.ocr import (
     HOPS, PAPER_TRAIN, OcrConfig, QuerySet, Templates, chance_mean_rank, hop_data, load_world, made_up_names, ranks,
     run_ocr, token_report, train_model,
 )
-from lincorr.studies.extractive.freeze import SETTINGS, FreezeConfig, choose_split, reset_blocks, run_freeze
+from lincorr.studies.extractive.freeze import SETTINGS, FreezeConfig, choose_split, paper_split, reset_blocks, run_freeze
 from lincorr.studies.extractive.origins import (
     ORDERS, WEIGHT_SETS, OriginsConfig, graft_weights, novel_data, ordering_phases, run_graft, run_ordering,
 )
@@ -408,8 +408,12 @@ def test_the_split_separates_first_hop_mass_from_second_hop_mass():
     second = np.array([0.0, 0.2, 0.1, 0.3, 2.0, 4.0])
     # s = 3: 5.5/5.6 of the first hop before it, 6.3/6.6 of the second from it on (1.937; s = 4 gives 1.909).
     assert choose_split(first, second) == 3
-    with pytest.raises(LincorrError, match="split_layer"):
-        choose_split(np.zeros(4), second[:4])
+    assert choose_split(np.zeros(4), second[:4]) is None  # no positive mass: nothing to separate
+
+
+def test_the_papers_split_makes_three_quarters_of_the_blocks_early():
+    assert paper_split(32) == 24  # OLMo-7B: blocks 0-23 early-middle, as in the paper
+    assert paper_split(18) == 13 and paper_split(30) == 22 and paper_split(2) == 1
 
 
 def test_freeze_study_reports_every_setting_for_both_hops(world_tokenizer, tmp_path):
@@ -420,7 +424,7 @@ def test_freeze_study_reports_every_setting_for_both_hops(world_tokenizer, tmp_p
     result = run_freeze(lm, registry, config)
     summary = result.summary()
     assert [(r["setting"], r["hop"]) for r in summary["rows"]] == [(s, h) for h in HOPS for s in SETTINGS]
-    assert summary["split_layer"] == 1 and not summary["split_chosen_from_informative_scores"]
+    assert summary["split_layer"] == 1 and summary["split_rule"] == "given"
     data = hop_data(load_world(registry), world_tokenizer, "second", 5)
     assert result.row("all", "second")["implication_mean_rank"] == pytest.approx(float(ranks(lm, data.implications).mean()))
     assert len(summary["informative_by_layer"]["first"]) == 2

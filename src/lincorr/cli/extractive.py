@@ -60,7 +60,9 @@ def add_extractive_command(commands) -> None:
     freeze = study("freeze", "reset or freeze early-middle or late blocks; mean ranks for both hops (Table 2)",
                    "freeze.json, freeze.csv and freeze.png")
     add_n_facts(freeze)
-    freeze.add_argument("--split-layer", type=COUNT, default=None, help="first late block (default: chosen from the informative scores)")
+    freeze.add_argument("--split", choices=("paper", "scores"), default="paper",
+                        help="early-middle blocks: the paper's first three quarters, or the split the informative scores choose")
+    freeze.add_argument("--split-layer", type=COUNT, default=None, help="first late block, by hand (overrides --split)")
     freeze.set_defaults(handler=study_handler("freeze", "run_freeze", freeze_config))
 
     ordering = study("ordering", "continued training in three orders, then OCR on new facts (Fig. 4)",
@@ -148,7 +150,7 @@ def scores_config(args):
 def freeze_config(args):
     from lincorr.studies.extractive.freeze import FreezeConfig
 
-    return FreezeConfig(n_facts=args.n_facts, seed=args.seed, train=train_config(args), split_layer=args.split_layer)
+    return FreezeConfig(n_facts=args.n_facts, seed=args.seed, train=train_config(args), split=args.split, split_layer=args.split_layer)
 
 
 def origins_config(args):

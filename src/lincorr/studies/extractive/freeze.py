@@ -7,11 +7,14 @@ For each hop the model is fine-tuned on the facts ("none": all blocks train), an
 - `early_pre` / `late_pre`: the model is fine-tuned again with those blocks frozen;
 - `all`: the original model (every block reset), the other baseline.
 
-Mean ranks of facts and implications are measured for every setting. The split is chosen from the
-informative scores of the "none" models (`extractive_scores`): the block that best separates
-where the first-hop update is informative (before it) from where the second-hop update is
-(from it on), i.e. the s maximising share_first(blocks < s) + share_second(blocks >= s) of the
-positive informative mass per block; `FreezeConfig.split_layer` fixes it instead.
+Mean ranks of facts and implications are measured for every setting. The split is the paper's by
+default: early-middle = the first three quarters of the blocks (OLMo-7B's 0-23 of 32), so that
+it is fixed before any score is seen. lincorr's variant (`split="scores"`) chooses it from the
+informative scores of the "none" models (`extractive.scores`): the block that best separates
+where the first-hop update is informative (before it) from where the second-hop update is (from
+it on), i.e. the s maximising share_first(blocks < s) + share_second(blocks >= s) of the
+positive informative mass per block; the block it would choose is reported beside the paper's
+split either way. `FreezeConfig.split_layer` fixes the block by hand.
 """
 
 from __future__ import annotations
@@ -35,19 +38,21 @@ from lincorr.internals import layout
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_csv, write_json
 
-__all__ = ["SETTINGS", "FreezeConfig", "FreezeResult", "reset_blocks", "choose_split", "run_freeze"]
+__all__ = ["SETTINGS", "SPLITS", "FreezeConfig", "FreezeResult", "reset_blocks", "paper_split", "choose_split", "run_freeze"]
 
 SETTINGS = ("none", "all", "early_post", "late_post", "early_pre", "late_pre")
+SPLITS = ("paper", "scores")
 PAPER = published_values("feng_table2")
 @dataclasses.dataclass(frozen=True)
 class FreezeConfig:
-    """Dataset size and seed, training (as `extractive.OcrConfig`), and the split block (None: chosen from informative scores)."""
+    """Dataset size and seed, training (as `extractive.OcrConfig`), and the split: the paper's rule, the scores', or a block."""
 
     n_facts: int = 20
     seed: int = 0
     train: TrainConfig = SMALL_TRAIN
     templates: Templates = Templates()
-    split_layer: int | None = None
+    split: str = "paper"  # "paper": the first 3/4 of the blocks are early-middle; "scores": chosen from informative scores
+    split_layer: int | None = None  # a block given by hand, overriding `split`
     batch_size: int = 32
 
 
@@ -62,11 +67,19 @@ def reset_blocks(tuned: LM, original: LM, blocks: range) -> LM:
     return snapshot(model, tuned.tokenizer, f"{tuned.name} (blocks {blocks.start}-{blocks.stop - 1} reset)")
 
 
-def choose_split(first: np.ndarray, second: np.ndarray) -> int:
-    """The block s in 1..L-1 maximising first-hop mass before s plus second-hop mass from s on (shares of each hop's positive total)."""
+def paper_split(n_layers: int) -> int:
+    """The first late block under the paper's split: early-middle is the first three quarters (OLMo-7B: blocks 0-23 of 32)."""
+    return min(max(1, (3 * n_layers) // 4), n_layers - 1)
+
+
+def choose_split(first: np.ndarray, second: np.ndarray) -> int | None:
+    """The block s in 1..L-1 maximising first-hop mass before s plus second-hop mass from s on (shares of each hop's positive total).
+
+    None when an update has no positive informative score anywhere: there is nothing to separate.
+    """
     first, second = np.clip(first, 0, None), np.clip(second, 0, None)
     if first.sum() == 0 or second.sum() == 0:
-        raise LincorrError("an update has no positive informative score anywhere; pass split_layer= to choose the split by hand")
+        return None
     before = np.cumsum(first)[:-1] / first.sum()  # before[s - 1]: share of the first hop in blocks < s
     after = 1 - np.cumsum(second)[:-1] / second.sum()
     return int(np.argmax(before + after)) + 1
@@ -80,7 +93,8 @@ class FreezeResult:
     config: FreezeConfig
     n_layers: int
     split_layer: int
-    split_chosen: bool  # True: from the informative scores; False: given
+    split_rule: str  # "paper", "scores" or "given"
+    score_split: int | None  # the block the informative scores would choose, beside the one used (None: they choose none)
     informative_by_layer: dict  # hop -> [n_layers], summed over each block's MLP and heads
     rows: tuple[dict, ...]  # {setting, hop, fact_mean_rank, implication_mean_rank}
     chance: float
@@ -94,7 +108,7 @@ class FreezeResult:
         return {
             "model": self.model_name, "n_layers": self.n_layers, "split_layer": self.split_layer,
             "split": f"early-middle = blocks 0-{self.split_layer - 1}, late = blocks {self.split_layer}-{self.n_layers - 1}",
-            "split_chosen_from_informative_scores": self.split_chosen,
+            "split_rule": self.split_rule, "score_split": self.score_split,
             "informative_by_layer": {hop: [float(v) for v in values] for hop, values in self.informative_by_layer.items()},
             "rows": [dict(r) for r in self.rows], "chance_mean_rank": self.chance, "n_facts": self.config.n_facts,
             "seed": self.config.seed, "training": training_settings(self.config.train),
@@ -140,9 +154,11 @@ class FreezeResult:
 
 
 def run_freeze(lm: LM, registry, config: FreezeConfig = FreezeConfig(), *, progress: bool = False) -> FreezeResult:
-    """Table 2 for both hops: train, choose the split from the informative scores, reset (post) and freeze (pre)."""
+    """Table 2 for both hops: train, split the blocks (the paper's rule by default), reset (post) and freeze (pre)."""
     started = time.perf_counter()
     n_layers = layout(lm).n_layers
+    if config.split not in SPLITS:
+        raise LincorrError(f"split must be one of {', '.join(SPLITS)}, got '{config.split}'")
     if config.split_layer is not None and not 0 < config.split_layer < n_layers:
         raise LincorrError(f"split_layer must be in 1..{n_layers - 1} for this {n_layers}-block model")
     world = load_world(registry)
@@ -155,8 +171,11 @@ def run_freeze(lm: LM, registry, config: FreezeConfig = FreezeConfig(), *, progr
         scores = linearized_scores(lm, tuned[hop], data[hop].implications, components=components, upstream=False,
                                    batch_size=config.batch_size)["informative"]
         informative[hop] = np.bincount([c.layer for c in components], weights=scores, minlength=n_layers)
-    chosen = config.split_layer is None
-    split = choose_split(informative["first"], informative["second"]) if chosen else config.split_layer
+    score_split = choose_split(informative["first"], informative["second"])
+    rule = "given" if config.split_layer is not None else config.split
+    split = {"given": config.split_layer, "paper": paper_split(n_layers), "scores": score_split}[rule]
+    if split is None:
+        raise LincorrError("an update has no positive informative score anywhere, so the scores choose no split; use the paper's")
     early, late = range(0, split), range(split, n_layers)
     rows = []
     for hop in HOPS:
@@ -177,5 +196,5 @@ def run_freeze(lm: LM, registry, config: FreezeConfig = FreezeConfig(), *, progr
                          "implication_mean_rank": mean_rank(model, data[hop].implications)})
             del model
         del tuned[hop]
-    return FreezeResult(lm.name, config, n_layers, split, chosen, informative, tuple(rows), chance_mean_rank(data["first"].facts),
+    return FreezeResult(lm.name, config, n_layers, split, rule, score_split, informative, tuple(rows), chance_mean_rank(data["first"].facts),
                         time.perf_counter() - started)
