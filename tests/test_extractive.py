@@ -416,6 +416,38 @@ def test_the_papers_split_makes_three_quarters_of_the_blocks_early():
     assert paper_split(18) == 13 and paper_split(30) == 22 and paper_split(2) == 1
 
 
+def test_freeze_resets_and_freezes_the_blocks_each_setting_names(world_tokenizer, tmp_path, monkeypatch):
+    """Planted: the facts live in the late blocks only. Resetting the late blocks (late_post) or freezing them in training
+    (late_pre) loses the facts; the early ones keep them. Swapping the early and late ranges anywhere in the study
+    turns these answers around."""
+    import lincorr.studies.extractive.freeze as freeze
+
+    lm = wrap_model(tiny_llama(len(world_tokenizer)).double(), world_tokenizer, name="tiny")
+    n_layers, split = 2, 1
+    late_weight = f"model.layers.{split}.mlp.down_proj.weight"
+    taught = torch.full_like(dict(lm.model.named_parameters())[late_weight], 0.5)  # the planted "fact": one late weight
+
+    def planted_training(original, facts, train, name=""):
+        """Training moves only the late block's weight, and only where the training's layer range lets it."""
+        model = copy.deepcopy(original.model)
+        start, stop = getattr(train, "layers", None) or (0, n_layers)
+        if start <= split < stop:
+            dict(model.named_parameters())[late_weight].data.copy_(taught)
+        return wrap_model(model, original.tokenizer, name=name), None
+
+    def knows(model) -> float:
+        """1.0 where the model holds the planted fact, else 0.0 (read in place of a mean rank)."""
+        return float(torch.equal(dict(model.model.named_parameters())[late_weight], taught))
+
+    monkeypatch.setattr(freeze, "train_model", planted_training)
+    monkeypatch.setattr(freeze, "mean_rank", lambda model, queries: knows(model))
+    config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=1, batch_size=5, blocks_only=True, progress=False),
+                          split_layer=split)
+    result = freeze.run_freeze(lm, tiny_world_registry(tmp_path), config)
+    held = {setting: result.row(setting, "first")["fact_mean_rank"] for setting in SETTINGS}
+    assert held == {"none": 1.0, "all": 0.0, "early_post": 1.0, "late_post": 0.0, "early_pre": 1.0, "late_pre": 0.0}
+
+
 def test_freeze_study_reports_every_setting_for_both_hops(world_tokenizer, tmp_path):
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
     config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=2, batch_size=5, blocks_only=True,
