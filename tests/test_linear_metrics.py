@@ -157,3 +157,15 @@ def test_pearson_of_two_vectors_is_scipys_and_undefined_where_r_means_nothing():
     a, b = rng.normal(size=20), rng.normal(size=20)
     assert pearson(a, b) == pytest.approx(stats.pearsonr(a, b)[0], abs=1e-12)  # float64 both ways
     assert np.isnan(pearson([1.0, 2.0], [2.0, 1.0])) and np.isnan(pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+
+
+def test_the_permutation_p_of_r_is_small_for_a_relation_and_not_for_noise():
+    from lincorr.metrics import pearson_permutation_p
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=40)
+    assert pearson_permutation_p(a, a + 0.3 * rng.normal(size=40), n_resamples=999) <= 0.002  # r ~ 0.95 over 40 points
+    assert pearson_permutation_p(a, -a + 0.3 * rng.normal(size=40), n_resamples=999) > 0.99  # one-sided: r < 0 is no evidence
+    noise = [pearson_permutation_p(rng.normal(size=40), rng.normal(size=40), n_resamples=199) for _ in range(40)]
+    assert 0.1 < np.mean(noise) < 0.9  # under no relation p is about uniform: mean 0.5, sd of the mean 0.05
+    assert np.isnan(pearson_permutation_p([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))

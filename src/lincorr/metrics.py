@@ -145,6 +145,18 @@ def pearson(a, b) -> float:
     return float(columnwise_pearson(a[:, None], b[:, None])[0])
 
 
+def pearson_permutation_p(a, b, *, n_resamples: int = 9999, seed: int = 0) -> float:
+    """One-sided p of Pearson r(a, b) > 0 against shuffled pairings (scipy's permutation test); NaN where r is undefined."""
+    from scipy.stats import permutation_test
+
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if np.isnan(pearson(a, b)):
+        return float("nan")
+    test = permutation_test((a, b), lambda x, y: pearson(x, y), permutation_type="pairings", alternative="greater",
+                            n_resamples=n_resamples, random_state=seed)
+    return float(test.pvalue)
+
+
 def rate(values) -> float:
     """Share of true values (NaN when empty)."""
     values = list(values)

@@ -36,7 +36,7 @@ from lincorr.studies.extractive.ocr import (
 )
 from lincorr.studies.extractive.scores import linearized_scores, score_components
 from lincorr.finetune import Fact, TrainConfig
-from lincorr.metrics import pearson
+from lincorr.metrics import pearson, pearson_permutation_p
 from lincorr.models import LM
 from lincorr.names import pseudo_names
 from lincorr.outputs import staged_directory, write_csv, write_json
@@ -263,11 +263,16 @@ class GraftResult:
     seconds: float
 
     def correlation(self) -> dict:
-        """Pearson r of downstream against informative scores, for MLPs and heads separately."""
+        """Pearson r of downstream against informative scores, for MLPs and heads separately, each with its permutation p.
+
+        The paper calls Fig. 6's correlation "statistically significant": p is the one-sided permutation test over the
+        components (scores shuffled among them), so it says how often a pairing of no relation reaches r.
+        """
         out = {}
         for kind in ("mlp", "head"):
             chosen = np.array([c.startswith(kind) for c in self.components])
             out[kind] = pearson(self.downstream[chosen], self.informative[chosen])
+            out[f"p_{kind}"] = pearson_permutation_p(self.downstream[chosen], self.informative[chosen])
             out[f"n_{kind}"] = int(chosen.sum())
         return out
 
@@ -291,7 +296,8 @@ class GraftResult:
                      for i, key in enumerate(("impl_counterfactual", "impl_original", "facts_counterfactual"))]
             lines.append(f"{row['weights']:<12} " + " ".join(f"{c:>14}" for c in cells) + f" {row['facts_original']:>6.2f}")
         r = self.correlation()
-        lines.append(f"Fig. 6: r(downstream, informative) = {r['mlp']:.3f} over {r['n_mlp']} MLPs, {r['head']:.3f} over {r['n_head']} heads")
+        lines.append(f"Fig. 6: r(downstream, informative) = {r['mlp']:.3f} (p {r['p_mlp']:.2g}) over {r['n_mlp']} MLPs, "
+                     f"{r['head']:.3f} (p {r['p_head']:.2g}) over {r['n_head']} heads")
         return "\n".join(lines)
 
     def plot(self, path) -> None:
