@@ -538,6 +538,42 @@ def test_graft_study_reports_table_3_and_both_correlations(world_tokenizer, tmp_
     assert {"graft.json", "graft_scores.csv", "graft.png"} <= {p.name for p in (tmp_path / "graft").iterdir()}
 
 
+def test_graft_study_grafts_and_scores_the_weight_sets_the_paper_names(world_tokenizer, tmp_path, monkeypatch):
+    """Planted: each training adds its own amount to one weight, so every weight set's value says how it was built.
+    W_graft = W_F' + (W_F,ImplF - W_F) and W~_graft = W_F' + (W_ImplF - W): a swapped operand gives another number; the
+    informative scores compare W_F' with W_graft and the downstream scores W_F,ImplF with it trained on the test facts."""
+    import lincorr.studies.extractive.origins as origins
+
+    lm = wrap_model(tiny_llama(len(world_tokenizer)).double(), world_tokenizer, name="W")
+    planted = {"W_F": 1.0, "W_F,ImplF": 10.0, "W_ImplF": 100.0, "W_F'": 1000.0, "W_F,ImplF+test": 10000.0}
+    original = lm.model.lm_head.weight[0, 0].item()
+
+    def planted_training(base, facts, train, name=""):
+        model = copy.deepcopy(base.model)
+        with torch.no_grad():
+            model.lm_head.weight[0, 0] += planted[name]
+        return wrap_model(model, base.tokenizer, name=name), None
+
+    def state(model) -> float:
+        return round(model.model.lm_head.weight[0, 0].item() - original, 6)
+
+    scored = []
+
+    def planted_scores(before, after, queries, *, components, upstream, batch_size):
+        scored.append((state(before), state(after)))
+        return {"informative": np.arange(len(components), dtype=float), "downstream": np.arange(len(components), dtype=float)}
+
+    monkeypatch.setattr(origins, "train_model", planted_training)
+    monkeypatch.setattr(origins, "mean_rank", lambda model, queries: state(model))
+    monkeypatch.setattr(origins, "linearized_scores", planted_scores)
+    quick = TrainConfig(learning_rate=1e-2, epochs=1, batch_size=4, progress=False)
+    result = run_graft(lm, tiny_world_registry(tmp_path), OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick))
+    built = {row["weights"]: row["facts_original"] for row in result.rows}
+    assert built == {"W": 0.0, "W_F": 1.0, "W_F,ImplF": 11.0, "W_ImplF": 100.0, "W_F'": 1000.0,
+                     "W_graft": 1000.0 + (11.0 - 1.0), "W~_graft": 1000.0 + (100.0 - 0.0)}
+    assert scored == [(1000.0, 1010.0), (11.0, 10011.0)]  # informative: W_F' -> W_graft; downstream: W_F,ImplF -> +test
+
+
 # ---------------------------------------------------------------- ours: W as a predictor
 
 
