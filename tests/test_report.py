@@ -137,7 +137,9 @@ def test_cli_writes_the_report_and_fails_on_a_foreign_directory_with_exit_2(tiny
     assert main(["report", str(tiny_runs["fit"]), str(tiny_runs["matrix"]), "--out", str(out), "--title", "two runs"]) == 0
     assert f"wrote {out} (2 section(s), 5 figure(s))" in capsys.readouterr().out
     assert "<title>two runs</title>" in out.read_text(encoding="utf-8")
-    assert main(["report", str(tiny_runs["fit"]), str(tmp_path), "--out", str(tmp_path / "other.html")]) == 2
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    assert main(["report", str(tiny_runs["fit"]), str(foreign), "--out", str(tmp_path / "other.html")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("lincorr: error:") and "is not a lincorr run directory" in err[0]
     assert not (tmp_path / "other.html").exists()

@@ -1,5 +1,6 @@
 """The HTML report in a real browser (headless Chromium through Playwright): it loads offline without errors,
-draws every figure, sorts its tables, and its hover labels carry the numbers of the run.
+draws every figure, sorts its tables, and its hover labels carry the numbers of the run; words of a
+stranger's run that hold HTML show as the text they are, never as a link, an image or a script.
 
 Chromium is Debian's `chromium` package (`make test` installs it when missing); where no browser
 can be installed these tests skip with that message. Screenshots are kept in each test's tmp_path.
@@ -7,6 +8,7 @@ can be installed these tests skip with that message. Screenshots are kept in eac
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -15,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from helpers.runs import FIGURES
+from helpers.strangers import PROMPTS, SOURCE_WORDS, TARGET_WORDS, write_runs_with_strangers_words
 
 from lincorr.cli import main
 from lincorr.report import build_report
@@ -36,6 +39,12 @@ CELL_CENTRE = """([figure, row, column]) => {
   return [box.left + x, box.top + y];
 }"""
 HOVER_LINES = "() => Array.from(document.querySelectorAll('.hoverlayer .hovertext tspan.line')).map(line => line.textContent)"
+# What plotly makes of tags in a figure's text, per figure: links, elements that load or run something, and styled text
+# (<b>, <sup>, <span style>); plotly's own tick labels, titles and hover labels have none of them.
+MADE_FROM_TAGS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(gd => [
+  gd.querySelectorAll('svg a').length, gd.querySelectorAll('img, script, iframe, object').length,
+  gd.querySelectorAll('svg tspan[style]').length])"""
+TICK_LABELS = "(id) => Array.from(document.querySelectorAll(`#${id} .xtick text, #${id} .ytick text`)).map(label => label.textContent)"
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +134,31 @@ def test_tiny_runs_report_loads_offline_draws_every_figure_and_hovers_right(brow
     assert column == sorted(column, reverse=True) and len(column) == 9
 
     assert opened.requests == [] and opened.errors == []
+    opened.context.close()
+
+
+def test_words_from_strangers_are_shown_as_text_never_as_links_images_or_scripts(browser, tiny_runs, tmp_path):
+    runs = write_runs_with_strangers_words(tiny_runs, tmp_path / "runs")
+    report = build_report(list(runs.values()), title="<b>strangers</b>")
+    opened = OpenedReport(browser, report.save(tmp_path / "report.html"))
+    page = opened.page
+    assert opened.drawn_figures() == report.figures == 6
+    page.screenshot(path=tmp_path / "report.png", full_page=True)
+    assert page.evaluate(MADE_FROM_TAGS) == [[0, 0, 0]] * report.figures
+
+    # The tick labels of W and of a matrix show each word as it was written, tags and entities included.
+    weights_id, matrix_id = opened.figure_ids("fit")[0], opened.figure_ids("matrix")[0]
+    assert set(SOURCE_WORDS.values()) | set(TARGET_WORDS.values()) <= set(page.evaluate(TICK_LABELS, weights_id))
+    assert set(PROMPTS.values()) <= set(page.evaluate(TICK_LABELS, matrix_id))
+    page.locator(f"#{weights_id}").screenshot(path=tmp_path / "w.png")
+    # Hover labels too; plotly keeps a category as the (escaped) text it was given.
+    paris, france = (html.escape(word, quote=False) for word in (SOURCE_WORDS["Paris"], TARGET_WORDS["France"]))
+    lines = opened.hover(weights_id, paris, france)
+    assert lines[:2] == [f"source: {SOURCE_WORDS['Paris']}", f"target: {TARGET_WORDS['France']}"] and lines[-1] == "reference pair: yes"
+    lines = opened.hover(matrix_id, html.escape(PROMPTS["tiny_city"], quote=False), html.escape(PROMPTS["tiny_country"], quote=False))
+    assert lines[0] == f"source: {PROMPTS['tiny_city']}: “{{}} <b>tiny_city</b> <a href='https://example.org/'>is</a>”"
+    assert page.evaluate(MADE_FROM_TAGS) == [[0, 0, 0]] * report.figures  # hover labels made none either
+    assert page.title() == "<b>strangers</b>" and opened.requests == [] and opened.errors == []
     opened.context.close()
 
 

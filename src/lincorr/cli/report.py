@@ -8,14 +8,15 @@ from lincorr.cli.options import add_command
 def add_report_command(commands) -> None:
     report = add_command(commands, "report", "an interactive HTML report (no network needed to open it) of one or more run directories")
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a directory written by --out or --save-dir of any lincorr command")
-    report.add_argument("--out", default="report.html", metavar="FILE", help="the HTML file to write")
+    report.add_argument("--out", default="report.html", metavar="FILE", help="the HTML file to write, outside every RUN_DIR")
     report.add_argument("--title", default="lincorr report", help="the page's title")
     report.set_defaults(handler=run_report)
 
 
 def run_report(args) -> None:
-    from lincorr.report import build_report
+    from lincorr.report import build_report, check_report_file
 
+    check_report_file(args.out, args.run_dirs)  # before reading: a refused --out costs no run read
     report = build_report(args.run_dirs, title=args.title)
     path = report.save(args.out)
     print(f"wrote {path} ({len(report.sections)} section(s), {report.figures} figure(s)); open it in a browser")

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from lincorr.errors import LincorrError
-from lincorr.report.page import Report, Section
+from lincorr.report.page import Report, Section, check_report_file
 from lincorr.report.runs import read_run
 
-__all__ = ["Report", "Section", "build_report", "read_run"]
+__all__ = ["Report", "Section", "build_report", "check_report_file", "read_run"]
 
 
 def build_report(run_dirs: Sequence, *, title: str = "lincorr report") -> Report:

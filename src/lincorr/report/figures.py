@@ -2,28 +2,72 @@
 
 Colour scales are fixed where the PNGs fix them ([-1, 1] for r, [0, 0.5] for its std), so
 figures of different runs compare by eye; W keeps the PNG's row order and clipping.
+
+Every string on a figure is text. Plotly reads a subset of HTML in all it writes (tick labels,
+hover labels, titles, legend names, annotations): `<a href>` becomes a link, `<b>` bold, `&lt;`
+a "<". The words of a run are a stranger's text, so `to_html`, through which every figure reaches
+the page, escapes every string the figure holds (see `as_text`). The one piece of markup the
+figures here use is a line break, written as a newline.
 """
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from lincorr.plots import ordered_weight_rows
 
 R_LIMITS = (-1.0, 1.0)
 STD_LIMITS = (0.0, 0.5)
 ROW_PX = 14  # height of one heatmap row: enough for a readable label at font size 10
+CHARACTER_PX = 6  # width of one character of a label at font size 10
 MAX_HEIGHT_PX = 3600
 FONT = {"size": 11}
+# typesetMath off: a word with two dollar signs stays a word, wherever MathJax happens to be loaded.
+CONFIG = {"displaylogo": False, "responsive": True, "typesetMath": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
+NEWLINE = re.compile(r"\r\n?|\n")
 
 
-def _layout(title: str, height: int, **extra) -> dict:
+def to_html(figure: go.Figure, div_id: str) -> str:
+    """The figure's <div> and the script that draws it (plotly.js itself is not included), every string shown as text."""
+    shown = as_text(figure)
+    # A hover label names no trace ("trace 0"): each template says what its numbers are.
+    shown.update_traces(hoverlabel_namelength=0)
+    return pio.to_html(shown, include_plotlyjs=False, full_html=False, config=CONFIG, div_id=div_id,
+                       default_height=f"{figure.layout.height or 450}px")
+
+
+def as_text(figure: go.Figure) -> go.Figure:
+    """A copy of `figure` in which plotly shows every string as written: `&`, `<` and `>` as entities, a newline as a line break.
+
+    All strings are escaped, the figure's own (titles, hover templates) as well as the words in its
+    data: a template that took a word in would otherwise carry the word's tags along.
+    """
+    return go.Figure(_as_text(figure.to_plotly_json()))
+
+
+def _as_text(value):
+    if isinstance(value, str):
+        # Plotly itself shows a newline as a space; as <br> it is the line break the figures here write.
+        return NEWLINE.sub("<br>", html.escape(value, quote=False))
+    if isinstance(value, dict):
+        return {key: _as_text(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_text(item) for item in value]
+    if isinstance(value, np.ndarray) and value.dtype.kind in "OU":
+        return np.frompyfunc(_as_text, 1, 1)(value)
+    return value
+
+
+def _layout(title: str, height: int, *, subtitle: str = "", **extra) -> dict:
     # The title takes its own margin, so axis labels on top never run into it.
     return {"title": {"text": title, "font": {"size": 14}, "x": 0, "xref": "paper", "yref": "container", "y": 1, "yanchor": "top",
-                      "pad": {"t": 10}, "automargin": True},
+                      "pad": {"t": 10}, "automargin": True, **({"subtitle": {"text": subtitle}} if subtitle else {})},
             "height": height, "template": "plotly_white", "font": FONT, "margin": {"l": 10, "r": 10, "t": 40, "b": 10}, **extra}
 
 
@@ -32,8 +76,13 @@ def _category_axis(title: str, **extra) -> dict:
     return {"title": {"text": title}, "type": "category", "automargin": True, "tickfont": {"size": 10}, **extra}
 
 
-def _heatmap_height(n_rows: int, *, minimum: int = 320) -> int:
-    return int(min(MAX_HEIGHT_PX, max(minimum, 200 + ROW_PX * n_rows)))
+def _heatmap_height(n_rows: int, *, minimum: int = 320, turned_labels: Sequence[str] = ()) -> int:
+    return int(min(MAX_HEIGHT_PX, max(minimum, 200 + ROW_PX * n_rows) + _turned_room(turned_labels)))
+
+
+def _turned_room(labels: Sequence[str]) -> int:
+    """The height labels turned upright take from a figure of fixed height: without it, long words squeeze the plot to nothing."""
+    return CHARACTER_PX * max(map(len, labels), default=0)
 
 
 def _top_colorbar(title: str, n_rows: int) -> dict:
@@ -58,10 +107,9 @@ def weight_figure(coef: np.ndarray, source_words: Sequence[str], target_words: S
     limit = float(np.nanpercentile(np.abs(centred), 99.5)) or 1.0
     heatmap = go.Heatmap(
         z=centred[order], x=list(target_words), y=rows, customdata=coef[order], text=np.where(is_reference[order], "yes", "no"),
-        colorscale="RdBu_r", zmin=-limit, zmax=limit, colorbar=_top_colorbar("W minus<br>row mean", len(rows)),
+        colorscale="RdBu_r", zmin=-limit, zmax=limit, colorbar=_top_colorbar("W minus\nrow mean", len(rows)),
         # Four significant digits: an ols W of a large domain holds weights of 1e-4 and of 10.
-        hovertemplate="source: %{y}<br>target: %{x}<br>W: %{customdata:.4~g}<br>W minus row mean: %{z:.4~g}"
-                      "<br>reference pair: %{text}<extra></extra>",
+        hovertemplate="source: %{y}\ntarget: %{x}\nW: %{customdata:.4~g}\nW minus row mean: %{z:.4~g}\nreference pair: %{text}",
     )
     marked = np.argwhere(is_reference[order])
     outlines = go.Scatter(
@@ -71,7 +119,7 @@ def weight_figure(coef: np.ndarray, source_words: Sequence[str], target_words: S
     # Explicit ranges: markers would otherwise pad the axes with empty space around the cells.
     return go.Figure(
         [heatmap, outlines],
-        _layout(f"{title}<br><sup>rows: source words {ordering}</sup>", _heatmap_height(len(rows)),
+        _layout(title, _heatmap_height(len(rows), turned_labels=target_words), subtitle=f"rows: source words {ordering}",
                 xaxis=_category_axis("target word", side="top", tickangle=-90, range=[-0.5, len(target_words) - 0.5]),
                 yaxis=_category_axis("source word", range=[len(rows) - 0.5, -0.5])),
     )
@@ -81,14 +129,18 @@ def bar_figure(labels: Sequence[str], values: Sequence[float], title: str, *, va
     """One bar per label, largest first, on a fixed value axis."""
     order = np.argsort(-np.nan_to_num(np.asarray(values, float), nan=-np.inf))
     return go.Figure(
-        go.Bar(x=[labels[i] for i in order], y=[values[i] for i in order], hovertemplate=f"%{{x}}<br>{value_name}: %{{y:.3f}}<extra></extra>"),
-        _layout(title, 380, xaxis=_category_axis("", tickangle=-90), yaxis={"title": {"text": value_name}, "range": list(limits)}),
+        go.Bar(x=[labels[i] for i in order], y=[values[i] for i in order], hovertemplate=f"%{{x}}\n{value_name}: %{{y:.3f}}"),
+        _layout(title, 300 + _turned_room(labels), xaxis=_category_axis("", tickangle=-90),
+                yaxis={"title": {"text": value_name}, "range": list(limits)}),
     )
 
 
 def matrix_figure(values: np.ndarray, row_labels: Sequence[str], column_labels: Sequence[str], title: str, *, value_name: str,
                   limits: tuple[float, float], hover: Sequence[Sequence[str]], row_axis: str, column_axis: str) -> go.Figure:
-    """A correlation matrix on a fixed colour scale, each value written in its cell (up to 30 x 30); `hover[i][j]` is the cell's hover text."""
+    """A correlation matrix on a fixed colour scale, each value written in its cell (up to 30 x 30); `hover[i][j]` is the cell's hover text.
+
+    A newline in the hover text starts a new line of the label.
+    """
     low, high = limits
     small = max(len(row_labels), len(column_labels)) <= 30
     heatmap = go.Heatmap(
@@ -96,9 +148,9 @@ def matrix_figure(values: np.ndarray, row_labels: Sequence[str], column_labels: 
         colorscale="RdBu_r" if low < 0 else "Viridis", zmin=low, zmax=high, hoverongaps=False,
         colorbar=_top_colorbar(value_name, len(row_labels)),
         texttemplate="%{z:.2f}" if small else None, textfont={"size": 9},
-        hovertemplate="%{text}<extra></extra>",
+        hovertemplate="%{text}",
     )
-    return go.Figure(heatmap, _layout(title, _heatmap_height(len(row_labels), minimum=420),
+    return go.Figure(heatmap, _layout(title, _heatmap_height(len(row_labels), minimum=420, turned_labels=column_labels),
                                       xaxis=_category_axis(column_axis, tickangle=-90),
                                       yaxis=_category_axis(row_axis, autorange="reversed")))
 
@@ -115,7 +167,7 @@ def score_heatmaps(grids: Mapping[str, np.ndarray], layers: Sequence[int], compo
         figure.add_trace(go.Heatmap(
             z=np.where(np.isfinite(grid), grid, None), x=list(components), y=[str(layer) for layer in layers], colorscale="RdBu_r",
             zmin=-limit, zmax=limit, hoverongaps=False, colorbar={"x": right_edge + 0.01, "xanchor": "left", "len": 0.9, "thickness": 10},
-            hovertemplate=f"layer %{{y}}<br>%{{x}}<br>{name} score: %{{z:.4g}}<extra></extra>",
+            hovertemplate=f"layer %{{y}}\n%{{x}}\n{name} score: %{{z:.4g}}",
         ), row=1, col=k + 1)
         figure.update_xaxes(_category_axis("component", tickangle=-90), row=1, col=k + 1)
         figure.update_yaxes(_category_axis("layer", autorange="reversed"), row=1, col=k + 1)
@@ -132,7 +184,7 @@ def line_figure(x: Sequence, series: Mapping[str, Sequence[float]], title: str, 
     whole = {"tickmode": "linear", "dtick": max(1, (max(x) - min(x)) // 20)} if x and all(isinstance(v, int) for v in x) else {}
     figure = go.Figure([
         go.Scatter(x=x, y=list(values), mode="lines+markers", name=name,
-                   hovertemplate=f"{name}<br>{x_name}: %{{x}}<br>{y_name}: %{{y:.3f}}<extra></extra>")
+                   hovertemplate=f"%{{fullData.name}}\n{x_name}: %{{x}}\n{y_name}: %{{y:.3f}}")
         for name, values in series.items()
     ], _layout(title, 420, xaxis={"title": {"text": x_name}, "automargin": True, **whole},
                yaxis={"title": {"text": y_name}, **({"range": list(y_range)} if y_range else {})}))
@@ -146,9 +198,9 @@ def outcome_figure(weights: Sequence[float], generalized: Sequence[bool], labels
     jitter = np.random.default_rng(0).uniform(-0.03, 0.03, len(weights))
     return go.Figure([
         go.Scatter(x=list(weights), y=np.asarray(generalized, float) + jitter, mode="markers", name="facts", text=list(labels),
-                   marker={"size": 7, "opacity": 0.6}, hovertemplate="%{text}<br>W[s, ref]: %{x:.4f}<extra></extra>"),
+                   marker={"size": 7, "opacity": 0.6}, hovertemplate="%{text}\nW[s, ref]: %{x:.4f}"),
         go.Scatter(x=[(c["w_ref_low"] + c["w_ref_high"]) / 2 for c in curve], y=[c["generalization_rate"] for c in curve],
                    mode="lines+markers", name="rate per quantile bin", customdata=[c["n"] for c in curve],
-                   hovertemplate="W[s, ref] bin centre: %{x:.4f}<br>generalization rate: %{y:.2f} (%{customdata} facts)<extra></extra>"),
+                   hovertemplate="W[s, ref] bin centre: %{x:.4f}\ngeneralization rate: %{y:.2f} (%{customdata} facts)"),
     ], _layout(title, 420, xaxis={"title": {"text": "W[s, reference]"}},
                yaxis={"title": {"text": "generalized (1) or not (0)"}, "range": [-0.1, 1.1]}))

@@ -2,7 +2,11 @@
 
 The page needs no network when opened: plotly.js is inlined once in the head and every
 figure's data sits in the page. Tables sort by a click on a column header (a few lines of
-inline script); everything a user typed (words, prompts, paths) is HTML-escaped.
+inline script); everything a user typed (words, prompts, paths) is HTML-escaped, on the page
+and inside its figures (`figures.to_html`).
+
+`lincorr report` writes the page only where it cannot replace what it shows: never inside a run
+directory it reads (`check_report_file`).
 """
 
 from __future__ import annotations
@@ -18,13 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import plotly.graph_objects as go
-import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
-from lincorr.errors import LincorrError
+from lincorr.errors import OutputError
+from lincorr.filesystem import check_writable
 from lincorr.outputs import write_text_atomic
-
-FIGURE_CONFIG = {"displaylogo": False, "responsive": True, "toImageButtonOptions": {"format": "png", "scale": 2}}
+from lincorr.report import figures
 
 
 @dataclasses.dataclass(frozen=True)
@@ -131,12 +134,34 @@ class Report:
         )
 
     def save(self, path) -> Path:
-        """Write the page to `path` (through a temporary file) and return the path."""
-        path = Path(path)
-        if path.is_dir():
-            raise LincorrError(f"{path} is a directory; name the HTML file to write, e.g. {path / 'report.html'}")
+        """Write the page to `path` (through a temporary file) and return the path; an OutputError where it cannot go.
+
+        Inside a run directory is the caller's to refuse (`check_report_file` with the run directories): `lincorr demo`
+        writes the report of its run into the run's own directory.
+        """
+        path = check_report_file(path)
         write_text_atomic(path, self.html())
         return path
+
+
+def check_report_file(path, run_dirs: Sequence = ()) -> Path:
+    """`path` as a Path, once it can take the report: an OutputError (or a StorageError from the disk) before any work where it cannot.
+
+    A report never replaces a file it reads: a path inside any of `run_dirs` is refused, however it
+    is spelt (links and `..` resolved), also one that does not exist yet, since all a run directory
+    holds is the run. So are a directory and a place nothing can be written.
+    """
+    path = Path(path)
+    target = path.resolve()
+    for run_dir in run_dirs:
+        run = Path(run_dir).resolve()
+        if target == run or run in target.parents:
+            raise OutputError(f"the report {path} would be written inside the run directory {run_dir}, which it reads; "
+                              f"write it outside every run directory, e.g. {run.parent / 'report.html'}")
+    if path.is_dir():
+        raise OutputError(f"{path} is a directory; name the HTML file to write, e.g. {path / 'report.html'}")
+    check_writable(path.absolute().parent, f"the report {path}")
+    return path
 
 
 def escape(value) -> str:
@@ -186,9 +211,7 @@ def provenance_html(section: Section) -> str:
 
 
 def figure_html(block: Figure, div_id: str) -> str:
-    height = block.figure.layout.height or 450
-    plot = pio.to_html(block.figure, include_plotlyjs=False, full_html=False, config=FIGURE_CONFIG, div_id=div_id,
-                       default_height=f"{height}px")
+    plot = figures.to_html(block.figure, div_id)
     note = f'<p class="note">{escape(block.note)}</p>' if block.note else ""
     return f'<figure class="plot">{plot}{note}</figure>'
 
