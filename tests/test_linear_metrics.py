@@ -169,3 +169,14 @@ def test_the_permutation_p_of_r_is_small_for_a_relation_and_not_for_noise():
     noise = [pearson_permutation_p(rng.normal(size=40), rng.normal(size=40), n_resamples=199) for _ in range(40)]
     assert 0.1 < np.mean(noise) < 0.9  # under no relation p is about uniform: mean 0.5, sd of the mean 0.05
     assert np.isnan(pearson_permutation_p([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+
+
+def test_chance_hit_at_k_is_the_combinatorial_miss_rate():
+    """Independent check: a random top k misses all m right columns with probability C(n - m, k) / C(n, k)."""
+    import math
+
+    from lincorr.metrics import chance_hit_at_k
+
+    right = {i: tuple(range(i % 4 + 1)) for i in range(50)}
+    expected = {k: 1 - np.mean([math.comb(30 - len(c), min(k, 30)) / math.comb(30, min(k, 30)) for c in right.values()]) for k in (1, 3, 5, 40)}
+    assert chance_hit_at_k(30, right, (1, 3, 5, 40)) == pytest.approx(expected, abs=1e-12)  # k = 40 > 30 columns: always a hit

@@ -113,8 +113,8 @@ def chance_hit_at_k(n_columns: int, right: dict[int, tuple[int, ...]], ks: Seque
 
     if not right:
         return {k: float("nan") for k in ks}
-    return {k: float(np.mean([hypergeom(n_columns, len(columns), min(k, n_columns)).sf(0) for columns in right.values()]))
-            for k in ks}
+    right_counts = np.array([len(columns) for columns in right.values()])
+    return {k: float(np.mean(hypergeom.sf(0, n_columns, right_counts, min(k, n_columns)))) for k in ks}
 
 
 def chance_top1(accepted: Iterable[Collection], domain_size: int) -> float:
