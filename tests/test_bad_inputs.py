@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers.cli_errors import one_error_line, spy_on_errors
 from helpers.tiny import CITIES, COUNTRIES, NAMES, tiny_llama, write_tiny_gguf
 
 import lincorr.collect as collect
-import lincorr.cli as cli
 from lincorr.cli import main
 from lincorr.errors import CacheError, DataError, DeviceError, InputError, ModelError, OutputError, StorageError, UsageError
 from lincorr.filesystem import OUTPUT_MARKER, STALE_SECONDS, host_name
@@ -212,26 +212,9 @@ def test_mistake_ends_in_one_error_line(argv, kind, setup, assets, tmp_path, mon
     before = files_under(assets["ws"], tmp_path)
     reported = spy_on_errors(monkeypatch)
     assert main(filled(argv, assets)) == 2
-    assert_one_error_line(capsys)
+    one_error_line(capsys)
     assert [type(error) for error in reported] == [kind], reported
     assert files_under(assets["ws"], tmp_path) == before, "a failed command left files behind"
-
-
-def spy_on_errors(monkeypatch) -> list:
-    """The errors the CLI reports from now on, as objects: their class is the stable kind of the mistake."""
-    reported = []
-    real = cli.report_error
-    monkeypatch.setattr(cli, "report_error", lambda error, **where: reported.append(error) or real(error, **where))
-    return reported
-
-
-def assert_one_error_line(capsys, message: str = "") -> None:
-    """stderr is one `lincorr: error:` line (that says `message`, where given), stdout is empty."""
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("lincorr: error: "), captured.err
-    assert message in lines[0] and "Traceback" not in captured.err, lines[0]
-    assert captured.out == ""
 
 
 def test_catalogue_ids_are_unique():
@@ -390,7 +373,7 @@ def test_an_empty_or_relative_cache_variable_never_makes_the_working_directory_t
     reported = spy_on_errors(monkeypatch)
     for command in (["cache", "clear"], ["cache", "list"], filled(FIT, assets)):
         assert main(command) == 2, command
-        assert_one_error_line(capsys)
+        one_error_line(capsys)
     assert [type(error) for error in reported] == [CacheError] * 3
     assert sorted(project.rglob("*")) == before
 
@@ -402,7 +385,7 @@ def test_cache_clear_leaves_a_directory_lincorr_did_not_make(capsys, monkeypatch
     monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path))
     reported = spy_on_errors(monkeypatch)
     assert main(["cache", "clear"]) == 2
-    assert_one_error_line(capsys)
+    one_error_line(capsys)
     assert [type(error) for error in reported] == [CacheError]
     assert all((tmp_path / mine / "thesis.tex").is_file() for mine in ("models", "logits", "results"))
 

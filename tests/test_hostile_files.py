@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import lincorr.cli as cli
+from helpers.cli_errors import one_error_line, spy_on_errors
+
 from lincorr.cli import build_parser, main
 from lincorr.errors import InputError
 from lincorr.reading import MAX_FILE_BYTES, MAX_NESTING
@@ -76,9 +77,7 @@ def test_every_command_with_a_file_option_can_be_swept():
 def test_a_hostile_file_ends_in_one_error_line_before_the_model(command, option, tmp_path, monkeypatch, capsys):
     hostile = hostile_files(tmp_path / "files")
     monkeypatch.chdir(tmp_path)
-    reported = []
-    real = cli.report_error
-    monkeypatch.setattr(cli, "report_error", lambda error, **where: reported.append(error) or real(error, **where))
+    reported = spy_on_errors(monkeypatch)
     model = [] if command in MODEL_FREE else ["--model", str(tmp_path / "no-such-model")]
     side = option.removeprefix("--").removesuffix("-domain")
     partner = [f"--{side}-template", "{} is"] if option.endswith("-domain") else []
@@ -93,8 +92,7 @@ def test_a_hostile_file_ends_in_one_error_line_before_the_model(command, option,
     before = sorted(tmp_path.rglob("*"))
     for name, path in hostile.items():
         assert main([command, *POSITIONALS[command], *model, *partner, option, path, *quiet]) == 2, name
-        err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("lincorr: error: ") and path in err[0], (name, err)
+        assert path in one_error_line(capsys), name
         assert isinstance(reported[-1], InputError), (name, reported[-1])
     assert sorted(tmp_path.rglob("*")) == before, "a refused file left files behind"
 
@@ -105,5 +103,5 @@ def test_a_template_without_one_placeholder_is_reported_before_the_model(templat
     argv = ["fit", "city", "country", "--model", str(tmp_path / "no-such-model"), "--source-template", template,
             "--source-domain", str(tmp_path / "cities.txt"), "--quiet"]
     assert main(argv) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "template" in err[0] and "no-such-model" not in err[0], err
+    line = one_error_line(capsys)
+    assert "template" in line and "no-such-model" not in line, line

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.cli_errors import one_error_line, spy_on_errors
 from helpers.strangers import rewrite_json, write_runs_with_strangers_words
 
-import lincorr.cli as cli
 from lincorr.cli import main
 from lincorr.errors import InputError, OutputError, StorageError
 from lincorr.filesystem import OUTPUT_MARKER
@@ -70,22 +70,6 @@ def test_escaping_leaves_the_figure_itself_unchanged(tiny_runs):
 
 
 # ---- the report is written only where it may be ----
-
-def spy_on_errors(monkeypatch) -> list:
-    """The errors the CLI reports from now on, as objects: their class is the kind of the mistake."""
-    reported = []
-    real = cli.report_error
-    monkeypatch.setattr(cli, "report_error", lambda error, **where: reported.append(error) or real(error, **where))
-    return reported
-
-
-def one_error_line(capsys) -> str:
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("lincorr: error: ") and "Traceback" not in captured.err, captured.err
-    assert captured.out == ""
-    return lines[0]
-
 
 def contents(directory: Path) -> dict:
     return {path: path.read_bytes() if path.is_file() else None for path in directory.rglob("*")}

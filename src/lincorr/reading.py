@@ -18,7 +18,7 @@ from pathlib import Path
 
 from lincorr.errors import InputError
 
-MAX_FILE_BYTES = 100_000_000
+MAX_FILE_BYTES = 100 * 1024 * 1024  # 100.0 MB as `human_size` writes it
 MAX_NESTING = 64
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 # JSON strings, so that brackets inside them are not counted as nesting.
@@ -27,8 +27,8 @@ _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 _YAML_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\n]|\'\')*\'')
 
 
-def read_text(path, what: str) -> str:
-    """The text of the file `path` (`what` names it in errors, e.g. "reference file"), BOM removed, newlines as read."""
+def regular_file_size(path, what: str) -> int:
+    """The size of `path`, once it is a regular file: a directory, FIFO, device or socket is refused by what it is, unopened."""
     path = Path(path)
     try:
         info = path.stat()
@@ -38,15 +38,27 @@ def read_text(path, what: str) -> str:
         raise InputError(f"cannot read {what} {path}: {error.strerror}") from None
     if not stat.S_ISREG(info.st_mode):
         raise InputError(f"{what} {path} is {kind_of(info.st_mode)}, not a file; name a regular file")
-    if info.st_size > MAX_FILE_BYTES:
-        raise InputError(f"{what} {path} is {human_bytes(info.st_size)}; lincorr reads files up to {human_bytes(MAX_FILE_BYTES)}")
+    return info.st_size
+
+
+def read_bytes(path, what: str) -> bytes:
+    """The bytes of the regular file `path`, at most MAX_FILE_BYTES of them (`what` names it in errors, e.g. "reference file")."""
+    size = regular_file_size(path, what)
+    if size > MAX_FILE_BYTES:
+        raise InputError(f"{what} {path} is {human_size(size)}; lincorr reads files up to {human_size(MAX_FILE_BYTES)}")
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)  # a file that grows while it is read is still bounded
     except OSError as error:
         raise InputError(f"cannot read {what} {path}: {error.strerror}") from None
     if len(raw) > MAX_FILE_BYTES:
-        raise InputError(f"{what} {path} is over {human_bytes(MAX_FILE_BYTES)}; lincorr reads files up to {human_bytes(MAX_FILE_BYTES)}")
+        raise InputError(f"{what} {path} is over {human_size(MAX_FILE_BYTES)}; lincorr reads files up to {human_size(MAX_FILE_BYTES)}")
+    return raw
+
+
+def read_text(path, what: str) -> str:
+    """The text of the file `path` (see `read_bytes`), BOM removed, newlines as read."""
+    raw = read_bytes(path, what)
     if raw.startswith(UTF16_MARKS):
         raise InputError(f"{what} {path} is UTF-16 text; save it as UTF-8")
     try:
@@ -62,12 +74,16 @@ def read_lines(path, what: str) -> list[str]:
 
 def read_json(path, what: str):
     """The parsed JSON of the file, refused with the line where it goes wrong or where it nests too deep."""
-    text = read_text(path, what)
+    return parse_json(read_text(path, what), path, what)
+
+
+def parse_json(text: str, path, what: str, fix: str = ""):
+    """`text`, read from `path`, parsed as JSON once its nesting is checked; `fix` ends the error where it is not JSON."""
     check_nesting(path, what, json_depth(text))
     try:
         return json.loads(text)
     except json.JSONDecodeError as error:
-        raise InputError(f"{path}:{error.lineno}: {what} is not valid JSON ({error.msg})") from None
+        raise InputError(f"{path}:{error.lineno}: {what} is not valid JSON ({error.msg}){'; ' + fix if fix else ''}") from None
 
 
 def check_nesting(path, what: str, depth: int) -> None:
@@ -112,12 +128,14 @@ def kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def human_bytes(n: int) -> str:
-    for unit in ("bytes", "KB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n} {unit}" if unit == "bytes" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} GB"
+def human_size(n_bytes: int) -> str:
+    """A size for people: 512 B, 1.5 KB, 95.4 MB (powers of 1024)."""
+    size = float(n_bytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TB"
 
 
 def visible(word: str) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from lincorr.domains import Domain
 from lincorr.errors import DataError, InputError
-from lincorr.reading import check_nesting, json_depth, read_text, visible
+from lincorr.reading import parse_json, read_text, visible
 from lincorr.outputs import settings_key
 from lincorr.prompts import Prompt, registry_prompt
 
@@ -244,12 +244,7 @@ def read_reference_file(path) -> ReferenceFile:
     path = Path(path)
     text = read_text(path, "reference file")
     if path.suffix.lower() == ".json" or text.lstrip()[:1] in ("{", "["):
-        check_nesting(path, "reference file", json_depth(text))
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise InputError(f"{path}:{error.lineno}: not valid JSON ({error.msg}); write {REFERENCE_SHAPES}") from None
-        pairs = json_reference_pairs(path, data)
+        pairs = json_reference_pairs(path, parse_json(text, path, "reference file", f"write {REFERENCE_SHAPES}"))
     else:
         pairs = tsv_reference_pairs(path, text)
     if not pairs:

@@ -18,17 +18,9 @@ def add_cache_command(commands) -> None:
     clear.set_defaults(handler=run_clear)
 
 
-def human_size(n_bytes: int) -> str:
-    size = float(n_bytes)
-    for unit in ("B", "KB", "MB", "GB"):
-        if size < 1024:
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} TB"
-
-
 def run_list(args) -> None:
     from lincorr.cache import cache_root, cache_usage
+    from lincorr.reading import human_size
 
     usage = cache_usage()
     if args.json:
@@ -42,6 +34,7 @@ def run_list(args) -> None:
 
 def run_size(args) -> None:
     from lincorr.cache import cache_root, cache_usage
+    from lincorr.reading import human_size
 
     print(f"{human_size(sum(u.bytes for u in cache_usage()))}  {cache_root()}")
 

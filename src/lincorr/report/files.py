@@ -18,13 +18,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import stat
 from pathlib import Path
 
 import numpy as np
 
 from lincorr.errors import InputError
-from lincorr.reading import MAX_FILE_BYTES, human_bytes, kind_of, read_json
+from lincorr.reading import read_bytes, read_json, regular_file_size
 
 TEXT = str
 NULL = type(None)
@@ -155,20 +154,9 @@ def number_grid(document, key: str, shape: tuple[int, int], path: Path) -> np.nd
     return np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float).reshape(shape)
 
 
-def regular_file(path: Path) -> int:
-    """The size of `path`; an InputError unless it is a regular file (a FIFO would block the reader, a device never end)."""
-    try:
-        info = path.stat()
-    except OSError as error:
-        raise InputError(f"cannot read {WHAT} {path}: {error.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise InputError(f"{WHAT} {path} is {kind_of(info.st_mode)}, not a file; {REMEDY}")
-    return info.st_size
-
-
 def read_array(path: Path) -> np.ndarray:
     """A numeric array saved with `np.save`; an InputError naming the file for pickled objects or anything else."""
-    regular_file(path)
+    regular_file_size(path, WHAT)
     try:
         # Memory-mapped first: a header that claims more than the file holds is refused by the file's size, not by an allocation.
         values = np.load(path, mmap_mode="r", allow_pickle=False)
@@ -184,11 +172,4 @@ def read_array(path: Path) -> np.ndarray:
 
 def read_picture(path: Path) -> bytes:
     """The bytes of a PNG a study wrote, once it is a regular file of at most MAX_FILE_BYTES."""
-    size = regular_file(path)
-    if size > MAX_FILE_BYTES:
-        raise InputError(f"{WHAT} {path} is {human_bytes(size)}; lincorr reads files up to {human_bytes(MAX_FILE_BYTES)}")
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(MAX_FILE_BYTES)
-    except OSError as error:
-        raise InputError(f"cannot read {WHAT} {path}: {error.strerror}") from None
+    return read_bytes(path, WHAT)
