@@ -246,7 +246,6 @@ def check_user_files(args) -> None:
     A bad file is the user's to fix in seconds; finding it only after a model has loaded (or failed to) wastes minutes
     and hides the file's error behind the model's.
     """
-    from lincorr.domains import read_word_file
     from lincorr.reading import read_text
     from lincorr.templates import validate_template
 
@@ -259,7 +258,7 @@ def check_user_files(args) -> None:
         if getattr(args, f"{side}_template", None) is not None:
             validate_template(getattr(args, f"{side}_template"))
         if getattr(args, f"{side}_domain", None) is not None:
-            read_word_file(getattr(args, f"{side}_domain"))
+            domain_words(args, side)
     if getattr(args, "finetune_text", None) and not read_text(args.finetune_text, "--finetune-text file").strip():
         raise InputError(f"--finetune-text file {args.finetune_text} is empty; give it the passages to fine-tune on")
 
@@ -290,13 +289,19 @@ def load_lm(args, spec: str | None = None):
     return compile_forward(lm) if getattr(args, "compile", False) else lm
 
 
+def read_once(args, name: str, read: Callable[[], object]):
+    """`read()` once per invocation: the files a command names are checked before the model loads and used after it."""
+    files = vars(args).setdefault("files_read", {})
+    if name not in files:
+        files[name] = read()
+    return files[name]
+
+
 def load_registry_from(args):
     """The registry of this command (bundled data + --registry files), read once per invocation."""
-    if getattr(args, "loaded_registry", None) is None:
-        from lincorr.knowledge import load_registry
+    from lincorr.knowledge import load_registry
 
-        args.loaded_registry = load_registry(args.registry)
-    return args.loaded_registry
+    return read_once(args, "registry", lambda: load_registry(args.registry))
 
 
 def checked_registry(args, names: Iterable[str]):
@@ -320,15 +325,27 @@ def count_inputs(args) -> int:
     """How many inputs X the command will use: the lines of --inputs, else -n."""
     if getattr(args, "inputs", None) is None:
         return args.n_inputs
-    from lincorr.inputs import read_inputs_file
-
-    return len(read_inputs_file(args.inputs))
+    return len(inputs_file(args))
 
 
 def choose_inputs(args, tokenizer) -> list[str]:
-    from lincorr.inputs import read_inputs_file, sample_vocab_inputs
+    from lincorr.inputs import sample_vocab_inputs
 
-    return read_inputs_file(args.inputs) if args.inputs else sample_vocab_inputs(tokenizer, args.n_inputs, args.seed)
+    return inputs_file(args) if args.inputs else sample_vocab_inputs(tokenizer, args.n_inputs, args.seed)
+
+
+def inputs_file(args) -> list[str]:
+    """The inputs of --inputs FILE, read once per invocation."""
+    from lincorr.inputs import read_inputs_file
+
+    return read_once(args, "inputs", lambda: read_inputs_file(args.inputs))
+
+
+def domain_words(args, side: str) -> list[str]:
+    """The words of --SIDE-domain FILE, read once per invocation."""
+    from lincorr.domains import read_word_file
+
+    return read_once(args, f"{side}_domain", lambda: read_word_file(getattr(args, f"{side}_domain")))
 
 
 def custom_sides(args) -> tuple[str, ...]:
@@ -345,12 +362,11 @@ def custom_sides(args) -> tuple[str, ...]:
 
 def resolve_prompt(args, side: str, tokenizer):
     """The prompt of one side for `tokenizer`: the user's own when its template and domain are given, else the registry's."""
-    from lincorr.domains import read_word_file
     from lincorr.prompts import custom_prompt, registry_prompt
 
     name = getattr(args, side)
     if side in custom_sides(args):
-        return custom_prompt(getattr(args, f"{side}_template"), read_word_file(getattr(args, f"{side}_domain")), tokenizer, name=name)
+        return custom_prompt(getattr(args, f"{side}_template"), domain_words(args, side), tokenizer, name=name)
     return registry_prompt(load_registry_from(args), name, tokenizer)
 
 
@@ -358,7 +374,9 @@ def read_references(args):
     """The --references file as a `relations.ReferenceFile`, or None; read before the model loads, so a bad file fails at once."""
     from lincorr.relations import read_reference_file
 
-    return read_reference_file(args.references) if getattr(args, "references", None) else None
+    if not getattr(args, "references", None):
+        return None
+    return read_once(args, "references", lambda: read_reference_file(args.references))
 
 
 def collection_settings(args) -> dict:
