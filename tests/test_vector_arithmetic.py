@@ -11,27 +11,15 @@ import pytest
 import torch
 from helpers.precision import correlation_atol, tiny_forward_atol
 from helpers.tiny import tiny_gemma3, tiny_llama
+from helpers.vectors import EXTRACTIVE, TEMPLATE, added_at_last, cycled_task, hooked, last_outputs, planted_task, rank, task
 
 from lincorr.errors import LincorrError
-from lincorr.studies.vectors.arithmetic import (
-    crossing_component,
-    crossing_layer,
-    ffn_ablate,
-    lens,
-    more_often,
-    other_task,
-    ovector,
-    pair_order,
-)
+from lincorr.studies.vectors.arithmetic import crossing_component, crossing_layer, ffn_ablate, lens, other_task, ovector, pair_order
 from lincorr.tasks import bind_task, copy_prompts, extractive_prompts, fewshot_prompts, task_survival
-from lincorr.knowledge import TaskSpec, load_registry
+from lincorr.knowledge import load_registry
 from lincorr.models import wrap_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-TEMPLATE = "the capital of {} is"
-EXTRACTIVE = "{x} capital is {y} the capital of {x} is"
-
-
 @pytest.fixture(params=["llama", "gemma3"])
 def lm(request, tokenizer):
     """Llama (plain head) and Gemma 3 (post-norm FFN, soft-capped head)."""
@@ -42,29 +30,6 @@ def lm(request, tokenizer):
 @pytest.fixture
 def llama(tokenizer):
     return wrap_model(tiny_llama(len(tokenizer)), tokenizer, name="tiny-llama")
-
-
-def task(pairs, demonstrations=2, name="toy") -> TaskSpec:
-    return TaskSpec(name, TEMPLATE, EXTRACTIVE, tuple((a, tuple(b)) for a, b in pairs), demonstrations)
-
-
-def cycled_task(demonstrations=2) -> TaskSpec:
-    """Names mapped to cities in turn: the tiny model knows none of it, but ranks are ranks."""
-    cities = ["Paris", "London", "Tokyo", "Rome", "Berlin"]
-    return task([(f"name{i}", [cities[i % 5], cities[(i + 1) % 5]] if i % 3 == 0 else [cities[i % 5]]) for i in range(24)],
-                demonstrations)
-
-
-def planted_task(lm, first: int, count: int, name: str) -> TaskSpec:
-    """Zero-shot pairs whose answer is the model's own greedy token, so every prompt is solved."""
-    arguments = [f"name{i}" for i in range(first, first + count)]
-    encoded = lm.tokenizer([TEMPLATE.replace("{}", a) for a in arguments], return_tensors="pt")
-    with torch.inference_mode():
-        top = lm.model(**encoded).logits[:, -1].argmax(-1)
-    words = [lm.tokenizer.decode([int(t)]) for t in top]
-    pairs = [(a, [w]) for a, w in zip(arguments, words) if not w.startswith("<") and w != a]
-    assert len(pairs) >= 8, words
-    return task(pairs, demonstrations=0, name=name)
 
 
 def own_logits(lm, prompt):
@@ -99,40 +64,6 @@ def own_logits(lm, prompt):
         lens_logits = torch.stack([head(h) for h in streams[:-1]] + [out.logits[0, -1]])
         mid = torch.stack([head(streams[l + 1] - outputs[l]) for l in range(len(layers))])
     return lens_logits, mid
-
-
-def rank(logits, token):
-    return int((logits > logits[token]).sum())
-
-
-@contextlib.contextmanager
-def hooked(module, edit):
-    """`module`'s output passes through `edit` (a plain forward hook) inside the block."""
-    handle = module.register_forward_hook(lambda _m, _a, out: edit(out))
-    try:
-        with torch.inference_mode():
-            yield
-    finally:
-        handle.remove()
-
-
-def last_outputs(lm, module, prompts) -> list[torch.Tensor]:
-    """`module`'s output at the last position of each prompt, one plain forward each."""
-    captured = []
-    with hooked(module, lambda out: captured.append(out[0, -1].clone())):
-        for prompt in prompts:
-            lm.model(**lm.tokenizer(prompt, return_tensors="pt"))
-    return captured
-
-
-def added_at_last(vector):
-    """A hook edit adding `vector` to the last position."""
-    def edit(out):
-        out = out.clone()
-        out[0, -1] += vector
-        return out
-
-    return edit
 
 
 def test_lens_equals_a_one_prompt_one_layer_loop(lm):
@@ -187,55 +118,6 @@ def test_crossing_component_names_the_sub_layer_that_flipped_the_order(argument,
     crossing = crossing_layer(argument, answer)
     assert crossing == 2 and crossing_component(crossing, argument, answer, mid_argument, mid_answer) == expected
     assert crossing_component(None, argument, answer, mid_argument, mid_answer) is None
-
-
-def test_the_paired_test_counts_only_discordant_pairs():
-    first = np.array([True] * 5 + [False] + [True] * 10)
-    second = np.array([False] * 5 + [False] + [True] * 10)  # ten pairs where both hold say nothing
-    assert more_often(first, second) == pytest.approx(0.5 ** 5)
-    assert more_often(second, first) == 1.0 and more_often(first, first) == 1.0
-    assert more_often(np.array([True, False]), np.array([False, True])) == pytest.approx(0.75)
-
-
-def test_ovector_addition_equals_a_manual_add_through_hooks(llama):
-    spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
-    result = ovector(llama, spec, 1, control=control, scale=2.0, n_source=3, n_pairs=6, progress=False)
-    bound = bind_task(spec, llama.tokenizer)
-    order = pair_order(bound, 0)
-    sources, evaluation = order[:3], order[9:15]  # every planted prompt is solved: the first three are the sources
-    assert result.source_arguments == tuple(bound.pairs[i].argument for i in sources)
-    assert result.transfer_argument == bound.pairs[sources[0]].argument
-    ffn = llama.model.model.layers[1].mlp
-    captured = last_outputs(llama, ffn, fewshot_prompts(bound, sources))
-    vector = 2.0 * torch.stack(captured).mean(0)
-
-    def manual(added):
-        hits, rrs = [], []
-        with hooked(ffn, added_at_last(added)):
-            for index, prompt in zip(evaluation, copy_prompts(bound, evaluation)):
-                logits = llama.model(**llama.tokenizer(prompt, return_tensors="pt")).logits[0, -1]
-                best = min(rank(logits, t) for t in bound.pairs[index].answer_ids)
-                hits.append(best == 0)
-                rrs.append(1 / (1 + best))
-        return np.mean(hits), np.mean(rrs)
-
-    accuracy, rr = manual(vector)
-    assert result.accuracy_with == pytest.approx(accuracy) and result.rr_with == pytest.approx(rr, rel=1e-5)
-    accuracy, rr = manual(2.0 * captured[0])
-    assert result.transfer_accuracy == pytest.approx(accuracy) and result.transfer_rr == pytest.approx(rr, rel=1e-5)
-    accuracy, rr = manual(torch.zeros_like(vector))
-    assert result.accuracy_without == pytest.approx(accuracy) and result.rr_without == pytest.approx(rr, rel=1e-5)
-    assert result.norm == pytest.approx(float(vector.norm()), abs=tiny_forward_atol(vector))  # captured batched vs alone
-    assert result.other_task == "other" and result.per_layer == ()  # the paired test itself: test_the_paired_test_counts_only_discordant_pairs
-
-
-def test_ovector_sweep_repeats_the_vector_at_every_layer(llama):
-    spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
-    one = ovector(llama, spec, 0, control=control, n_source=3, n_pairs=6, progress=False)
-    swept = ovector(llama, spec, 1, control=control, n_source=3, n_pairs=6, sweep=True, progress=False)
-    assert [row["layer"] for row in swept.per_layer] == [0, 1]
-    assert swept.per_layer[0] == {"layer": 0, "accuracy_with": one.accuracy_with, "rr_with": one.rr_with}
-    assert swept.per_layer[1]["rr_with"] == swept.rr_with
 
 
 def ablated_accuracy(lm, bound, indices, prompts, from_layer, replacement):
@@ -505,6 +387,8 @@ def cli(workspace, *args):
     (["lens", "capitals", "--n-pairs", "5"], "lens", {"crossing_layer", "argument_rr", "final_accuracy"}),
     (["ovector", "capitals", "--layer", "1", "--control", "other", "--n-source", "3", "--n-pairs", "5", "--sweep"], "ovector",
      {"accuracy_with", "accuracy_random", "transfer_accuracy", "per_layer"}),
+    (["ovector", "capitals", "--layer", "0", "--control", "other", "--n-source", "3", "--n-pairs", "5", "--protocol", "paper",
+      "--contexts", "both"], "ovector", {"protocol", "by_context", "accuracy_with"}),
     (["ffn-ablate", "capitals", "--from-layer", "1", "--mean", "--n-pairs", "5", "--n-reference", "3"], "ffn_ablation",
      {"abstractive_after", "extractive_after"}),
     (["ovector-w", "--layer", "0", "--n-source", "3", "-n", "60", "--n-shuffles", "20"], "ovector_w", {"r_mean", "control_r_mean", "p_value"}),
@@ -528,6 +412,8 @@ def test_mechanism_commands_print_strict_json_and_save(cli_workspace, capsys, ar
     (["ffn-ablate", "capitals", "--from-layer", "7"], "--from-layer 7 is outside this 2-block model; use 0..1"),
     (["ovector", "capitals", "--layer", "-1"], "argument --layer: must be at least 0"),
     (["lens", "capitals", "--floor", "1.5"], "argument --floor: must be at least 0 and below 1"),
+    (["ovector", "capitals", "--layer", "0", "--protocol", "papers"], "argument --protocol: invalid choice: 'papers'"),
+    (["ovector", "capitals", "--layer", "0", "--contexts", "zero"], "argument --contexts: invalid choice: 'zero'"),
 ])
 def test_mechanism_commands_fail_in_one_line(cli_workspace, capsys, monkeypatch, args, needle):
     import lincorr.models

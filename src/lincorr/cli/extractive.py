@@ -52,7 +52,7 @@ def add_extractive_command(commands) -> None:
     ocr.set_defaults(handler=study_handler("ocr", "run_ocr", ocr_config))
 
     scores = study("scores", "informative, downstream and upstream scores of every MLP and head (Fig. 3)",
-                   "scores.json, scores.csv, scores.png and linearization.png", hop=True)
+                   "scores.json, scores.csv, scores.png, linearization.png and, by token role, scores_by_role.csv and .png", hop=True)
     add_n_facts(scores)
     scores.add_argument("--check", type=NON_NEGATIVE, default=12, help="components whose exact scores (eqs. 1-3) check the linearisation")
     scores.set_defaults(handler=study_handler("scores", "run_scores", scores_config))

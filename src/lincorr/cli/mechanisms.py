@@ -28,7 +28,7 @@ from lincorr.cli.options import (
     show_progress,
 )
 from lincorr.errors import UsageError
-from lincorr.studies.vectors.arithmetic import OVECTOR_SCALE
+from lincorr.studies.vectors.protocol import CONTEXTS, OVECTOR_SCALE, PROTOCOLS
 
 TASK_HELP = "registry task: capitals, past-tense, uppercase, or one from --registry"
 unit_floor = finite_number_that(lambda value: 0 <= value < 1, "at least 0 and below 1")
@@ -57,14 +57,19 @@ def add_mechanism_commands(commands) -> None:
                       help="a crossing counts only where either mean RR reaches this (below it the lens reads noise)")
     lens.set_defaults(handler=run_lens)
 
-    ovector = study("ovector", "add a task's o-vector (mean FFN output of solved prompts) to mlp[L] of copy contexts, with controls",
+    ovector = study("ovector", "apply a task's o-vector (FFN output of solved prompts) to contexts that do not ask for the task, with controls",
                     "ovector.json, ovector.csv and ovector.png")
     add_vector_options(ovector)
+    ovector.add_argument("--protocol", choices=PROTOCOLS, default="averaged",
+                         help="paper: one solved prompt's mlp[L] replaces every FFN from L on; averaged (lincorr's): the mean of "
+                              "--n-source solved prompts' mlp[L], added once at mlp[L] (default: averaged)")
+    ovector.add_argument("--contexts", choices=(*CONTEXTS, "both"), default="copy",
+                         help="copy: the model repeats the argument; zero-shot: the question with no demonstrations (default: copy)")
     ovector.add_argument("--sweep", action="store_true", help="also add the o-vector of every layer at its own layer")
     ovector.add_argument("--control", default=None, metavar="TASK", help="task whose o-vector is the control (default: the next registry task)")
     ovector.add_argument("--transfer-from", default=None, metavar="ARGUMENT",
                          help="the pair whose single vector is applied to the others, e.g. Poland (default: the first solved source)")
-    ovector.add_argument("--n-pairs", type=COUNT, default=64, help="copy contexts evaluated (pairs not used as sources)")
+    ovector.add_argument("--n-pairs", type=COUNT, default=64, help="pairs whose contexts are evaluated (pairs not used as sources)")
     ovector.set_defaults(handler=run_ovector)
 
     ablate = study("ffn-ablate", "ablate every FFN from a layer on: accuracy on the task and on its extractive control",
@@ -88,7 +93,8 @@ def add_vector_options(parser) -> None:
     parser.add_argument("--layer", type=NON_NEGATIVE, default=None, metavar="L",
                         help="the FFN, mlp[L], whose output is the o-vector and where it is added (default: the block where "
                              "`lincorr lens TASK` finds the crossing)")
-    parser.add_argument("--scale", type=positive_number, default=OVECTOR_SCALE, help="multiply the added vectors (o-vector and controls) by this")
+    parser.add_argument("--scale", type=positive_number, default=None,
+                        help=f"multiply the vectors (o-vector and controls) by this (default: 1 with --protocol paper, else {OVECTOR_SCALE:g})")
     parser.add_argument("--n-source", type=COUNT, default=8, help="solved few-shot prompts the o-vector averages")
 
 
@@ -127,7 +133,9 @@ def run_ovector(args) -> None:
     task = checked_task(args, args.task)
     control = checked_task(args, args.control) if args.control else None
     lm = load_lm(args)
-    result = ovector(lm, task, layer_or_crossing(args.layer, args, lm, task), control=control, scale=args.scale, n_source=args.n_source,
+    contexts = CONTEXTS if args.contexts == "both" else (args.contexts,)
+    result = ovector(lm, task, layer_or_crossing(args.layer, args, lm, task), control=control, protocol=args.protocol, contexts=contexts,
+                     scale=args.scale, n_source=args.n_source,
                      n_pairs=args.n_pairs, sweep=args.sweep, transfer_from=args.transfer_from, seed=args.seed,
                      batch_size=args.batch_size, progress=show_progress(args))
     save_and_print(args, result, result.format_table)
@@ -149,6 +157,7 @@ def run_ovector_w(args) -> None:
     registry = checked_registry(args, (CAPITALS.source, CAPITALS.target))
     task = checked_task(args, args.task)
     lm = load_lm(args)
-    result = ovector_w(lm, registry, task, layer_or_crossing(args.layer, args, lm, task), scale=args.scale, n_source=args.n_source, n_inputs=args.n_inputs,
+    result = ovector_w(lm, registry, task, layer_or_crossing(args.layer, args, lm, task),
+                       scale=OVECTOR_SCALE if args.scale is None else args.scale, n_source=args.n_source, n_inputs=args.n_inputs,
                        n_shuffles=args.n_shuffles, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args))
     save_and_print(args, result, result.format_table)

@@ -97,15 +97,22 @@ def load_world(registry) -> World:
 
 @dataclasses.dataclass(frozen=True)
 class QuerySet:
-    """Prompts with their right answers among shared candidates: `answers[i]` is a column of `candidates`."""
+    """Prompts with their right answers among shared candidates: `answers[i]` is a column of `candidates`.
+
+    `subjects[i]`, when given, is the text in prompt i that the query is about (the made-up name, the
+    landmark): the extractive scores resolve positions by it.
+    """
 
     prompts: tuple[str, ...]
     answers: tuple[int, ...]
     candidates: Domain
+    subjects: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.prompts) != len(self.answers) or not self.prompts:
             raise LincorrError("a query set needs one answer per prompt and at least one prompt")
+        if self.subjects and len(self.subjects) != len(self.prompts):
+            raise LincorrError("a query set's subjects, when given, are one per prompt")
 
     def __len__(self) -> int:
         return len(self.prompts)
@@ -163,14 +170,15 @@ def hop_data(world: World, tokenizer, hop: str, n: int = 20, seed: int = 0, temp
     city_domain = build_domain(cities, tokenizer, name="city", keep_subwords=True)
     if hop == "first":
         languages = [world.languages[kept[i]] for i in order]
-        facts = QuerySet(tuple(fill(templates.first_fact, x) for x in names), tuple(range(n)), city_domain)
+        facts = QuerySet(tuple(fill(templates.first_fact, x) for x in names), tuple(range(n)), city_domain, tuple(names))
         implications = QuerySet(tuple(fill(templates.first_implication, x) for x in names), tuple(range(n)),
-                                build_domain(languages, tokenizer, name="language", keep_subwords=True))
+                                build_domain(languages, tokenizer, name="language", keep_subwords=True), tuple(names))
     else:
         name_domain = build_domain(names, tokenizer, name="name", keep_subwords=True)
         landmarks = [world.landmarks[kept[i]] for i in order]
-        facts = QuerySet(tuple(fill(templates.second_fact, c) for c in cities), tuple(range(n)), name_domain)
-        implications = QuerySet(tuple(fill(templates.second_implication, m) for m in landmarks), tuple(range(n)), name_domain)
+        facts = QuerySet(tuple(fill(templates.second_fact, c) for c in cities), tuple(range(n)), name_domain, tuple(cities))
+        implications = QuerySet(tuple(fill(templates.second_implication, m) for m in landmarks), tuple(range(n)), name_domain,
+                                tuple(landmarks))
     return HopData(hop, tuple(names), tuple(cities), facts, implications)
 
 

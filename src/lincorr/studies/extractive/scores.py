@@ -10,7 +10,9 @@ weights W', output y_c = f_c(z_c, W_c) at every position of an implication promp
 - downstream   D_c = dR/dy_c . (f_c(z'_c, W_c) - y_c), z'_c the input of c in the fine-tuned model (eq. 5)
 - upstream     U_c = (dR/dy_c[W_late <- W'_late] - dR/dy_c) . (y_c - y*_c)        (eq. 6)
 
-Dots sum over positions and features. "Late" is every component after c in the forward order:
+Dots sum over features; over positions they are kept apart by token role (Fig. 3: the subject's
+tokens, the other tokens, the last token; `positions.ROLES`), and each score is the sum of its roles.
+The informative score splits by where c's weights are used (`positions.weight_steps`). "Late" is every component after c in the forward order:
 for mlp[l] the blocks after l, for head[l,h] block l's MLP and the blocks after l. Parameters
 outside the blocks (embeddings, final norm) keep their original values in the late-weight model;
 the default training (`extractive.SMALL_TRAIN`) does not change them. y*_c is the dataset mean
@@ -37,20 +39,22 @@ intervention, one component at a time, to check the linearisation.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from lincorr.errors import LincorrError
 from lincorr.studies.extractive.ocr import (
-    OcrConfig, QuerySet, hop_data, load_world, saved_figure, snapshot, train_and_measure, training_settings,
+    OcrConfig, QuerySet, hop_data, load_world, train_and_measure, training_settings,
 )
-from lincorr.internals import Component, Patch, component_parameters, head, head_indices, layout, mlp, run
+from lincorr.internals import Component, Patch, head, layout, mlp, run
 from lincorr.internals.trace import NO_TOKENS
+from lincorr.studies.extractive.positions import PADDING, ROLES, role_sums, token_roles, weight_steps
+from lincorr.studies.extractive.score_figures import plot_linearization, plot_role_grids, plot_score_grids
+from lincorr.studies.extractive.slices import Slices, component_weights, mixed_copy, shifted_outputs, weights_from
 from lincorr.metrics import pearson
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_csv, write_json
@@ -61,8 +65,6 @@ __all__ = [
 ]
 
 SCORES = ("informative", "downstream", "upstream")
-# Weights of a component: parameter name -> (axis, indices) of its slice, or None for the whole tensor.
-Slices = dict[str, tuple[int, torch.Tensor] | None]
 
 
 def score_components(lm: LM) -> list[Component]:
@@ -87,138 +89,70 @@ def _real(tensor: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask.to(tensor.device, torch.bool)[..., None], tensor, torch.zeros((), dtype=tensor.dtype, device=tensor.device))
 
 
-def _weights(lm: LM, component: Component) -> Slices:
-    if component.kind == "head":
-        return dict(head_indices(lm, component))
-    return {name: None for name in component_parameters(lm, component)}
-
-
-def _part(tensor: torch.Tensor, where: tuple[int, torch.Tensor] | None) -> torch.Tensor:
-    return tensor if where is None else tensor.index_select(where[0], where[1].to(tensor.device))
-
-
-@contextlib.contextmanager
-def _weights_from(model: torch.nn.Module, source: torch.nn.Module, slices: Sequence[Slices]) -> Iterator[None]:
-    """Copy `source`'s values of the given weight slices into `model` for the block; restore them after."""
-    own, other = dict(model.named_parameters()), dict(source.named_parameters())
-    saved = []
-    with torch.no_grad():
-        for weights in slices:
-            for name, where in weights.items():
-                saved.append((name, where, _part(own[name], where).clone()))
-                _put(own[name], where, _part(other[name], where))
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            for name, where, value in reversed(saved):
-                _put(own[name], where, value)
-
-
-def _put(parameter: torch.Tensor, where: tuple[int, torch.Tensor] | None, value: torch.Tensor) -> None:
-    if where is None:
-        parameter.copy_(value)
-    else:
-        parameter.index_copy_(where[0], where[1].to(parameter.device), value)
-
-
-@contextlib.contextmanager
-def _sublayer_inputs(lm: LM, store: dict, replay: bool) -> Iterator[None]:
-    """Record (or, with `replay`, overwrite) the input of every block's attention and FFN sub-layer.
-
-    The input of the first module on a sub-layer's path (`ArchMap.attn[0]`, `ArchMap.mlp[0]`) is the
-    component's input z_c. A replay feeds each forward call the tensor recorded at the same call,
-    so the batches must come in the same order and shapes as when they were recorded.
-    """
-    parts = layout(lm)
-    handles, calls = [], {}
-
-    def hook_for(key):
-        def hook(_module, args, kwargs):
-            if not replay:
-                store.setdefault(key, []).append((args[0] if args else kwargs["hidden_states"]).detach())
-                return None
-            index = calls.get(key, 0)
-            calls[key] = index + 1
-            value = store[key][index]
-            return ((value, *args[1:]), kwargs) if args else (args, {**kwargs, "hidden_states": value})
-
-        return hook
-
-    try:
-        for layer in range(parts.n_layers):
-            for kind, path in (("attn", parts.arch.attn[0]), ("mlp", parts.arch.mlp[0])):
-                module = parts.block(layer).get_submodule(path)
-                handles.append(module.register_forward_pre_hook(hook_for((kind, layer)), with_kwargs=True))
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
 def _right_aligned_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean of left-padded `values [n, w, d]` over the real rows of each column: `[w, d]`."""
     counts = mask.to(values.device, values.dtype).sum(0).clamp(min=1)[:, None]
     return _real(values, mask).sum(0) / counts
 
 
-def _chunks(queries: QuerySet, batch_size: int) -> list[tuple[list[str], torch.Tensor]]:
+def _chunks(queries: QuerySet, batch_size: int, roles: torch.Tensor | None = None) -> list[tuple]:
+    """(prompts, answers `[b]`) per batch, with the batch's columns of `roles` `[b, w]` (left-padded to its own width) when given."""
     answers = torch.tensor(queries.answers)
-    return [(list(queries.prompts[s:s + batch_size]), answers[s:s + batch_size]) for s in range(0, len(queries), batch_size)]
+    chunks = []
+    for s in range(0, len(queries), batch_size):
+        prompts = list(queries.prompts[s:s + batch_size])
+        if roles is None:
+            chunks.append((prompts, answers[s:s + batch_size]))
+        else:
+            rows = roles[s:s + batch_size]
+            width = int((rows != PADDING).sum(1).max())
+            chunks.append((prompts, answers[s:s + batch_size], rows[:, rows.shape[1] - width:]))
+    return chunks
 
 
 def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components: Sequence[Component | str] | None = None,
                       upstream: bool = True, batch_size: int = 32, progress: bool = False) -> dict[str, np.ndarray]:
-    """Eqs. 4-6 averaged over `queries`: {"informative", "downstream", "upstream"} each `[n_components]`.
+    """Eqs. 4-6 averaged over `queries`, by token role and summed.
 
-    `components` default to `score_components(original)`; `upstream=False` skips the per-split
-    backward passes (the entry is then NaN). `original` and `tuned` must share an architecture.
+    For each key of `SCORES`: `f"{key}_by_role"` `[n_components, len(ROLES)]` (the positions of each
+    role of `positions.ROLES`; the subjects are `queries.subjects`) and `key` `[n_components]`, its sum
+    over the roles. `components` default to `score_components(original)`; `upstream=False` skips the
+    per-split backward passes (the entries are then NaN). `original` and `tuned` must share an architecture.
     """
     components = [Component.parse(c) if isinstance(c, str) else c for c in (components or score_components(original))]
     token_ids = torch.tensor(queries.candidates.token_ids)
-    weights = [_weights(original, c) for c in components]
-    names = sorted({name for w in weights for name in w})
-    own, other = dict(original.model.named_parameters()), dict(tuned.model.named_parameters())
-    missing = [n for n in names if n not in other or other[n].shape != own[n].shape]
-    if missing:
-        raise LincorrError(f"the fine-tuned model lacks {missing[0]} (or its shape differs); score a fine-tuned copy of the same model")
+    weights = [component_weights(original, c) for c in components]
+    _check_same_shapes(original, tuned, weights)
     full = run(original, list(queries.prompts), capture=components, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
     y_star = {c: _right_aligned_mean(_wide(full[c]), full.attention_mask) for c in components}
-    parameter_grads = {name: torch.zeros_like(_wide(own[name])) for name in names}
-    downstream = torch.zeros(len(components), dtype=torch.float64)
-    saved = []  # per chunk: (activations y, gradients dR/dy), both {c: [b, w, d]}, and the mask
-    saved_requires_grad = {name: p.requires_grad for name, p in own.items()}
-    try:
-        for p in own.values():
-            p.requires_grad_(False)
-        for name in names:
-            own[name].requires_grad_(True)
-        for prompts, answers in _chunks(queries, batch_size):
-            shifted = _shifted_outputs(original, tuned, prompts, components, batch_size=len(prompts))
+    roles = token_roles(original, queries.prompts, queries.subjects)
+    by_role = {key: torch.zeros(len(components), len(ROLES), dtype=torch.float64) for key in ("informative", "downstream")}
+    saved = []  # per chunk: (activations y, gradients dR/dy), both {c: [b, w, d]}, the mask and the roles [b, w]
+    with weight_steps(original, tuned, weights) as steps:
+        for prompts, answers, chunk_roles in _chunks(queries, batch_size, roles):
+            shifted = shifted_outputs(original, tuned, prompts, components, batch_size=len(prompts))
+            steps.clear()
             trace = run(original, prompts, capture=components, positions="all", token_ids=token_ids, grad=True)
             mask = trace.attention_mask
-            reward = rewards(trace.logits, answers).sum()
-            grads = torch.autograd.grad(reward, [trace[c] for c in components] + [own[n] for n in names])
+            grads = torch.autograd.grad(rewards(trace.logits, answers).sum(),
+                                        [trace[c] for c in components] + [steps[i] for i in range(len(components))])
             activation_grads = {c: _real(_wide(g), mask) for c, g in zip(components, grads)}
-            for name, g in zip(names, grads[len(components):]):
-                parameter_grads[name] += _wide(g)
             values = {c: _wide(trace[c].detach()) for c in components}
             for i, c in enumerate(components):
-                downstream[i] += (activation_grads[c] * _real(_wide(shifted[c]) - values[c], mask)).sum().double()
-            saved.append((values, activation_grads, mask))
-    finally:
-        for name, p in own.items():
-            p.requires_grad_(saved_requires_grad[name])
-    with torch.no_grad():
-        informative = torch.tensor([
-            sum(float((_part(parameter_grads[n], where) * _wide(_part(other[n], where) - _part(own[n], where))).sum())
-                for n, where in w.items())
-            for w in weights
-        ], dtype=torch.float64)
-    scores = {"informative": informative, "downstream": downstream,
-              "upstream": (_upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size, progress)
-                           if upstream else torch.full((len(components),), float("nan"), dtype=torch.float64))}
-    return {key: (value / len(queries)).numpy() for key, value in scores.items()}
+                by_role["informative"][i] += role_sums(_real(grads[len(components) + i][..., None], mask)[..., 0], chunk_roles)
+                by_role["downstream"][i] += role_sums((activation_grads[c] * _real(_wide(shifted[c]) - values[c], mask)).sum(-1), chunk_roles)
+            saved.append((values, activation_grads, mask, chunk_roles))
+    by_role["upstream"] = (_upstream(original, tuned, queries, components, saved, y_star, token_ids, batch_size)
+                           if upstream else torch.full((len(components), len(ROLES)), float("nan"), dtype=torch.float64))
+    scores = {f"{key}_by_role": (by_role[key] / len(queries)).numpy() for key in SCORES}
+    return {**{key: scores[f"{key}_by_role"].sum(1) for key in SCORES}, **scores}
+
+
+def _check_same_shapes(original: LM, tuned: LM, weights: Sequence[Slices]) -> None:
+    own, other = dict(original.model.named_parameters()), dict(tuned.model.named_parameters())
+    missing = [n for w in weights for n in w if n not in other or other[n].shape != own[n].shape]
+    if missing:
+        raise LincorrError(f"the fine-tuned model lacks {missing[0]} (or its shape differs); score a fine-tuned copy of the same model")
 
 
 def _split_points(original: LM, components: Sequence[Component]) -> list[tuple[list[int], list[Slices]]]:
@@ -234,45 +168,29 @@ def _split_points(original: LM, components: Sequence[Component]) -> list[tuple[l
     points = []
     for layer in reversed(range(n_layers)):
         for stage, kind in ((1, "mlp"), (0, "attn")):
-            then_late = [_weights(original, Component(kind, layer))]
+            then_late = [component_weights(original, Component(kind, layer))]
             points.append((by_point.get((layer, stage), []), then_late))
     return points
 
 
-def _upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size, progress) -> torch.Tensor:
-    upstream = torch.zeros(len(components), dtype=torch.float64)
-    hybrid = _model_copy(original)
+def _upstream(original, tuned, queries, components, saved, y_star, token_ids, batch_size) -> torch.Tensor:
+    """Eq. 6 by role, summed over the prompts: `[n_components, len(ROLES)]`."""
+    upstream = torch.zeros(len(components), len(ROLES), dtype=torch.float64)
+    hybrid = mixed_copy(original)
     chunks = _chunks(queries, batch_size)
     with contextlib.ExitStack() as late:
         for indices, then_late in _split_points(original, components):
             if indices:
                 scored = [components[i] for i in indices]
-                for (prompts, answers), (values, base_grads, mask) in zip(chunks, saved):
+                for (prompts, answers), (values, base_grads, mask, roles) in zip(chunks, saved):
                     trace = run(hybrid, prompts, capture=scored, positions="all", token_ids=token_ids, grad=True)
                     grads = torch.autograd.grad(rewards(trace.logits, answers).sum(), [trace[c] for c in scored])
                     width = mask.shape[1]
                     for i, c, g in zip(indices, scored, grads):
                         centred = _real(values[c] - y_star[c][-width:], mask)
-                        upstream[i] += ((_real(_wide(g), mask) - base_grads[c]) * centred).sum().double()
-            late.enter_context(_weights_from(hybrid.model, tuned.model, then_late))
+                        upstream[i] += role_sums(((_real(_wide(g), mask) - base_grads[c]) * centred).sum(-1), roles)
+            late.enter_context(weights_from(hybrid.model, tuned.model, then_late))
     return upstream
-
-
-def _model_copy(lm: LM) -> LM:
-    """A copy of `lm` whose weights change in place, without gradients (they are taken by activation only)."""
-    model = copy.deepcopy(lm.model)
-    for parameter in model.parameters():
-        parameter.requires_grad_(False)
-    return snapshot(model, lm.tokenizer, f"{lm.name} (mixed weights)")
-
-
-def _shifted_outputs(original: LM, tuned: LM, prompts: list[str], components: Sequence[Component], batch_size: int):
-    """f_c(z'_c, W_c) at every position: the original weights applied to the fine-tuned model's sub-layer inputs (a Trace)."""
-    inputs: dict = {}
-    with _sublayer_inputs(tuned, inputs, replay=False):
-        run(tuned, prompts, token_ids=NO_TOKENS, batch_size=batch_size)
-    with _sublayer_inputs(original, inputs, replay=True):
-        return run(original, prompts, capture=components, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
 
 
 def _mean_reward(lm: LM, queries: QuerySet, token_ids: torch.Tensor, interventions=(), batch_size: int = 32) -> float:
@@ -293,29 +211,29 @@ def exact_scores(original: LM, tuned: LM, queries: QuerySet, components: Sequenc
     prompts = list(queries.prompts)
     base = _mean_reward(original, queries, token_ids, batch_size=batch_size)
     full = run(original, prompts, capture=components, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
-    shifted = _shifted_outputs(original, tuned, prompts, components, batch_size)
-    hybrid = _model_copy(original)
+    shifted = shifted_outputs(original, tuned, prompts, components, batch_size)
+    hybrid = mixed_copy(original)
     out = {key: np.zeros(len(components)) for key in SCORES}
     for i, c in enumerate(components):
-        with _weights_from(hybrid.model, tuned.model, [_weights(original, c)]):
+        with weights_from(hybrid.model, tuned.model, [component_weights(original, c)]):
             out["informative"][i] = _mean_reward(hybrid, queries, token_ids, batch_size=batch_size) - base
         out["downstream"][i] = _mean_reward(original, queries, token_ids, [Patch(c, shifted[c], "all")], batch_size) - base
         mean = _right_aligned_mean(_wide(full[c]), full.attention_mask).to(full[c].dtype)
         ablated = _mean_reward(original, queries, token_ids, [Patch(c, mean, "all")], batch_size)
-        with _weights_from(hybrid.model, tuned.model, _late_weights(original, c)):
+        with weights_from(hybrid.model, tuned.model, _latecomponent_weights(original, c)):
             late = _mean_reward(hybrid, queries, token_ids, batch_size=batch_size)
             late_ablated = _mean_reward(hybrid, queries, token_ids, [Patch(c, mean, "all")], batch_size)
         out["upstream"][i] = (late - late_ablated) - (base - ablated)
     return out
 
 
-def _late_weights(lm: LM, component: Component) -> list[Slices]:
+def _latecomponent_weights(lm: LM, component: Component) -> list[Slices]:
     """The weights after `component` in the forward order (see the module docstring)."""
     n_layers = layout(lm).n_layers
     later = [Component(kind, l) for l in range(component.layer + 1, n_layers) for kind in ("attn", "mlp")]
     if component.kind == "head":
         later.insert(0, mlp(component.layer))
-    return [_weights(lm, c) for c in later]
+    return [component_weights(lm, c) for c in later]
 
 
 def score_grid(lm: LM, components: Sequence[Component], values: np.ndarray) -> np.ndarray:
@@ -362,6 +280,7 @@ class ScoresResult:
     seconds_train: float
     seconds_scores: float
     seconds_check: float
+    role_grids: dict = dataclasses.field(default_factory=dict)  # score -> [n_roles, n_layers, n_columns] by `ROLES`; sums to grids
 
     def linearization_r(self) -> dict:
         """Pearson r of exact against linearised scores over the checked components, per score."""
@@ -379,7 +298,13 @@ class ScoresResult:
                          **{f"{key}_exact": float(self.exact_checked[key][i]) for key in SCORES}} for i, c in enumerate(self.checked)],
             **self.mean_ranks, "n_facts": self.config.update.n_facts, "seed": self.config.update.seed, "training": self.training,
             "seconds_train": self.seconds_train, "seconds_scores": self.seconds_scores, "seconds_check": self.seconds_check,
+            **({"roles": list(ROLES), "by_role": {key: _json_grid(grids) for key, grids in self.role_grids.items()}} if self.role_grids else {}),
         }
+
+    def role_mass(self) -> dict:
+        """Per score and token role, the sum over the MLPs and over the heads: {score: {role: {"mlp": x, "heads": y}}}."""
+        return {key: {role: {"mlp": float(np.nansum(grids[r][:, 0])), "heads": float(np.nansum(grids[r][:, 1:]))}
+                      for r, role in enumerate(ROLES)} for key, grids in self.role_grids.items()}
 
     def top(self, key: str, k: int = 5) -> list[tuple[str, float]]:
         """The `k` components with the largest score."""
@@ -395,45 +320,34 @@ class ScoresResult:
         for key in SCORES:
             top = ", ".join(f"{name} {value:+.3f}" for name, value in self.top(key))
             lines.append(f"{key:<12} top: {top}")
+        for key, by_role in self.role_mass().items():
+            lines.append(f"{key:<12} by role, MLPs / heads: " + ", ".join(f"{role} {m['mlp']:+.3f} / {m['heads']:+.3f}" for role, m in by_role.items()))
         lines.append("linearisation r over " + str(len(self.checked)) + " components: "
                      + ", ".join(f"{key} {r[key]:.3f}" for key in SCORES))
         return "\n".join(lines)
 
-    def plot(self, path) -> None:
-        """Fig. 3: one heatmap per score, layers down, MLP then heads across, on a shared symmetric scale per score."""
-        size = (3 + 1.05 * len(self.component_names), 1.5 + 0.22 * self.grids["informative"].shape[0])
-        with saved_figure(path, 1, 3, figsize=size) as (figure, axes):
-            for axis, key in zip(axes, SCORES):
-                grid = self.grids[key]
-                limit = float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 1.0
-                image = axis.imshow(grid, cmap="RdBu_r", vmin=-limit or -1, vmax=limit or 1, aspect="auto", interpolation="nearest")
-                axis.set_xticks(range(len(self.component_names)), self.component_names, rotation=90, fontsize=6)
-                axis.set_ylabel("layer")
-                axis.set_title(key, fontsize=9)
-                figure.colorbar(image, ax=axis, fraction=0.05)
-            figure.suptitle(f"{self.config.update.hop}-hop update, {self.model_name}", fontsize=9)
-
-    def plot_check(self, path) -> None:
-        """Exact (eqs. 1-3) against linearised (eqs. 4-6) scores of the checked components."""
-        r = self.linearization_r()
-        with saved_figure(path, 1, 3, figsize=(10, 3.2)) as (_, axes):
-            for axis, key in zip(axes, SCORES):
-                axis.scatter(self.linear_checked[key], self.exact_checked[key], s=12)
-                axis.axline((0, 0), slope=1, color="grey", lw=0.8, ls="--")
-                axis.set_xlabel("linearised")
-                axis.set_ylabel("exact (intervention)")
-                axis.set_title(f"{key}: r = {r[key]:.3f}", fontsize=9)
-
     def save(self, directory) -> None:
-        """scores.json (summary), scores.csv (one row per layer, component and score), scores.png, linearization.png."""
+        """scores.json (summary), scores.csv (one row per layer, component and score), scores.png, linearization.png,
+        and with scores by role scores_by_role.csv and scores_by_role.png (Fig. 3's grid)."""
+        title = f"{self.config.update.hop}-hop update, {self.model_name}"
         with staged_directory(directory) as out:
             write_json(out / "scores.json", self.summary())
             rows = [[key, layer, name, float(self.grids[key][layer, j])]
                     for key in SCORES for layer in range(self.grids[key].shape[0]) for j, name in enumerate(self.component_names)]
             write_csv(out / "scores.csv", ["score", "layer", "component", "value"], rows)
-            self.plot(out / "scores.png")
+            plot_score_grids(out / "scores.png", self.grids, self.component_names, title)
             if self.checked:
-                self.plot_check(out / "linearization.png")
+                plot_linearization(out / "linearization.png", self.linear_checked, self.exact_checked, self.linearization_r())
+            if self.role_grids:
+                rows = [[key, role, layer, name, float(grids[r, layer, j])] for key, grids in self.role_grids.items()
+                        for r, role in enumerate(ROLES) for layer in range(grids.shape[1]) for j, name in enumerate(self.component_names)]
+                write_csv(out / "scores_by_role.csv", ["score", "role", "layer", "component", "value"], rows)
+                plot_role_grids(out / "scores_by_role.png", self.role_grids, self.component_names, title)
+
+
+def _json_grid(values: np.ndarray) -> list:
+    """An array as nested lists, NaN (not scored) as null."""
+    return np.where(np.isnan(values), None, values).tolist()
 
 
 def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked: int = 12, upstream: bool = True,
@@ -469,6 +383,7 @@ def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig(), *, progr
     return ScoresResult(
         model_name=lm.name, config=config, component_names=("mlp",) + tuple(f"head {h}" for h in range(n_heads)),
         grids={key: score_grid(lm, components, scores[key]) for key in SCORES}, checked=tuple(str(c) for c in checked),
+        role_grids={key: np.stack([score_grid(lm, components, scores[f"{key}_by_role"][:, r]) for r in range(len(ROLES))]) for key in SCORES},
         linear_checked=linear, exact_checked=exact, mean_ranks=mean_ranks, training=training_settings(update.train),
         seconds_train=seconds_train, seconds_scores=seconds_scores, seconds_check=seconds_check,
     )
