@@ -84,14 +84,12 @@ def weight_steps(original: LM, tuned: LM, weights: Sequence[Slices]) -> Iterator
     informative score per position, for the change from `original`'s weights to `tuned`'s.
     """
     own, other = dict(original.model.named_parameters()), dict(tuned.model.named_parameters())
-    uses: dict[str, dict[int, dict[str, torch.Tensor]]] = {}  # module path -> component -> {local name: change}
+    uses: dict[str, dict[int, dict[str, tuple]]] = {}  # module path -> component -> {local name: (where, change there)}
     for i, slices in enumerate(weights):
         for name, where in slices.items():
             path, local = name.rsplit(".", 1)
-            change = (other[name] - own[name]).detach()
-            if where is not None:  # the component's slice of the change, zero elsewhere
-                change = torch.zeros_like(change).index_copy_(where[0], where[1].to(change.device), weight_part(change, where))
-            uses.setdefault(path, {}).setdefault(i, {})[local] = change
+            # Only the component's slice is kept; the hook widens it to the tensor's shape (zero elsewhere) when used.
+            uses.setdefault(path, {}).setdefault(i, {})[local] = (where, weight_part((other[name] - own[name]).detach(), where))
     steps: dict[int, torch.Tensor] = {}
     handles = []
     try:
@@ -104,7 +102,13 @@ def weight_steps(original: LM, tuned: LM, weights: Sequence[Slices]) -> Iterator
             handle.remove()
 
 
-def _step_hook(clean: torch.nn.Module, changes: dict[int, dict[str, torch.Tensor]], steps: dict[int, torch.Tensor]):
+def _widened(like: torch.Tensor, where, part: torch.Tensor) -> torch.Tensor:
+    """`part` (a weight slice at `where`, or the whole tensor for None) in a tensor shaped like `like`, zero elsewhere."""
+    part = part.to(like.dtype)
+    return part if where is None else torch.zeros_like(like).index_copy_(where[0], where[1].to(like.device), part)
+
+
+def _step_hook(clean: torch.nn.Module, changes: dict[int, dict[str, tuple]], steps: dict[int, torch.Tensor]):
     """A forward hook adding s_i * (d output / d weights . change_i) for each component i using the module.
 
     `clean` is a hook-free copy of the module, so the derivative's own forward fires no hook of a trace.
@@ -120,7 +124,7 @@ def _step_hook(clean: torch.nn.Module, changes: dict[int, dict[str, torch.Tensor
                 return torch.func.functional_call(clean, {**base, **dict(zip(names, values))}, inputs, kwargs)
 
             primals = tuple(base[n].detach().to(output.dtype) for n in names)
-            _, tangent = torch.func.jvp(forward, primals, tuple(change[n].to(output.dtype) for n in names))
+            _, tangent = torch.func.jvp(forward, primals, tuple(_widened(primal, *change[n]) for n, primal in zip(names, primals)))
             if i not in steps or steps[i].shape != output.shape[:2]:
                 steps[i] = torch.zeros(output.shape[:2], dtype=output.dtype, device=output.device, requires_grad=True)
             output = output + steps[i].view(*output.shape[:2], *[1] * (output.dim() - 2)) * tangent.detach()
