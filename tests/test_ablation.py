@@ -165,9 +165,9 @@ def test_table_groups_seeds_and_prints_the_paper_beside_ours(tmp_path):
     table = AblationTable((result(0, 0.5), result(1, 0.7)))
     (row,) = table.rows()
     assert row["generalization_mean"] == pytest.approx(60.0) and row["generalization_std"] == pytest.approx(14.142, rel=1e-3)
-    assert "| city->country | real | 60.00 ± 14.14 |" in table.markdown() and "97.66" in table.markdown()
+    assert "| city->country | real | 60.00 ± 14.14 |" in table.text() and "97.66" in table.text()
     table.save(tmp_path / "table7")
-    assert (tmp_path / "table7" / "table7.md").read_text(encoding="utf-8") == table.markdown()
+    assert (tmp_path / "table7" / "table7.md").read_text(encoding="utf-8") == table.text()
     assert json.loads((tmp_path / "table7" / "table7.json").read_text(encoding="utf-8")) == table.rows()
 
 
@@ -223,12 +223,12 @@ def test_width_sweep_groups_widths_and_mappings(tmp_path):
     rows = sweep.rows()
     assert [(r["embedding_width"], r["mapping"]) for r in rows] == [(64, "real"), (64, "letters"), (640, "real"), (640, "letters")]
     assert rows[0]["generalization_mean"] == pytest.approx(55.0) and rows[1]["generalization_mean"] == pytest.approx(5.0)
-    lines = sweep.markdown().splitlines()
+    lines = sweep.text().splitlines()
     assert lines[0].startswith("| width | variance kept | generalization % (real / letters) |")
     assert lines[2].startswith("| 64 | 10.0% | 55.00 ± 7.07 / 5.00 ± 7.07 | 80 / 80 |")
     sweep.save(tmp_path / "widths")
     assert json.loads((tmp_path / "widths" / "widths.json").read_text(encoding="utf-8")) == rows
-    assert (tmp_path / "widths" / "widths.md").read_text(encoding="utf-8") == sweep.markdown()
+    assert (tmp_path / "widths" / "widths.md").read_text(encoding="utf-8") == sweep.text()
 
 
 def test_mistakes_raise_one_clear_error(tokenizer):

@@ -158,7 +158,7 @@ def test_ocr_measures_before_training_and_after_every_epoch_and_saves(world_toke
     assert summary["training"]["learning_rate"] == 1e-2
     result.save(tmp_path / "out")
     assert {"ocr.json", "per_epoch.csv", "ocr.png"} <= {p.name for p in (tmp_path / "out").iterdir()}
-    assert "epoch" in result.format_table()
+    assert "epoch" in result.text()
 
 
 # ---------------------------------------------------------------- scores against their definitions

@@ -274,7 +274,7 @@ def test_precision_table_uses_registry_reference_and_reports_skips(llama_lm, reg
     assert [(r.label, r.estimator) for r in table.rows] == [("cities", "ols"), ("cities", "ridge")]
     assert table.rows[0].reference == "tiny_cities->tiny_countries" and table.rows[0].n_pairs_influenced == 5
     assert {label for label, _ in table.skipped} == {"ghost", "unrelated"}
-    assert "| cities | ols |" in table.markdown()
+    assert "| cities | ols |" in table.text()
 
 
 # ---- case tables ----
@@ -285,7 +285,7 @@ def test_case_table_rows_directions_and_right_answers(tmp_path):
     rows = case_table(pair, "influenced", words=["s0", "s2", "zzz"], k=2, reference_pairs=reference)
     assert [r.word for r in rows.rows] == ["s0", "s2"] and rows.missing == ("zzz",)
     assert rows.rows[0].top[0][0] == f"t{perm[0]}" and rows.rows[0].right == (f"t{perm[0]}",)
-    assert f"| s0 | **t{perm[0]}**," in rows.markdown()
+    assert f"| s0 | **t{perm[0]}**," in rows.text()
     columns = case_table(pair, "influencing", k=1, reference_pairs=reference)
     assert len(columns.rows) == 6
     assert {r.word: r.top[0][0] for r in columns.rows}[f"t{perm[4]}"] == "s4"
@@ -309,7 +309,7 @@ def test_resilience_same_checkpoint_is_unchanged_and_other_checkpoint_differs(ll
     np.testing.assert_allclose(np.diag(moved.eval_on_eval.labelwise_r), 1.0, atol=1e-4)
     pairs = moved.pairs()
     assert len(pairs) == 9 and pairs[1]["source"] == "tiny_city" and pairs[1]["target"] == "tiny_country"
-    assert "A's W on B" in moved.format_table()
+    assert "A's W on B" in moved.text()
 
 
 def test_resilience_refuses_a_different_tokenizer(llama_lm, registry):

@@ -253,7 +253,7 @@ def test_subword_study_splits_by_category(lm, registry):
     assert rows["subword"]["n_facts"] == 0 and np.isnan(rows["subword"]["generalization_rate"])
     whole = [o for o in result.generalization.outcomes if o.reference_category == "whole_word"]
     assert rows["whole_word"]["rate_before"] == np.mean([o.generalized_before for o in whole])
-    assert "whole_word" in result.markdown()
+    assert "whole_word" in result.text()
 
 
 # ---- which parameters train: the default's blocks on any architecture, the paper preset's everything ----
@@ -388,7 +388,7 @@ def test_gradient_correlation_study_on_a_tiny_model_and_its_resumable_table(lm, 
 
     monkeypatch.setattr(gradients_module, "measure_gradient_correlation", no_step)
     again = gradient_table(lm, registry, relations, config)
-    assert again.markdown() == table.markdown()
+    assert again.text() == table.text()
     np.testing.assert_array_equal(again.rows[0].labelwise_gradient_r, result.labelwise_gradient_r)
 
 

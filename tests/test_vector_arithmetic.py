@@ -293,7 +293,7 @@ def test_results_are_strict_json_and_save_whole(llama, tmp_path):
     for name, result in results.items():
         summary = strict_json(result.summary())
         assert contract[name] <= summary.keys(), name
-        assert result.format_table().strip()
+        assert result.text().strip()
         result.save(tmp_path / name)
         saved = strict_json(json.loads((tmp_path / name / f"{name}.json").read_text()))
         assert saved == summary

@@ -38,6 +38,7 @@ _EXPORTS = {
     "PairResult": "lincorr.fit",
     "fit_tables": "lincorr.fit",
     "measure_pair": "lincorr.fit",
+    "load_result": "lincorr.studies",
 }
 
 __all__ = ["prompt", *_EXPORTS]

@@ -6,6 +6,8 @@ import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import scipy.special
@@ -15,12 +17,15 @@ from lincorr.errors import DataError, LincorrError
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
 from lincorr.models import LM
-from lincorr.outputs import settings_key, staged_directory, write_array, write_json, write_provenance
+from lincorr.domains import Domain
+from lincorr.outputs import settings_key, staged_directory, write_array, write_json
+from lincorr.reading import read_json
+from lincorr.results import decode, record
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, bind_relation, match_reference
 
-__all__ = ["CI_METHODS", "FitConfig", "PairResult", "MIN_TEST_INPUTS", "split_sizes", "split_indices", "fit_tables", "measure_pair", "fit_relation",
+__all__ = ["CI_METHODS", "FitConfig", "PairResult", "tops_text", "MIN_TEST_INPUTS", "split_sizes", "split_indices", "fit_tables", "measure_pair", "fit_relation",
            "pairs_bootstrap_labelwise_ci", "TARGET_SCORES", "within_domain_logprobs"]
 
 # Every r, interval and control is scored on held-out inputs; over fewer than this many a
@@ -80,6 +85,8 @@ class FitConfig:
 @dataclasses.dataclass(frozen=True)
 class PairResult:
     """A fitted W between two logit tables and its held-out scores."""
+
+    study: ClassVar[str] = "fit"
 
     source: LogitTable
     target: LogitTable
@@ -160,6 +167,51 @@ class PairResult:
         column = self.coef[:, self.target.domain.index(target_word)]
         return [(self.source.domain.words[i], float(column[i])) for i in top_k(column, k)]
 
+    def text(self) -> str:
+        """The terminal's view of `lincorr fit`: the pair, the inputs, the estimator and every r."""
+        s = self.summary()
+        lo, hi = s["labelwise_r_ci95"]
+        return "\n".join([
+            f"model            {s['model']}",
+            f"source -> target {s['source']} ({s['n_source_domain']} words) -> {s['target']} ({s['n_target_domain']} words)",
+            f"dropped words    {len(self.source.domain.dropped)} source, {len(self.target.domain.dropped)} target"
+            " (first token a fragment or shared; listed in result.json)",
+            f"inputs           {s['n_inputs']} ({s['n_train']} train / {s['n_test']} test), {s['kind']}",
+            f"estimator        {s['estimator']}" + (f" (alpha {s['alpha']:.4g})" if s["estimator"] == "ridge" else ""),
+            f"label-wise r     {s['labelwise_r_mean']:.3f} ± {s['labelwise_r_std']:.3f}   95% CI [{lo:.3f}, {hi:.3f}] "
+            f"({s['labelwise_r_ci95_method']})",
+            *([f"                 left out: {s['n_constant_targets']} target words constant on the test inputs (r undefined)"]
+              if s["n_constant_targets"] else []),
+            f"instance-wise r  {s['instancewise_r_mean']:.3f}",
+            f"control r        {s['control_labelwise_r_mean']:.3f}   (W fitted on shuffled pairs)",
+            f"time             {s['seconds']:.1f} s",
+        ])
+
+    @classmethod
+    def load(cls, directory) -> PairResult:
+        """The pair `save` wrote into `directory`: W, b and the logits from their `.npy` files (never unpickled), the rest from result.json."""
+        directory = Path(directory)
+        result = read_json(directory / "result.json", "saved result")
+
+        def table(side: str) -> LogitTable:
+            return LogitTable(values=np.load(directory / f"{side}_logits.npy", allow_pickle=False),
+                              inputs=tuple(read_json(directory / "inputs.json", "saved result")), template=result[f"{side}_template"],
+                              domain=decode(Domain, result[f"{side}_domain"]), kind=result["kind"], model=result["model_fingerprint"])
+
+        def numbers(values) -> np.ndarray:
+            return np.array([np.nan if value is None else value for value in values], dtype=np.float64)
+
+        low, high = (np.nan if value is None else value for value in result["labelwise_r_ci95"])
+        return cls(
+            source=table("source"), target=table("target"), source_name=result["source"], target_name=result["target"],
+            model_name=result["model"], config=decode(FitConfig, result["config"]),
+            coef=np.load(directory / "W.npy", allow_pickle=False), intercept=np.load(directory / "b.npy", allow_pickle=False),
+            alpha=float(result["alpha"]), train_index=np.array(result["train_index"], dtype=int),
+            test_index=np.array(result["test_index"], dtype=int), labelwise_r=numbers(result["labelwise_r"].values()),
+            instancewise_r=numbers(result["instancewise_r"]), labelwise_r_ci95=(low, high),
+            control_labelwise_r=numbers(result["control_labelwise_r"]), seconds=float(result["seconds"]),
+        )
+
     def save(self, directory, *, heatmap: bool = False, reference_pairs=None, extra: Mapping[str, object] | None = None) -> None:
         """W, b, logits, tokens, inputs and result.json; written whole or not at all.
 
@@ -190,10 +242,14 @@ class PairResult:
                                         for row, columns in reference.items()},
                     "train_index": self.train_index.tolist(),
                     "test_index": self.test_index.tolist(),
+                    "instancewise_r": self.instancewise_r.tolist(),
+                    "control_labelwise_r": self.control_labelwise_r.tolist(),
                     **(extra or {}),
                 },
             )
-            write_provenance(out, model_fingerprint=self.source.model, settings={**settings_key(self.config), "kind": self.source.kind})
+            # The arrays and result.json are the state `load` reads: no second copy.
+            record(out, self, model_fingerprint=self.source.model, settings={**settings_key(self.config), "kind": self.source.kind},
+                   state=False)
             if heatmap:
                 weight_heatmap(
                     self.coef,
@@ -203,6 +259,15 @@ class PairResult:
                     f"{self.model_name}: W for {self.source_name} -> {self.target_name}",
                     reference=reference or None,
                 )
+
+
+def tops_text(tops: Mapping[str, Sequence[tuple[str, float]]], title: str) -> str:
+    """Rows of `PairResult.top_influenced` / `top_influencing` as the terminal shows them (empty without rows)."""
+    if not tops:
+        return ""
+    width = max(len(w) for w in tops)
+    return f"\ntop {title}:\n" + "\n".join(f"  {word:<{width}}  " + ", ".join(f"{t} ({v:+.2f})" for t, v in pairs)
+                                          for word, pairs in tops.items())
 
 
 def within_domain_logprobs(table: LogitTable) -> LogitTable:

@@ -108,17 +108,18 @@ def settings_key(config) -> dict:
     return strip(settings)
 
 
-def write_provenance(directory, *, model_fingerprint=None, settings: dict | None = None) -> None:
-    """provenance.json: the command that wrote `directory` (None from Python), lincorr's version, the model's fingerprint, the settings and the time.
+def write_provenance(directory, *, study: str, model_fingerprint=None, settings: dict | None = None) -> None:
+    """provenance.json: the study, the command that wrote `directory` (None from Python), lincorr's version, the model's fingerprint, the settings and the time.
 
-    Every study's `save` writes it under the same name, so a reader (`lincorr report`) finds where a
-    result came from without knowing the study. `model_fingerprint` is a string, or a mapping
+    Every study's `save` writes it under the same name (through `results.record`), so a reader (`lincorr report`,
+    `lincorr.load_result`) finds which study wrote a directory and where its result came from. `model_fingerprint` is a string, or a mapping
     from model name to fingerprint for studies over several models.
     """
     from lincorr import __version__
     from lincorr.provenance import running_command
 
     write_json(Path(directory) / "provenance.json", {
+        "study": study,
         "command": running_command(),
         "lincorr_version": __version__,
         "model_fingerprint": model_fingerprint,

@@ -22,9 +22,6 @@ from lincorr.cli.options import (
 )
 from lincorr.errors import UsageError
 
-SUMMARY_FIELDS = ("relation", "mapping", "seed", "generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_test", "seconds")
-
-
 def add_ablation_command(commands) -> None:
     ablate = add_command(commands, "ablate", "the vocabulary ablation of §6 (Table 7)")
     add_prompt_pair(ablate, default=("city", "country"), help_text="registry prompt")
@@ -67,18 +64,15 @@ def run_ablate(args) -> None:
     vocabulary = vocabulary_from_model(lm.model, name=lm.name)
     if args.table7:
         table = run_table7(vocabulary, lm.tokenizer, seeds=tuple(args.seeds), config=config, registry=registry)
-        save_and_print(args, table, table.markdown, payload=table.rows)
+        save_and_print(args, table)
         return
     if args.embedding_width:
         sweep = run_width_sweep(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), widths=tuple(args.embedding_width),
                                 seeds=tuple(args.seeds), config=config, registry=registry)
-        save_and_print(args, sweep, sweep.markdown, payload=sweep.rows)
+        save_and_print(args, sweep)
         return
     result = ablate(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), mapping=args.mapping, seed=args.seed, config=config, registry=registry)
-    summary = result.summary()
     if args.json:
-        print_json(summary)
-        return
-    for key in SUMMARY_FIELDS:
-        value = summary[key]
-        print(f"{key:<20} {value:.4f}" if isinstance(value, float) else f"{key:<20} {value}")
+        print_json(result.summary())
+    else:
+        print(result.text())

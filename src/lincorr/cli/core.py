@@ -90,6 +90,7 @@ def registry_pairs(args):
 
 
 def run_fit(args) -> None:
+    from lincorr.fit import tops_text
     from lincorr.studies.logits.precision import precision_of
     from lincorr.relations import USER_FILE
 
@@ -113,11 +114,8 @@ def run_fit(args) -> None:
             payload["top_influencing"] = {w: [[s, round(v, 6)] for s, v in pairs] for w, pairs in influencing.items()}
         print_json(payload)
         return
-    print_result(result)
-    if precision:
-        print_precision(precision)
-    print_tops(tops, "influenced targets")
-    print_tops(influencing, "influencing sources")
+    print("\n".join(part for part in (result.text(), precision.hits_text() if precision else "", tops_text(tops, "influenced targets"),
+                                      tops_text(influencing, "influencing sources")) if part))
     if args.save_dir:
         print(f"\nwrote {args.save_dir}/")
 
@@ -125,57 +123,17 @@ def run_fit(args) -> None:
 def run_demo(args) -> None:
     import dataclasses
 
-    from lincorr.fit import fit_tables
+    from lincorr.fit import fit_tables, tops_text
     from lincorr.report import build_report
 
     result = measure(args)
     tops = {w: result.top_influenced(w, 5) for w in DEMO_CITIES}
     result.save(args.out, heatmap=True, reference_pairs=registry_pairs(args))
     report = build_report([args.out], title="lincorr demo: City->Country").save(Path(args.out) / "report.html")
-    print_result(result)
+    print(result.text())
     if result.config.estimator != "ols":
         paper = fit_tables(result.source, result.target, dataclasses.replace(result.config, estimator="ols"))
         print(f"paper's ols      label-wise r {paper.summary()['labelwise_r_mean']:.3f} on the same tables")
-    print_tops(tops, "countries W links to")
+    print(tops_text(tops, "countries W links to"))
     print(f"\nwrote {args.out}/W.png, {args.out}/result.json and the arrays behind them")
     print(f"interactive report: {report} (open it in a browser)")
-
-
-def print_result(result) -> None:
-    s = result.summary()
-    lo, hi = s["labelwise_r_ci95"]
-    lines = [
-        f"model            {s['model']}",
-        f"source -> target {s['source']} ({s['n_source_domain']} words) -> {s['target']} ({s['n_target_domain']} words)",
-        f"dropped words    {len(result.source.domain.dropped)} source, {len(result.target.domain.dropped)} target"
-        " (first token a fragment or shared; listed in result.json)",
-        f"inputs           {s['n_inputs']} ({s['n_train']} train / {s['n_test']} test), {s['kind']}",
-        f"estimator        {s['estimator']}" + (f" (alpha {s['alpha']:.4g})" if s["estimator"] == "ridge" else ""),
-        f"label-wise r     {s['labelwise_r_mean']:.3f} ± {s['labelwise_r_std']:.3f}   95% CI [{lo:.3f}, {hi:.3f}] "
-        f"({s['labelwise_r_ci95_method']})",
-        *([f"                 left out: {s['n_constant_targets']} target words constant on the test inputs (r undefined)"]
-          if s["n_constant_targets"] else []),
-        f"instance-wise r  {s['instancewise_r_mean']:.3f}",
-        f"control r        {s['control_labelwise_r_mean']:.3f}   (W fitted on shuffled pairs)",
-        f"time             {s['seconds']:.1f} s",
-    ]
-    print("\n".join(lines))
-
-
-def print_precision(precision) -> None:
-    """Hit@k of W against the user's reference pairs, then what the reference gave (`PrecisionResult.reference_report`)."""
-    def rates(hits: dict) -> str:
-        return " / ".join(f"{value:.2f}" for value in hits.values())
-
-    print(f"Hit@1/3/5        influenced {rates(precision.hit_influenced)}, influencing {rates(precision.hit_influencing)}"
-          f"   (chance@1 {precision.chance_influenced[1]:.2f} / {precision.chance_influencing[1]:.2f})")
-    print("\n".join(precision.reference_report()))
-
-
-def print_tops(tops: dict, title: str) -> None:
-    if not tops:
-        return
-    print(f"\ntop {title}:")
-    width = max(len(w) for w in tops)
-    for word, pairs in tops.items():
-        print(f"  {word:<{width}}  " + ", ".join(f"{t} ({v:+.2f})" for t, v in pairs))

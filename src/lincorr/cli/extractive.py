@@ -130,7 +130,7 @@ def study_handler(module: str, function: str, make_config):
         config = make_config(args)
         run = getattr(import_module(f"lincorr.studies.extractive.{module}"), function)
         result = run(load_lm(args), registry, config, progress=show_progress(args))
-        save_and_print(args, result, result.format_table)
+        save_and_print(args, result)
 
     return handle
 

@@ -118,7 +118,7 @@ def run_lens(args) -> None:
     task = checked_task(args, args.task)
     result = lens(load_lm(args), task, n_pairs=args.n_pairs, seed=args.seed, floor=args.floor, batch_size=args.batch_size,
                   progress=show_progress(args))
-    save_and_print(args, result, result.format_table)
+    save_and_print(args, result)
 
 
 def run_ovector(args) -> None:
@@ -130,7 +130,7 @@ def run_ovector(args) -> None:
     result = ovector(lm, task, layer_or_crossing(args.layer, args, lm, task), control=control, scale=args.scale, n_source=args.n_source,
                      n_pairs=args.n_pairs, sweep=args.sweep, transfer_from=args.transfer_from, seed=args.seed,
                      batch_size=args.batch_size, progress=show_progress(args))
-    save_and_print(args, result, result.format_table)
+    save_and_print(args, result)
 
 
 def run_ffn_ablate(args) -> None:
@@ -140,7 +140,7 @@ def run_ffn_ablate(args) -> None:
     lm = load_lm(args)
     result = ffn_ablate(lm, task, layer_or_crossing(args.from_layer, args, lm, task), "mean" if args.mean else "zero", n_pairs=args.n_pairs,
                         n_reference=args.n_reference, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args))
-    save_and_print(args, result, result.format_table)
+    save_and_print(args, result)
 
 
 def run_ovector_w(args) -> None:
@@ -151,4 +151,4 @@ def run_ovector_w(args) -> None:
     lm = load_lm(args)
     result = ovector_w(lm, registry, task, layer_or_crossing(args.layer, args, lm, task), scale=args.scale, n_source=args.n_source, n_inputs=args.n_inputs,
                        n_shuffles=args.n_shuffles, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args))
-    save_and_print(args, result, result.format_table)
+    save_and_print(args, result)

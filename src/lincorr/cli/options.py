@@ -263,14 +263,16 @@ def check_user_files(args) -> None:
         raise InputError(f"--finetune-text file {args.finetune_text} is empty; give it the passages to fine-tune on")
 
 
-def save_and_print(args, result, text: Callable[[], str] | None, *, payload: Callable[[], object] | None = None) -> None:
-    """How a study ends: `result` saves itself into --out when given; then its JSON (its summary, or `payload()`) with --json, else `text()`."""
+def save_and_print(args, result, *, text: Callable[[], str] | None = None, payload: Callable[[], object] | None = None,
+                   show: bool = True) -> None:
+    """How a study ends: `result` saves itself into --out when given; then its JSON (`summary()`, or `payload()`) with --json,
+    else (unless `show` is False) its text (`text()`, or the `text` given) and where it was saved."""
     if args.out:
         result.save(args.out)
     if args.json:
         print_json(payload() if payload else result.summary())
-    elif text is not None:
-        print(text())
+    elif show:
+        print((text() if text else result.text()) + wrote(args))
 
 
 def wrote(args) -> str:

@@ -26,12 +26,10 @@ from lincorr.cli.options import (
     load_lm,
     load_registry_from,
     positive_number,
-    print_json,
     read_references,
     resolve_prompt,
     save_and_print,
     show_progress,
-    wrote,
 )
 from lincorr.errors import DataError, InputError, UsageError
 
@@ -161,18 +159,7 @@ def run_matrix(args) -> None:
     config = fit_config(args)
     lm = load_lm(args)
     result = measure_matrix(lm, load_registry_from(args), grid, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
-
-    def text() -> str:
-        return "\n".join([
-            f"{result.model_name}: {grid.title}, {result.n_inputs} inputs, {config.estimator}; label-wise r (row = source, column = target)",
-            result.format_table("labelwise_r"),
-            *(f"skipped {name}: {reason}" for name, reason in result.skipped),
-            *([f"left out: {int(result.n_constant_targets.sum())} target words constant on the test inputs (r undefined), "
-               "per cell in pairs.csv and the JSON"] if result.n_constant_targets.any() else []),
-            f"\ncollection {result.seconds_collect:.1f} s, fits {result.seconds_fit:.1f} s" + (f"; wrote {args.out}/" if args.out else ""),
-        ])
-
-    save_and_print(args, result, text)
+    save_and_print(args, result)
 
 
 def run_precision(args) -> None:
@@ -209,16 +196,7 @@ def run_precision(args) -> None:
     # A single relation without its headline estimator is a failure: say why, and write nothing.
     if single and not any(row.estimator == configs[0].label for row in table.rows):
         raise DataError("; ".join(reason for _, reason in table.skipped) or "no result")
-    if args.out:
-        table.save(args.out)
-    if args.json:
-        print_json(single_precision_payload(table, configs[0].label) if single else table.summary())
-        return
-    print(f"{table.model_name}, {table.n_inputs} inputs; Hit@Top-N of W against reference pairs (chance@1 = a random ranking)")
-    print("headline: " + ("the paper's setting, ols on half of 10,000 vocabulary inputs (raw logits)" if args.paper
-                          else f"{configs[0].label}") + "; ridge-std = lincorr's fit (ridge on z-scored columns onto the target's "
-          "log-probabilities over its domain), ols = the paper's, ridge = ridge on raw logits with a cross-validated penalty")
-    print(table.format_table() + wrote(args))
+    save_and_print(args, table, payload=table.headline_summary if single else None)
 
 
 def run_precision_curve(args) -> None:
@@ -240,14 +218,7 @@ def run_precision_curve(args) -> None:
     lm = load_lm(args)
     curve = precision_curve(lm, registry, RelationSpec(args.source, args.target), choose_inputs(args, lm.tokenizer), args.n_curve,
                             configs, reference_file=reference_file, **collection_settings(args))
-    save_and_print(args, curve, lambda: curve.format_table() + wrote(args))
-
-
-def single_precision_payload(table, estimator: str) -> dict:
-    """One relation: the numbers of `estimator` at the top level, both estimators' under by_estimator."""
-    by_estimator = {row.estimator: row.summary() for row in table.rows}
-    skipped = [{"relation": label, "reason": reason} for label, reason in table.skipped]
-    return {**by_estimator[estimator], "by_estimator": by_estimator, "skipped": skipped}
+    save_and_print(args, curve)
 
 
 def run_cases(args) -> None:
@@ -266,7 +237,7 @@ def run_cases(args) -> None:
     config = fit_config(args)
     lm = load_lm(args)
     tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
-    save_and_print(args, tables, tables.markdown)
+    save_and_print(args, tables)
 
 
 def run_resilience(args) -> None:
@@ -287,13 +258,7 @@ def run_resilience(args) -> None:
         eval_lm = load_lm(args, args.eval_model)
     result = measure_resilience(fit_lm, eval_lm, load_registry_from(args), grid, choose_inputs(args, fit_lm.tokenizer), config,
                                 training=training, **collection_settings(args))
-
-    def text() -> str:
-        trained = (f"fine-tuned on {training['n_examples']} passages of {training['text_file']}: {training['steps']} steps, "
-                   f"loss per epoch {', '.join(f'{v:.3f}' for v in training['losses'])}, {training['seconds']:.0f} s\n\n") if training else ""
-        return trained + result.format_table() + wrote(args)
-
-    save_and_print(args, result, text)
+    save_and_print(args, result)
 
 
 def run_scale(args) -> None:
@@ -311,4 +276,4 @@ def run_scale(args) -> None:
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
     result = measure_scale(split_names(args.models, "--models"), registry, relations, args.n_inputs, precision_configs(args),
                            seed=args.seed, load=lambda spec: load_lm(args, spec), **collection_settings(args))
-    save_and_print(args, result, lambda: result.format_table() + wrote(args))
+    save_and_print(args, result)

@@ -143,7 +143,7 @@ def generalization_config(args):
 
 
 def run_generalize(args) -> None:
-    from lincorr.studies.training.generalization import generalization_table, run_generalization
+    from lincorr.studies.training.generalization import GeneralizationTable, generalization_table, run_generalization
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
 
@@ -151,23 +151,13 @@ def run_generalize(args) -> None:
     if not args.table5:
         registry = checked_registry(args, (args.source, args.target))
         result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config)
-        save_and_print(args, result, result.format_table)
+        save_and_print(args, result)
         return
     relations = paper_table("table5").relations()
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
     table = generalization_table(load_lm(args), registry, relations, config,
-                                 on_row=None if args.json else lambda row: print(table5_line(row), flush=True))
-    save_and_print(args, table, None)  # the rows were printed as they finished
-
-
-def table5_line(row: dict) -> str:
-    """One Table-5 row: ours (with spread, before, chance, learned) beside the paper's."""
-    if "skipped" in row:
-        return f"{row['relation']:<22} skipped: {row['skipped']}"
-    return (f"{row['relation']:<22} {row['generalization_rate']:6.1%} ± {row['generalization_rate_std']:5.1%}  before {row['rate_before']:5.1%}  "
-            f"random {row['random_baseline']:5.1%}  learned {row['source_learned_rate']:6.1%}  "
-            f"epochs {'/'.join(map(str, row['epochs_run_per_seed']))}  "
-            f"paper {row['paper_generalization_rate']:6.2%} ({row['paper_random_baseline']:.2%})")
+                                 on_row=None if args.json else lambda row: print(GeneralizationTable.row_line(row), flush=True))
+    save_and_print(args, table, show=False)  # the rows were printed as they finished
 
 
 def run_diagnose(args) -> None:
@@ -177,17 +167,7 @@ def run_diagnose(args) -> None:
     config = generalization_config(args)
     registry = checked_registry(args, (args.source, args.target))
     result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config)
-
-    def text() -> str:
-        return "\n".join([
-            result.format_table(), "", result.diagnosis_markdown(max_rows=args.rows),
-            "\ngeneralization rate by W[s, ref] (learned facts, quantile bins):",
-            *(f"  W[s,ref] in [{row['w_ref_low']:+.3f}, {row['w_ref_high']:+.3f}]  n={row['n']:3d}  rate {row['generalization_rate']:.1%}"
-              for row in result.weight_curve()),
-        ])
-
-    save_and_print(args, result, text,
-                   payload=lambda: {**result.summary(), "facts": result.diagnosis_rows(), "weight_curve": result.weight_curve()})
+    save_and_print(args, result, text=lambda: result.diagnosis_text(max_rows=args.rows), payload=result.diagnosis_summary)
 
 
 def run_subwords(args) -> None:
@@ -197,11 +177,11 @@ def run_subwords(args) -> None:
     config = generalization_config(args)
     registry = checked_registry(args, (args.source, args.target))
     result = subword_study(load_lm(args), registry, RelationSpec(args.source, args.target), config)
-    save_and_print(args, result, result.markdown)
+    save_and_print(args, result)
 
 
 def run_gradcorr(args) -> None:
-    from lincorr.studies.training.gradients import GradientConfig, gradient_table
+    from lincorr.studies.training.gradients import GradientConfig, GradientTable, gradient_table
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
 
@@ -216,13 +196,10 @@ def run_gradcorr(args) -> None:
     )
 
     def report(row: dict) -> None:
-        done = (f"skipped: {row['skipped']}" if "skipped" in row else
-                f"gradient r {row['gradient_r']:.2f} (control {row['control_r']:.2f}); centred {row['centred_gradient_r']:.2f} "
-                f"(control {row['centred_control_r']:.2f}, p {row['centred_p_value']:.2g})")
-        print(f"{row['relation']}: {done}", file=sys.stderr, flush=True)
+        print(GradientTable.row_line(row), file=sys.stderr, flush=True)
 
     table = gradient_table(load_lm(args), registry, relations, config, on_row=report if args.table4 and not args.quiet else None)
-    save_and_print(args, table, table.markdown)
+    save_and_print(args, table)
 
 
 def run_predict_edit(args) -> None:
@@ -238,17 +215,4 @@ def run_predict_edit(args) -> None:
         n_inputs=args.n_inputs, fit=config, margin=DEFAULT_MARGIN if args.margin is None else args.margin, delta=args.delta,
         progress=show_progress(args),
     )
-    save_and_print(args, result, lambda: edit_prediction_text(result, args.value))
-
-
-def edit_prediction_text(result, value: str) -> str:
-    prediction = result.prediction
-    verdict = {True: "the reference answer (generalization)", False: "not a reference answer (hallucination)", None: "no reference known"}
-    return "\n".join([
-        f"edit: {result.source_template.replace('{}', result.subject)} {value}",
-        f"now:  {result.target_template.replace('{}', result.subject)} {prediction.current_target}",
-        f"predicted after the edit: {prediction.predicted_target} (confidence {prediction.confidence:.2f}, "
-        f"runner-up {prediction.runner_up}, margin {prediction.margin:.2f} logits)",
-        f"that is {verdict[prediction.predicts_reference]}; reference: {', '.join(prediction.references) or '-'}; "
-        f"P(reference) {prediction.success_probability:.2f}",
-    ])
+    save_and_print(args, result)

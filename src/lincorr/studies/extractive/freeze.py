@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import ClassVar
 import time
 
 import numpy as np
@@ -36,7 +37,8 @@ from lincorr.studies.extractive.scores import linearized_scores, score_component
 from lincorr.finetune import TrainConfig, layer_index
 from lincorr.internals import layout
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 
 __all__ = ["SETTINGS", "SPLITS", "FreezeConfig", "FreezeResult", "reset_blocks", "paper_split", "choose_split", "run_freeze"]
 
@@ -86,8 +88,10 @@ def choose_split(first: np.ndarray, second: np.ndarray) -> int | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class FreezeResult:
+class FreezeResult(Stored):
     """Table 2: mean ranks per setting and hop, the split, and the per-block informative mass it was chosen from."""
+
+    study: ClassVar[str] = "extractive-freeze"
 
     model_name: str
     config: FreezeConfig
@@ -117,7 +121,7 @@ class FreezeResult:
             "seconds": self.seconds,
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Table 2 with the paper's OLMo-7B numbers in brackets."""
         lines = [f"Table 2 on {self.model_name}: split at block {self.split_layer} of {self.n_layers} (chance {self.chance:.2f}); "
                  f"paper ({PAPER.model}) in brackets",
@@ -147,6 +151,7 @@ class FreezeResult:
     def save(self, directory) -> None:
         """freeze.json (summary), freeze.csv (the rows), freeze.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "freeze.json", self.summary())
             write_csv(out / "freeze.csv", ["setting", "hop", "fact_mean_rank", "implication_mean_rank"],
                       [[r["setting"], r["hop"], r["fact_mean_rank"], r["implication_mean_rank"]] for r in self.rows])

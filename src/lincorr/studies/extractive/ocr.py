@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import ClassVar
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -36,7 +37,8 @@ from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.internals import run
 from lincorr.models import LM
 from lincorr.names import pseudo_names
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.templates import fill, validate_template
 
 __all__ = [
@@ -267,8 +269,10 @@ class OcrConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class OcrResult:
+class OcrResult(Stored):
     """Mean ranks of facts and implications before training and after every epoch (Fig. 2)."""
+
+    study: ClassVar[str] = "extractive-ocr"
 
     model_name: str
     config: OcrConfig
@@ -292,7 +296,7 @@ class OcrResult:
             "templates": dataclasses.asdict(self.config.templates), "seconds": self.seconds,
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Mean ranks per epoch, one line each."""
         lines = [f"{self.config.hop}-hop OCR on {self.model_name}: {self.config.n_facts} facts, chance {self.chance:.2f}",
                  f"{'epoch':>5}  {'facts':>6}  {'implications':>12}"]
@@ -315,6 +319,7 @@ class OcrResult:
     def save(self, directory) -> None:
         """ocr.json (summary and the dataset), per_epoch.csv, ocr.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "ocr.json", {**self.summary(), "facts": self.data.facts.rows(), "implications": self.data.implications.rows()})
             write_csv(out / "per_epoch.csv", ["epoch", "fact_mean_rank", "implication_mean_rank"],
                       [[r["epoch"], r["fact_mean_rank"], r["implication_mean_rank"]] for r in self.per_epoch])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import ClassVar
 import time
 from collections.abc import Sequence
 
@@ -39,7 +40,8 @@ from lincorr.finetune import Fact, TrainConfig
 from lincorr.metrics import pearson, pearson_permutation_p
 from lincorr.models import LM
 from lincorr.names import pseudo_names
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.templates import fill
 
 __all__ = [
@@ -139,8 +141,10 @@ def _measured(lm: LM, facts: QuerySet, implications: QuerySet, **fields) -> dict
 
 
 @dataclasses.dataclass(frozen=True)
-class OrderingResult:
+class OrderingResult(Stored):
     """Fig. 4: per order, mean ranks through continued training (training sets) and test fine-tuning (test sets)."""
+
+    study: ClassVar[str] = "extractive-ordering"
 
     model_name: str
     config: OriginsConfig
@@ -170,7 +174,7 @@ class OrderingResult:
                 "templates": {"fact": self.config.templates.novel_fact, "implication": self.config.templates.novel_implication},
                 "seconds": self.seconds}
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Per order: training-set ranks after continued training, test ranks before and after test fine-tuning."""
         lines = [f"Data ordering on {self.model_name} (chance {chance_mean_rank(self.data.test_facts):.2f})",
                  f"{'order':<26} {'train facts':>11} {'train impl':>10} {'test facts':>14} {'test impl':>14}"]
@@ -198,6 +202,7 @@ class OrderingResult:
     def save(self, directory) -> None:
         """ordering.json (summary), ordering.csv (every curve point), ordering.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "ordering.json", self.summary())
             rows = [[order, "continued", r.get("phase", ""), r["epoch"], r["fact_mean_rank"], r["implication_mean_rank"]]
                     for order in self.config.orders for r in self.continued[order]]
@@ -250,8 +255,10 @@ def graft_weights(base: LM, plus: LM, minus: LM, name: str) -> LM:
 
 
 @dataclasses.dataclass(frozen=True)
-class GraftResult:
+class GraftResult(Stored):
     """Table 3 (mean ranks of Impl F', Impl F and F' per weight set) and Fig. 6 (downstream against informative scores)."""
+
+    study: ClassVar[str] = "extractive-graft"
 
     model_name: str
     config: OriginsConfig
@@ -286,7 +293,7 @@ class GraftResult:
                 "continued_training": training_settings(self.config.continued), "test_training": training_settings(self.config.train),
                 "seconds": self.seconds}
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Table 3 with the paper's OLMo-7B numbers in brackets where it has them, and Fig. 6's correlations."""
         lines = [f"Table 3 on {self.model_name} (chance {self.chance:.2f}); paper ({PAPER_TABLE3.model}) in brackets",
                  f"{'weights':<12} {'Impl F_cf':>14} {'Impl F':>14} {'F_cf':>14} {'F':>6}"]
@@ -314,6 +321,7 @@ class GraftResult:
     def save(self, directory) -> None:
         """graft.json (summary), graft_scores.csv (both scores per component), graft.png (Fig. 6)."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "graft.json", self.summary())
             write_csv(out / "graft_scores.csv", ["component", "downstream", "informative"],
                       [[c, float(d), float(i)] for c, d, i in zip(self.components, self.downstream, self.informative)])

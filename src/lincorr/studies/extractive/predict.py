@@ -19,6 +19,7 @@ the AUCs of random scores (their mean and 95% range over `n_random` draws).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 import time
 
 import numpy as np
@@ -32,7 +33,8 @@ from lincorr.studies.training.generalization import DEFAULT_MARGIN, predict_from
 from lincorr.finetune import TrainConfig
 from lincorr.metrics import roc_auc
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.relations import RelationSpec
 
 __all__ = ["PREDICTORS", "PredictConfig", "PredictResult", "run_predict"]
@@ -56,8 +58,10 @@ class PredictConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class PredictResult:
+class PredictResult(Stored):
     """Per fact: the scores W gives before training and whether the implication came out right after it."""
+
+    study: ClassVar[str] = "extractive-predict"
 
     model_name: str
     config: PredictConfig
@@ -92,7 +96,7 @@ class PredictResult:
                 "margin": self.config.margin, "training": training_settings(self.config.train), "seed": self.config.seed,
                 "facts": [dict(r) for r in self.rows], "seconds": self.seconds}
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """The AUCs beside the random baseline."""
         s, auc = self.summary(), self.aucs()
         lines = [f"W ({self.config.relation.label}, label-wise r {self.labelwise_r_mean:.2f}) as a predictor of first-hop OCR on "
@@ -115,6 +119,7 @@ class PredictResult:
     def save(self, directory) -> None:
         """predict.json (summary with every fact), predict.csv, predict.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "predict.json", self.summary())
             header = list(self.rows[0])
             write_csv(out / "predict.csv", header, [[r[k] for k in header] for r in self.rows])

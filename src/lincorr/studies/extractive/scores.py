@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+from typing import ClassVar
 import time
 from collections.abc import Iterator, Sequence
 
@@ -53,7 +54,8 @@ from lincorr.internals import Component, Patch, component_parameters, head, head
 from lincorr.internals.trace import NO_TOKENS
 from lincorr.metrics import pearson
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 
 __all__ = [
     "SCORES", "ScoresConfig", "ScoresResult", "score_components", "checked_components", "linearized_scores", "exact_scores", "rewards",
@@ -347,8 +349,10 @@ class ScoresConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScoresResult:
+class ScoresResult(Stored):
     """The three linearised scores per layer and component (Fig. 3) and the check against their exact versions."""
+
+    study: ClassVar[str] = "extractive-scores"
 
     model_name: str
     config: ScoresConfig
@@ -387,7 +391,7 @@ class ScoresResult:
         order = np.argsort(-np.nan_to_num(grid, nan=-np.inf), axis=None)[:k]
         return [(f"head[{i},{j - 1}]" if j else f"mlp[{i}]", float(grid[i, j])) for i, j in zip(*np.unravel_index(order, grid.shape))]
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """The top components of each score and the linearisation check."""
         r = self.linearization_r()
         lines = [f"{self.config.update.hop}-hop extractive scores on {self.model_name} (implication mean rank "
@@ -427,6 +431,7 @@ class ScoresResult:
     def save(self, directory) -> None:
         """scores.json (summary), scores.csv (one row per layer, component and score), scores.png, linearization.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "scores.json", self.summary())
             rows = [[key, layer, name, float(self.grids[key][layer, j])]
                     for key in SCORES for layer in range(self.grids[key].shape[0]) for j, name in enumerate(self.component_names)]

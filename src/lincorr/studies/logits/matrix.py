@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -19,8 +20,9 @@ from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig, split_indices
 from lincorr.metrics import instancewise_pearson, labelwise_pearson, summarize
 from lincorr.models import LM
-from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json
 from lincorr.prompts import Prompt, registry_prompts
+from lincorr.results import Stored, record
 
 __all__ = ["METRICS", "Grid", "GridScores", "MatrixResult", "score_grid", "prepare_grid", "measure_matrix", "matrix_from_tables"]
 
@@ -153,8 +155,10 @@ def check_comparable(fitted: LogitTable, evaluated: LogitTable, name: str) -> No
 
 
 @dataclasses.dataclass(frozen=True)
-class MatrixResult:
+class MatrixResult(Stored):
     """Scores of every cell of a grid; each matrix is `[n_rows, n_cols]`, NaN in empty cells."""
+
+    study: ClassVar[str] = "matrix"
 
     grid: Grid
     model_name: str
@@ -231,8 +235,8 @@ class MatrixResult:
         from lincorr.plots import matrix_heatmap
 
         write_json(out / "matrix.json", {**self.summary(), "templates": dict(self.templates), "config": dataclasses.asdict(self.config)})
-        write_provenance(out, model_fingerprint=self.model_fingerprint,
-                         settings={**settings_key(self.config), "kind": self.kind, "n_inputs": self.n_inputs})
+        record(out, self, model_fingerprint=self.model_fingerprint,
+               settings={**settings_key(self.config), "kind": self.kind, "n_inputs": self.n_inputs})
         write_csv(out / "pairs.csv", ["source", "target", *METRICS, "n_constant_targets"], [list(p.values()) for p in self.pairs()])
         model = f"{self.model_name} on {self.evaluated_on}" if self.evaluated_on else self.model_name
         for metric, limits, label, description in (
@@ -249,8 +253,20 @@ class MatrixResult:
                 limits=limits, colour_label=label, row_axis=self.grid.row_axis, column_axis=self.grid.column_axis,
             )
 
-    def format_table(self, metric: str = "labelwise_r") -> str:
-        """The matrix as aligned text, one row per source, two decimals."""
+    def text(self) -> str:
+        """The label-wise r matrix for the terminal, what was skipped or left out, and the time taken."""
+        return "\n".join([
+            f"{self.model_name}: {self.grid.title}, {self.n_inputs} inputs, {self.config.estimator}; "
+            "label-wise r (row = source, column = target)",
+            self.aligned("labelwise_r"),
+            *(f"skipped {name}: {reason}" for name, reason in self.skipped),
+            *([f"left out: {int(self.n_constant_targets.sum())} target words constant on the test inputs (r undefined), "
+               "per cell in pairs.csv and the JSON"] if self.n_constant_targets.any() else []),
+            f"\ncollection {self.seconds_collect:.1f} s, fits {self.seconds_fit:.1f} s",
+        ])
+
+    def aligned(self, metric: str = "labelwise_r") -> str:
+        """One matrix as aligned text, one row per source, two decimals."""
         values = self.matrix(metric)
         width = max(len(label) for label in self.grid.row_labels)
         columns = [label[:6] for label in self.grid.column_labels]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -15,9 +16,10 @@ from lincorr.fit import FitConfig, PairResult, fit_tables
 from lincorr.linear import column_scales
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference
 from lincorr.models import LM
-from lincorr.outputs import settings_key, staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
 from lincorr.paper import paper_table
 from lincorr.prompts import Prompt, registry_prompts
+from lincorr.results import Stored, record
 from lincorr.relations import (
     USER_FILE,
     DroppedPair,
@@ -111,6 +113,12 @@ class PrecisionResult:
         lines += [f"  - {pair.subject} -> {pair.object}: {pair.reason}" for pair in self.dropped_pairs]
         return lines + [f"warning: {warning}" for warning in self.warnings()]
 
+    def hits_text(self) -> str:
+        """Hit@k in both directions with chance, then what the reference gave (`reference_report`): the lines `fit --references` adds."""
+        return "\n".join([f"Hit@1/3/5        influenced {rates_text(self.hit_influenced)}, influencing "
+                          f"{rates_text(self.hit_influencing)}   (chance@1 {self.chance_influenced[1]:.2f} / "
+                          f"{self.chance_influencing[1]:.2f})", *self.reference_report()])
+
 
 def checked_reference(reference_pairs: ReferencePairs, source: Domain, target: Domain, *, label: str, reference: str = "",
                       reference_file: ReferenceFile | None = None) -> ReferenceMatch:
@@ -203,8 +211,10 @@ def precision_from_tables(
 
 
 @dataclasses.dataclass(frozen=True)
-class PrecisionTable:
+class PrecisionTable(Stored):
     """Precision rows for several relations and estimators on one model, and the relations that could not be judged."""
+
+    study: ClassVar[str] = "precision"
 
     model_name: str
     n_inputs: int
@@ -263,10 +273,22 @@ class PrecisionTable:
         lines += [f"\nnot judged: {label} ({reason})" for label, reason in self.skipped]
         return "\n".join(lines)
 
-    def format_table(self) -> str:
-        """Aligned text for the terminal."""
+    def headline_summary(self) -> dict:
+        """One relation: the numbers of the headline fit (the first) at the top level, every fit's under by_estimator."""
+        by_estimator = {row.estimator: row.summary() for row in self.rows}
+        skipped = [{"relation": label, "reason": reason} for label, reason in self.skipped]
+        return {**by_estimator[self.configs[0].label], "by_estimator": by_estimator, "skipped": skipped}
+
+    def text(self) -> str:
+        """Aligned text for the terminal: which fit is the headline, then one line per relation and fit."""
+        headline = self.configs[0].label if self.configs else ""
+        if headline == "ols" and self.n_inputs == PAPER_N_INPUTS:
+            headline = "the paper's setting, ols on half of 10,000 vocabulary inputs"
         width = max([len(row.label) for row in self.rows] + [8])
-        lines = [f"{'relation':<{width}}  estimator  r      influenced @1/@3/@5  influencing @1/@3/@5  chance@1     n pairs"]
+        lines = [f"{self.model_name}, {self.n_inputs} inputs; Hit@Top-N of W against reference pairs (chance@1 = a random ranking)",
+                 f"headline: {headline}; ridge-std = lincorr's fit (ridge on z-scored columns onto the target's log-probabilities over "
+                 "its domain), ols = the paper's, ridge = ridge on raw logits with a cross-validated penalty",
+                 f"{'relation':<{width}}  estimator  r      influenced @1/@3/@5  influencing @1/@3/@5  chance@1     n pairs"]
         for row in self.rows:
             lines.append(
                 f"{row.label:<{width}}  {row.estimator:<9}  {row.labelwise_r_mean:5.2f}  {rates_text(row.hit_influenced):<19}  "
@@ -280,7 +302,7 @@ class PrecisionTable:
     def save(self, directory) -> None:
         """precision.json, precision.csv, precision.md and provenance.json; written whole or not at all."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings())
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings())
             write_json(out / "precision.json", self.summary())
             header = ["label", "source", "target", "reference", "estimator", "alpha", "labelwise_r_mean",
                       *(f"hit_influenced_{k}" for k in KS), *(f"hit_influencing_{k}" for k in KS),
@@ -366,7 +388,7 @@ def precision_table(
 
 
 @dataclasses.dataclass(frozen=True)
-class PrecisionCurve:
+class PrecisionCurve(Stored):
     """How Hit@Top-N of one relation changes with the number of inputs N, for each estimator.
 
     Every N uses the first N inputs of one list (a vocabulary sample is a prefix-stable seeded
@@ -383,12 +405,14 @@ class PrecisionCurve:
     model_fingerprint: str = ""
     configs: tuple[FitConfig, ...] = ()
 
+    study: ClassVar[str] = "precision-curve"
+
     def summary(self) -> dict:
         """JSON: the Ns, one entry per (N, estimator) with the `PrecisionResult.summary()` numbers, and what was skipped."""
         return {"label": self.label, "model": self.model_name, "ns": list(self.ns), "rows": [row.summary() for row in self.rows],
                 "skipped": [{"setting": setting, "reason": reason} for setting, reason in self.skipped], "seconds": self.seconds}
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text: one line per N and estimator."""
         lines = [f"{self.label} on {self.model_name}: Hit@Top-N of W against the reference as the inputs grow",
                  "      N  estimator  r      influenced @1/@3/@5  influencing @1/@3/@5  chance@1"]
@@ -403,8 +427,8 @@ class PrecisionCurve:
         from lincorr.plots import layer_curves
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint,
-                             settings={"ns": list(self.ns), "fits": [settings_key(c) for c in self.configs]})
+            record(out, self, model_fingerprint=self.model_fingerprint,
+                   settings={"ns": list(self.ns), "fits": [settings_key(c) for c in self.configs]})
             write_json(out / "precision_curve.json", self.summary())
             write_csv(out / "precision_curve.csv",
                       ["n_inputs", "estimator", "alpha", "labelwise_r_mean", *(f"hit_influenced_{k}" for k in KS),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -24,7 +25,8 @@ from lincorr.errors import LincorrError, UsageError
 from lincorr.knowledge import load_registry
 from lincorr.metrics import chance_top1
 from lincorr.names import pseudo_names
-from lincorr.outputs import staged_directory, write_json, write_provenance
+from lincorr.outputs import staged_directory, write_json
+from lincorr.results import Stored, record
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, registry_reference
 from lincorr.templates import fill, validate_template
@@ -90,6 +92,8 @@ class AblationConfig:
 class AblationResult:
     """Rates over the stage-2 names: target top-1 == ref(s) after stage 2 (and before), chance, source facts learned."""
 
+    study: ClassVar[str] = "ablate"
+
     relation: str
     mapping: str
     seed: int
@@ -108,6 +112,13 @@ class AblationResult:
     def summary(self) -> dict:
         """JSON-ready fields, rates as fractions in [0, 1]."""
         return dataclasses.asdict(self) | {"settings": dict(self.settings)}
+
+    def text(self) -> str:
+        """The relation, mapping and seed, then each rate, one per line."""
+        summary = self.summary()
+        return "\n".join(f"{key:<20} {summary[key]:.4f}" if isinstance(summary[key], float) else f"{key:<20} {summary[key]}"
+                         for key in ("relation", "mapping", "seed", "generalization_rate", "rate_before", "random_baseline",
+                                     "source_learned_rate", "n_test", "seconds"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -401,8 +412,10 @@ def ablate(
 
 
 @dataclasses.dataclass(frozen=True)
-class AblationTable:
+class AblationTable(Stored):
     """Table 7 over several seeds: one AblationResult per (row, seed)."""
+
+    study: ClassVar[str] = "ablate-table7"
 
     results: tuple[AblationResult, ...]
 
@@ -433,7 +446,11 @@ class AblationTable:
             })
         return rows
 
-    def markdown(self) -> str:
+    def summary(self) -> dict:
+        """The JSON of `lincorr ablate --table7 --json`: the rows."""
+        return {"rows": self.rows()}
+
+    def text(self) -> str:
         """A Markdown table: ours (mean ± sd over seeds) next to the paper's Table 7."""
         lines = [
             f"| relation | mapping | generalization % | before stage 2 % | source learned % | random % | {paper_table('table7').column_title} % | s / run |",
@@ -451,8 +468,8 @@ class AblationTable:
     def save(self, directory) -> None:
         """table7.md, table7.json (the rows) and provenance.json (the settings every row shares)."""
         with staged_directory(directory) as out:
-            write_provenance(out, settings=shared_settings(self.results))
-            (out / "table7.md").write_text(self.markdown(), encoding="utf-8")
+            record(out, self, settings=shared_settings(self.results))
+            (out / "table7.md").write_text(self.text(), encoding="utf-8")
             write_json(out / "table7.json", self.rows())
 
 
@@ -484,8 +501,10 @@ def run_table7(
 
 
 @dataclasses.dataclass(frozen=True)
-class WidthSweep:
+class WidthSweep(Stored):
     """The ablation of one relation on PCA-reduced copies of one vocabulary: every width, mapping and seed."""
+
+    study: ClassVar[str] = "ablate-widths"
 
     results: tuple[AblationResult, ...]
 
@@ -509,7 +528,11 @@ class WidthSweep:
             })
         return rows
 
-    def markdown(self) -> str:
+    def summary(self) -> dict:
+        """The JSON of `lincorr ablate --embedding-width --json`: the rows."""
+        return {"rows": self.rows()}
+
+    def text(self) -> str:
         """One line per width: each mapping's generalization (mean ± sd over seeds), stage-1 target fit and chance, in percent."""
         by_width: dict[int, dict[str, dict]] = {}
         for row in self.rows():
@@ -533,8 +556,8 @@ class WidthSweep:
     def save(self, directory) -> None:
         """widths.md, widths.json (the rows) and provenance.json (the settings every run shares)."""
         with staged_directory(directory) as out:
-            write_provenance(out, settings=shared_settings(self.results))
-            (out / "widths.md").write_text(self.markdown(), encoding="utf-8")
+            record(out, self, settings=shared_settings(self.results))
+            (out / "widths.md").write_text(self.text(), encoding="utf-8")
             write_json(out / "widths.json", self.rows())
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
@@ -24,10 +25,11 @@ from scipy.special import softmax
 from lincorr.metrics import chance_top1, rate, roc_auc
 from lincorr.models import LM, wrap_model
 from lincorr.names import pseudo_names
-from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_provenance, write_text_atomic
+from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_text_atomic
 from lincorr.paper import paper_table
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, study_key
+from lincorr.results import Stored, record
 from lincorr.templates import fill
 
 __all__ = [
@@ -174,8 +176,10 @@ def predict_edit(lm: LM, relation: BoundRelation, value: str, subject: str, *, m
 
 
 @dataclasses.dataclass(frozen=True)
-class EditPredictionResult:
+class EditPredictionResult(Stored):
     """An `EditPrediction` for one subject with what it came from: the model, the relation's prompts and W's held-out fit."""
+
+    study: ClassVar[str] = "predict-edit"
 
     model_name: str
     source: str
@@ -198,7 +202,20 @@ class EditPredictionResult:
         """prediction.json (the summary) and provenance.json."""
         with staged_directory(directory) as out:
             write_json(out / "prediction.json", self.summary())
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=dict(self.settings))
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=dict(self.settings))
+
+    def text(self) -> str:
+        """The edit, the target answer now, and the one W predicts after the edit."""
+        prediction = self.prediction
+        verdict = {True: "the reference answer (generalization)", False: "not a reference answer (hallucination)", None: "no reference known"}
+        return "\n".join([
+            f"edit: {fill(self.source_template, self.subject)} {prediction.source_answer}",
+            f"now:  {fill(self.target_template, self.subject)} {prediction.current_target}",
+            f"predicted after the edit: {prediction.predicted_target} (confidence {prediction.confidence:.2f}, "
+            f"runner-up {prediction.runner_up}, margin {prediction.margin:.2f} logits)",
+            f"that is {verdict[prediction.predicts_reference]}; reference: {', '.join(prediction.references) or '-'}; "
+            f"P(reference) {prediction.success_probability:.2f}",
+        ])
 
 
 def predict_relation_edit(lm: LM, registry, relation: RelationSpec, value: str, *, subject: str | None = None, seed: int = 0,
@@ -352,8 +369,10 @@ def planned_facts(relation: BoundRelation, n_facts: int, seed: int, tokenizer, *
 
 
 @dataclasses.dataclass(frozen=True)
-class GeneralizationResult:
+class GeneralizationResult(Stored):
     """Every edited fact of every seed, the W they were judged by, and timings."""
+
+    study: ClassVar[str] = "generalize"
 
     label: str
     model_name: str
@@ -467,7 +486,20 @@ class GeneralizationResult:
         figure.savefig(path, dpi=120)
         plt.close(figure)
 
-    def format_table(self) -> str:
+    def diagnosis_text(self, max_rows: int = 20) -> str:
+        """`lincorr diagnose`: the headline numbers, Table 6 and the generalization rate by W[s, ref]."""
+        return "\n".join([
+            self.text(), "", self.diagnosis_markdown(max_rows=max_rows),
+            "\ngeneralization rate by W[s, ref] (learned facts, quantile bins):",
+            *(f"  W[s,ref] in [{row['w_ref_low']:+.3f}, {row['w_ref_high']:+.3f}]  n={row['n']:3d}  rate {row['generalization_rate']:.1%}"
+              for row in self.weight_curve()),
+        ])
+
+    def diagnosis_summary(self) -> dict:
+        """`lincorr diagnose --json`: the summary with every fact and the Fig. 5 bins."""
+        return {**self.summary(), "facts": self.diagnosis_rows(), "weight_curve": self.weight_curve()}
+
+    def text(self) -> str:
         """The headline numbers, one per line."""
         s = self.summary()
         lines = [f"{self.label} on {self.model_name}: {s['n_facts']} facts x {len(s['seeds'])} seeds"]
@@ -481,7 +513,7 @@ class GeneralizationResult:
     def save(self, directory) -> None:
         """result.json (summary, config, Fig. 5 bins), facts.json (every outcome), table6.md, fig5.png and provenance.json."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config))
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config))
             write_json(out / "result.json", {**self.summary(), "weight_curve": self.weight_curve(), "config": dataclasses.asdict(self.config),
                                              "losses": [list(l) for l in self.losses]})
             write_json(out / "facts.json", self.diagnosis_rows())
@@ -526,16 +558,33 @@ def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
 
 
 @dataclasses.dataclass(frozen=True)
-class GeneralizationTable:
+class GeneralizationTable(Stored):
     """Table 5: one `GeneralizationResult.summary()` row per relation, or {"relation", "skipped"}, the paper's numbers beside ours."""
+
+    study: ClassVar[str] = "generalize-table5"
 
     rows: tuple[dict, ...]
     model_fingerprint: str = ""
     config: GeneralizationConfig | None = None
 
-    def summary(self) -> list[dict]:
-        """The JSON of `lincorr generalize --table5 --json`."""
-        return list(self.rows)
+    def summary(self) -> dict:
+        """The JSON of `lincorr generalize --table5 --json`: the rows."""
+        return {"rows": list(self.rows)}
+
+    @staticmethod
+    def row_line(row: dict) -> str:
+        """One Table-5 row: ours (with spread, before, chance, learned) beside the paper's."""
+        if "skipped" in row:
+            return f"{row['relation']:<22} skipped: {row['skipped']}"
+        return (f"{row['relation']:<22} {row['generalization_rate']:6.1%} ± {row['generalization_rate_std']:5.1%}  "
+                f"before {row['rate_before']:5.1%}  random {row['random_baseline']:5.1%}  learned {row['source_learned_rate']:6.1%}  "
+                f"epochs {'/'.join(map(str, row['epochs_run_per_seed']))}"
+                + (f"  paper {row['paper_generalization_rate']:6.2%} ({row['paper_random_baseline']:.2%})"
+                   if "paper_generalization_rate" in row else ""))
+
+    def text(self) -> str:
+        """One line per relation (`row_line`)."""
+        return "\n".join(self.row_line(row) for row in self.rows)
 
     def markdown(self) -> str:
         """The rows as Markdown, the paper's numbers beside ours."""
@@ -557,8 +606,8 @@ class GeneralizationTable:
     def save(self, directory) -> None:
         """table5.json (the rows), table5.md and provenance.json."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
-            write_json(out / "table5.json", self.summary())
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
+            write_json(out / "table5.json", list(self.rows))
             write_text_atomic(out / "table5.md", self.markdown() + "\n")
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import ClassVar
 
 import numpy as np
 
@@ -26,9 +27,10 @@ from lincorr.fit import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, single_step
 from lincorr.metrics import labelwise_pearson, summarize
 from lincorr.models import LM, wrap_model
-from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_provenance
+from lincorr.outputs import settings_key, staged_directory, stored_row, write_json
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, study_key
+from lincorr.results import Stored, record
 from lincorr.templates import fill
 
 __all__ = [
@@ -178,8 +180,10 @@ def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, confi
 
 
 @dataclasses.dataclass(frozen=True)
-class GradientTable:
+class GradientTable(Stored):
     """Table 4: one GradientCorrelation per relation, with the paper's numbers beside ours."""
+
+    study: ClassVar[str] = "gradcorr"
 
     rows: tuple[GradientCorrelation, ...]
     skipped: tuple[tuple[str, str], ...]  # (relation, why)
@@ -199,8 +203,16 @@ class GradientTable:
             "skipped": [{"relation": label, "reason": why} for label, why in self.skipped],
         }
 
-    def markdown(self) -> str:
-        """Our logit and gradient correlation (and the shuffled-W control) next to the paper's."""
+    @staticmethod
+    def row_line(row: dict) -> str:
+        """One finished row of `gradient_table` (its `on_row` argument) in one line."""
+        done = (f"skipped: {row['skipped']}" if "skipped" in row else
+                f"gradient r {row['gradient_r']:.2f} (control {row['control_r']:.2f}); centred {row['centred_gradient_r']:.2f} "
+                f"(control {row['centred_control_r']:.2f}, p {row['centred_p_value']:.2g})")
+        return f"{row['relation']}: {done}"
+
+    def text(self) -> str:
+        """Our logit and gradient correlation (and the shuffled-W control) next to the paper's, as a Markdown table."""
         paper = paper_table("table4")
         lines = [f"| relation | logit r | gradient r | control (shuffled W) | centred: gradient r | control | p "
                  f"| {paper.column_title} logit r | {paper.column_title} gradient r |",
@@ -216,9 +228,9 @@ class GradientTable:
     def save(self, directory) -> None:
         """gradcorr.json, table4.md and provenance.json."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
             write_json(out / "gradcorr.json", self.summary())
-            (out / "table4.md").write_text(self.markdown() + "\n", encoding="utf-8")
+            (out / "table4.md").write_text(self.text() + "\n", encoding="utf-8")
 
 
 def gradient_table(lm: LM, registry, relations=None, config: GradientConfig = GradientConfig(), *, on_row=None) -> GradientTable:

@@ -16,6 +16,7 @@ Layers: the lens reads `resid[l]`, l = 0..L (l = L is the model's output); `ovec
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 import time
 from collections.abc import Sequence
 
@@ -37,7 +38,8 @@ from lincorr.tasks import (
 from lincorr.internals import Ablate, Patch, attn, hidden_ranks, layout, mlp, resid, run
 from lincorr.knowledge import TaskSpec, load_registry
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 
 __all__ = [
     "FLOOR", "OVECTOR_SCALE", "FFNAblationResult", "LensResult", "OVectorResult", "OVectors", "check_layer", "crossing_component", "crossing_layer",
@@ -98,12 +100,14 @@ def rr_list(values) -> list[float]:
 
 
 @dataclasses.dataclass(frozen=True)
-class LensResult:
+class LensResult(Stored):
     """Per-layer logit-lens reciprocal ranks of a task's argument and answer over its few-shot prompts.
 
     Arrays over lens layers 0..L (`resid[l]`) are `[L + 1]`; `mid_*` are `[L]`, read between block l's
     attention and its FFN (`resid[l] + attn[l]`).
     """
+
+    study: ClassVar[str] = "lens"
 
     task: str
     model: str
@@ -156,7 +160,7 @@ class LensResult:
             for layer in self.layers
         ]
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text for the terminal: the curves, one line per layer, and the crossing."""
         lines = [f"{self.task} on {self.model}: {self.n_pairs} few-shot prompts, model accuracy {self.final_accuracy:.2f}",
                  "layer  argument RR  answer RR  answer top-1   | after attention: argument RR  answer RR"]
@@ -179,7 +183,7 @@ class LensResult:
         from lincorr.plots import layer_curves
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "lens.json", self.summary())
             write_csv(out / "lens.csv", ["layer", "argument_rr", "answer_rr", "answer_top1", "mid_argument_rr", "mid_answer_rr"],
                       self.rows())
@@ -280,13 +284,15 @@ def more_often(first: np.ndarray, second: np.ndarray) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class OVectorResult:
+class OVectorResult(Stored):
     """The o-vector of one task added at `mlp[layer]` (scaled by `scale`) on copy contexts, with its controls.
 
     Accuracy: share of evaluation pairs whose greedy first token is a right answer's; RR: the answer's
     mean reciprocal rank over the full vocabulary. `copy_without` is the share that repeats the
     argument with no vector (the context works); `per_layer` is the sweep, empty unless asked.
     """
+
+    study: ClassVar[str] = "ovector"
 
     task: str
     other_task: str
@@ -341,7 +347,7 @@ class OVectorResult:
             "example_prompt": self.example_prompt, "seed": self.settings["seed"], "seconds": self.seconds,
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text: one line per condition, the paired tests, and the sweep when there is one."""
         lines = [f"{self.task} o-vector at mlp[{self.layer}] x {self.scale:g} on {self.n_pairs} copy contexts of {self.model} "
                  f"(mean of {len(self.source_arguments)} solved prompts; without it the model repeats the argument in {self.copy_without:.2f})",
@@ -361,7 +367,7 @@ class OVectorResult:
         from lincorr.plots import bar_plot, layer_curves
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "ovector.json", self.summary())
             rows = [[key, self.layer, *self.condition(key)] for key, _ in self.CONDITIONS]
             rows += [["sweep", row["layer"], row["accuracy_with"], row["rr_with"]] for row in self.per_layer]
@@ -453,8 +459,10 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
 
 
 @dataclasses.dataclass(frozen=True)
-class FFNAblationResult:
+class FFNAblationResult(Stored):
     """Accuracy on a task's few-shot prompts (abstractive) and its extractive controls, before and after ablating every FFN from `from_layer` on."""
+
+    study: ClassVar[str] = "ffn-ablate"
 
     task: str
     model: str
@@ -484,7 +492,7 @@ class FFNAblationResult:
             "example_extractive": self.example_extractive, "seed": self.settings["seed"], "seconds": self.seconds,
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text: both tasks before and after."""
         return "\n".join([
             f"{self.task} on {self.model}: {self.how}-ablating mlp[{self.from_layer}..] ({self.n_layers_ablated} FFNs), {self.n_pairs} pairs",
@@ -499,7 +507,7 @@ class FFNAblationResult:
         from lincorr.plots import bar_plot
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "ffn_ablation.json", self.summary())
             write_csv(out / "ffn_ablation.csv", ["prompts", "before", "after"],
                       [["abstractive", self.abstractive_before, self.abstractive_after],

@@ -15,6 +15,7 @@ share of shuffles reaching the observed mean r.
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 import time
 
 import numpy as np
@@ -28,7 +29,8 @@ from lincorr.internals import Patch, mlp, run
 from lincorr.knowledge import TaskSpec
 from lincorr.metrics import instancewise_pearson
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.relations import RelationSpec
 from lincorr.templates import fill
 
@@ -38,12 +40,14 @@ CAPITALS = RelationSpec("country", "capital", "Country->Capital", "country->capi
 
 
 @dataclasses.dataclass(frozen=True)
-class OVectorWResult:
+class OVectorWResult(Stored):
     """Per subject, the o-vector's effect on the target-domain logits against W's row for that subject.
 
     `effect` and `w_rows` are `[n_subjects, n_domain]`, rows in `subjects` order, columns in `domain` order;
     `r` is `[n_subjects]`, Pearson r of each subject's centred effect and centred W row.
     """
+
+    study: ClassVar[str] = "ovector-w"
 
     task: str
     relation: str
@@ -94,7 +98,7 @@ class OVectorWResult:
         return [[subject, " / ".join(right), float(r), self.domain[int(effect.argmax())], self.domain[int(w.argmax())]]
                 for subject, right, r, effect, w in zip(self.subjects, self.right, self.r, self.effect, self.w_rows)]
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """The number, its control and the hit rates."""
         s = self.summary()
         return "\n".join([
@@ -111,7 +115,7 @@ class OVectorWResult:
         from lincorr.plots import bar_plot
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "ovector_w.json", self.summary())
             write_csv(out / "ovector_w.csv", ["subject", "right", "r", "top_effect_word", "top_w_word"], self.rows())
             bar_plot(["same subject", "W rows shuffled"], {"mean r(effect, W row)": [self.r_mean, self.control_r_mean]},
