@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,6 +121,16 @@ def test_a_study_without_a_view_still_gets_its_numbers_and_pngs(tiny_runs, tmp_p
     numbers, picture = section.blocks
     assert numbers.items == (("freeze.json: model", "tiny-llama"), ("freeze.json: hop", "first")) and picture.name == "freeze.png"
     assert 'src="data:image/png;base64,' in build_report([tmp_path]).html()
+
+
+def test_a_run_saved_before_provenance_named_its_study_is_known_by_its_files(tiny_runs, tmp_path):
+    run = Path(shutil.copytree(tiny_runs["matrix"], tmp_path / "old"))
+    provenance = json.loads((run / "provenance.json").read_text(encoding="utf-8"))
+    del provenance["study"]
+    (run / "provenance.json").write_text(json.dumps(provenance), encoding="utf-8")
+    (run / "result_state.json").unlink()
+    section, = read_run(run)
+    assert section.study == "matrix" and section.figures == FIGURES["matrix"]
 
 
 def test_not_a_run_directory_is_one_clear_error(tmp_path):

@@ -274,7 +274,7 @@ def test_precision_table_uses_registry_reference_and_reports_skips(llama_lm, reg
     assert [(r.label, r.estimator) for r in table.rows] == [("cities", "ols"), ("cities", "ridge")]
     assert table.rows[0].reference == "tiny_cities->tiny_countries" and table.rows[0].n_pairs_influenced == 5
     assert {label for label, _ in table.skipped} == {"ghost", "unrelated"}
-    assert "| cities | ols |" in table.text()
+    assert "| cities | ols |" in table.markdown()
 
 
 # ---- case tables ----

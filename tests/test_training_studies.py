@@ -227,7 +227,7 @@ def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch
     relations = [RelationSpec("tiny_city", "tiny_country", "tiny"), RelationSpec("tiny_country", "tiny_city", "no reference")]
     printed = []
     first = generalization_table(lm, registry, relations, config, on_row=printed.append)
-    rows = first.summary()
+    rows = first.summary()["rows"]
     assert printed == rows and rows[0]["n_facts"] == 2 and "no reference pairs" in rows[1]["skipped"]
     markdown = first.markdown().splitlines()
     assert len(markdown) == 4 and markdown[2].startswith(f"| tiny | {rows[0]['generalization_rate']:.1%} ±") and "skipped" in markdown[3]
@@ -239,7 +239,7 @@ def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch
         raise AssertionError("a stored row was computed again")
 
     monkeypatch.setattr(generalization_module, "run_generalization", no_training)
-    assert json.dumps(generalization_table(lm, registry, relations, config).summary()) == json.dumps(rows)  # NaN-safe comparison
+    assert json.dumps(generalization_table(lm, registry, relations, config).summary()["rows"]) == json.dumps(rows)  # NaN-safe comparison
     # Other settings are another row: it is computed, not read back.
     with pytest.raises(AssertionError, match="computed again"):
         generalization_table(lm, registry, relations[:1], dataclasses.replace(config, n_facts=3))

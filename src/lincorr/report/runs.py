@@ -20,6 +20,7 @@ from pathlib import Path
 from lincorr.errors import InputError
 from lincorr.filesystem import OUTPUT_MARKER
 from lincorr.reading import read_json
+from lincorr.results import STATE_FILE
 from lincorr.report import extractive, logits, training, vectors
 from lincorr.report.files import WHAT, read_picture
 from lincorr.report.page import KeyNumbers, Picture, Section
@@ -27,38 +28,36 @@ from lincorr.report.sections import read_provenance, recorded_study, scalar_fiel
 
 Reader = Callable[[Path], Section]
 
-# The study each provenance.json names (`lincorr.studies.RESULT_TYPES`), and how to read its directory.
-STUDY_READERS: dict[str, Reader] = {
-    "fit": logits.read_pair, "matrix": logits.read_matrix, "precision": logits.read_precision,
-    "precision-curve": logits.read_precision_curve, "cases": logits.read_cases, "resilience": logits.read_resilience,
-    "scale": logits.read_scale,
-    "gradcorr": training.read_gradcorr, "generalize": training.read_generalization, "generalize-table5": training.read_table5,
-    "predict-edit": training.read_prediction, "subwords": training.read_subwords, "ablate-table7": training.read_table7,
-    "ablate-widths": training.read_widths,
-    "lens": vectors.read_lens_run, "ovector": vectors.read_ovector, "ffn-ablate": vectors.read_ffn_ablation,
-    "ovector-w": vectors.read_ovector_w,
-    "extractive-ocr": extractive.read_ocr, "extractive-scores": extractive.read_extractive_scores,
-    "extractive-freeze": extractive.read_freeze, "extractive-ordering": extractive.read_ordering,
-    "extractive-graft": extractive.read_graft, "extractive-predict": extractive.read_extractive_predict,
+# The study each provenance.json names (`lincorr.studies.RESULT_TYPES`): the file its `save` always writes, and how to read its directory.
+STUDY_READERS: dict[str, tuple[tuple[str, ...], Reader]] = {
+    "fit": (("W.npy", "result.json"), logits.read_pair),
+    "matrix": (("matrix.json",), logits.read_matrix),
+    "resilience": (("resilience.json",), logits.read_resilience),
+    "precision": (("precision.json",), logits.read_precision),
+    "precision-curve": (("precision_curve.json",), logits.read_precision_curve),
+    "scale": (("scale.json",), logits.read_scale),
+    "cases": (("cases.json",), logits.read_cases),
+    "gradcorr": (("gradcorr.json",), training.read_gradcorr),
+    "generalize-table5": (("table5.json",), training.read_table5),
+    "generalize": (("facts.json", "result.json"), training.read_generalization),
+    "subwords": (("subwords.json",), training.read_subwords),
+    "predict-edit": (("prediction.json",), training.read_prediction),
+    "ablate-table7": (("table7.json",), training.read_table7),
+    "ablate-widths": (("widths.json",), training.read_widths),
+    "lens": (("lens.json",), vectors.read_lens_run),
+    "ovector": (("ovector.json",), vectors.read_ovector),
+    "ffn-ablate": (("ffn_ablation.json",), vectors.read_ffn_ablation),
+    "ovector-w": (("ovector_w.json",), vectors.read_ovector_w),
+    "extractive-scores": (("scores.json",), extractive.read_extractive_scores),
+    "extractive-ocr": (("ocr.json",), extractive.read_ocr),
+    "extractive-freeze": (("freeze.json",), extractive.read_freeze),
+    "extractive-ordering": (("ordering.json",), extractive.read_ordering),
+    "extractive-graft": (("graft.json",), extractive.read_graft),
+    "extractive-predict": (("predict.json",), extractive.read_extractive_predict),
 }
-
-# For directories saved before provenance.json named the study: the file each study's `save` always writes.
-READERS: tuple[tuple[tuple[str, ...], Reader], ...] = (
-    (("W.npy", "result.json"), logits.read_pair),
-    (("matrix.json",), logits.read_matrix),
-    (("resilience.json",), logits.read_resilience),
-    (("precision.json",), logits.read_precision),
-    (("scale.json",), logits.read_scale),
-    (("cases.json",), logits.read_cases),
-    (("gradcorr.json",), training.read_gradcorr),
-    (("table5.json",), training.read_table5),
-    (("facts.json", "result.json"), training.read_generalization),
-    (("subwords.json",), training.read_subwords),
-    (("prediction.json",), training.read_prediction),
-    (("table7.json",), training.read_table7),
-    (("scores.json",), extractive.read_extractive_scores),
-    (("ocr.json",), extractive.read_ocr),
-)
+# Studies whose directories lincorr wrote before provenance.json named the study: known by their files alone.
+RECOGNISED_BY_FILES = ("fit", "matrix", "resilience", "precision", "scale", "cases", "gradcorr", "generalize-table5", "generalize",
+                       "subwords", "predict-edit", "ablate-table7", "extractive-scores", "extractive-ocr")
 
 
 def read_other(directory: Path, others: Mapping[Path, object]) -> Section:
@@ -72,25 +71,27 @@ def read_other(directory: Path, others: Mapping[Path, object]) -> Section:
 
 
 def read_run(directory) -> tuple[Section, ...]:
-    """The sections of one run directory (usually one); an InputError when it holds no lincorr result or a file that cannot be read."""
+    """The sections of one run directory (usually one); an InputError when it holds no lincorr result or a file that cannot be read.
+
+    The study provenance.json names is read by its reader where the file its `save` always writes is there; a directory that
+    names no study (saved before lincorr recorded it), or lacks that file, is known by the files it holds. Either way every
+    other JSON file of the directory is read too (a file that cannot be read is an error wherever it lies), and one that
+    holds logit-lens curves gets a section of its own.
+    """
     directory = Path(directory)
     if not directory.is_dir():
         raise InputError(f"{directory} is not a directory; pass the --out or --save-dir directory of a lincorr run")
     study = recorded_study(directory)
-    if study in STUDY_READERS:
-        return (STUDY_READERS[study](directory),)
-    return read_by_files(directory)
-
-
-def read_by_files(directory: Path) -> tuple[Section, ...]:
-    """A directory that names no study (saved before lincorr recorded it, or by a study this report does not know): known by its files."""
     # A reader's file is looked for by name alone: one that is a directory or a FIFO is refused when read, not passed over.
-    found = [(files, reader) for files, reader in READERS if all((directory / name).exists() for name in files)]
+    if study in STUDY_READERS and all((directory / name).exists() for name in STUDY_READERS[study][0]):
+        found = [STUDY_READERS[study]]
+    else:
+        found = [STUDY_READERS[name] for name in RECOGNISED_BY_FILES if all((directory / file).exists() for file in STUDY_READERS[name][0])]
     if not found and not any((directory / name).exists() for name in (OUTPUT_MARKER, "provenance.json")):
         raise InputError(f"{directory} is not a lincorr run directory: it holds no file a lincorr command writes (result.json, "
                          "matrix.json, precision.json, provenance.json, ...); pass the --out or --save-dir directory of a lincorr command")
     sections = [reader(directory) for _, reader in found]
-    read = {name for files, _ in found for name in files} | {"provenance.json"}
+    read = {name for files, _ in found for name in files} | {"provenance.json", STATE_FILE}
     others = {path: read_json(path, WHAT) for path in sorted(directory.glob("*.json")) if path.name not in read}
     sections += [vectors.read_lens(directory, path, document) for path, document in others.items() if vectors.lens_curves(document)]
     return tuple(sections) or (read_other(directory, others),)
