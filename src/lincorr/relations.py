@@ -2,7 +2,9 @@
 
 `RelationSpec` is pure data (prompt names, a label, a reference name); `bind_relation` binds it
 to one tokenizer as a `BoundRelation` (both prompts with their domains, the reference pairs and
-their domain columns), and `fit.fit_relation` adds W fitted on one model.
+their match to the domain columns), `relate` does the same for prompts of the user's own, and
+`fit.measure_relation` fits its W on one model (`fit.fit_relation` keeps that W in the relation).
+`match_reference` is the one rule that binds word pairs to a tokenizer's domains.
 `knowledge.Reference` stays what the registry stores: a named set of pairs between two domains.
 """
 
@@ -52,14 +54,19 @@ class BoundRelation:
     spec: RelationSpec
     source: Prompt
     target: Prompt
-    reference: str  # the reference's name, or USER_FILE
+    reference: str  # the reference's name, or USER_FILE ("" when it has none)
     pairs: ReferencePairs
-    columns: Mapping[int, tuple[int, ...]]  # source row -> right target columns
+    match: ReferenceMatch  # the pairs on the two domains: right target columns of each source row, and what was dropped
     fit: PairResult | None = None
 
     @property
     def label(self) -> str:
         return self.spec.label
+
+    @property
+    def columns(self) -> Mapping[int, tuple[int, ...]]:
+        """Source row -> right target columns."""
+        return self.match.columns
 
     def token_pairs(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
         """The reference as token ids: each source token with its right target tokens."""
@@ -148,10 +155,16 @@ def bind_relation(registry, spec: RelationSpec, tokenizer, *, keep_subwords: boo
     pairs, name = (reference_pairs, USER_FILE) if reference_pairs is not None else registry_reference(registry, spec)
     if require_pairs and not pairs:
         raise DataError(f"the registry has no reference pairs for {spec.source} -> {spec.target}; see `lincorr references`")
-    match = match_reference(pairs, source.domain, target.domain)
-    if require_pairs and not match.columns:
-        raise DataError(match.unusable(spec.label, f"reference {name}", "try another model or relation"))
-    return BoundRelation(spec, source, target, name, tuple(pairs), match.columns)
+    bound = relate(source, target, pairs, reference=name, label=spec.label)
+    if require_pairs and not bound.columns:
+        raise DataError(bound.match.unusable(spec.label, f"reference {name}", "try another model or relation"))
+    return dataclasses.replace(bound, spec=spec)
+
+
+def relate(source: Prompt, target: Prompt, pairs: ReferencePairs = (), *, reference: str = "", label: str = "") -> BoundRelation:
+    """Two prompts bound to one tokenizer (the registry's or the user's own) as a relation, its `pairs` matched to their domains."""
+    spec = RelationSpec(source.name, target.name, label)
+    return BoundRelation(spec, source, target, reference, tuple(pairs), match_reference(pairs, source.domain, target.domain))
 
 
 def registry_relations(registry) -> tuple[RelationSpec, ...]:

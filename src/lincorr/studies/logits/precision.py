@@ -11,8 +11,7 @@ import numpy as np
 from lincorr.collect import LogitTable, collect_tables
 from lincorr.domains import Domain
 from lincorr.errors import DataError, LincorrError
-from lincorr.fit import FitConfig, PairResult, fit_tables
-from lincorr.linear import column_scales
+from lincorr.fit import FitConfig, PairResult, fit_relation_tables
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference
 from lincorr.models import LM
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json, write_provenance
@@ -20,6 +19,7 @@ from lincorr.paper import paper_table
 from lincorr.prompts import Prompt, registry_prompts
 from lincorr.relations import (
     USER_FILE,
+    BoundRelation,
     DroppedPair,
     ReferenceFile,
     ReferenceMatch,
@@ -27,9 +27,11 @@ from lincorr.relations import (
     RelationSpec,
     match_reference,
     registry_reference,
+    relate,
 )
 
-__all__ = ["KS", "MIN_PAIRS", "PAPER_N_INPUTS", "PRECISION_FITS", "STANDARDIZED_PENALTY", "precision_fits", "PrecisionCurve", "PrecisionResult", "PrecisionTable", "checked_reference", "precision_curve", "precision_of",
+__all__ = ["KS", "MIN_PAIRS", "PAPER_N_INPUTS", "PRECISION_FITS", "STANDARDIZED_PENALTY", "precision_fits", "PrecisionCurve", "PrecisionResult", "PrecisionTable", "checked_reference", "judged_relation", "precision_curve", "precision_of",
+           "require_usable",
            "precision_from_tables", "precision_table"]
 
 
@@ -115,7 +117,11 @@ class PrecisionResult:
 def checked_reference(reference_pairs: ReferencePairs, source: Domain, target: Domain, *, label: str, reference: str = "",
                       reference_file: ReferenceFile | None = None) -> ReferenceMatch:
     """The pairs on the two tokenized domains, known before any logit is collected; a LincorrError saying why when none is usable."""
-    match = match_reference(reference_pairs, source, target)
+    return require_usable(match_reference(reference_pairs, source, target), label=label, reference=reference, reference_file=reference_file)
+
+
+def require_usable(match: ReferenceMatch, *, label: str, reference: str = "", reference_file: ReferenceFile | None = None) -> ReferenceMatch:
+    """`match` when at least one of its pairs judges W; else a DataError saying how many were read, which were dropped and why."""
     if not match.columns:
         if reference_file is not None:
             where = f"reference file {reference_file.path}"
@@ -128,13 +134,17 @@ def checked_reference(reference_pairs: ReferencePairs, source: Domain, target: D
     return match
 
 
-def precision_of(pair: PairResult, reference_pairs: ReferencePairs, *, ks: Sequence[int] = KS, label: str = "",
+def precision_of(pair: PairResult, reference_pairs: ReferencePairs | None = None, *, ks: Sequence[int] = KS, label: str = "",
                  reference: str = "", reference_file: ReferenceFile | None = None) -> PrecisionResult:
-    """Hit@Top-k of a fitted pair's W against (subject, objects) pairs; `reference_file` is recorded when they came from one."""
+    """Hit@Top-k of a fitted pair's W against its matched reference (or against `reference_pairs`, (subject, objects) pairs).
+
+    `reference_file` is recorded when the pairs came from one.
+    """
     label = label or f"{pair.source_name}->{pair.target_name}"
-    match = checked_reference(reference_pairs, pair.source.domain, pair.target.domain, label=label, reference=reference,
-                              reference_file=reference_file)
-    right = match.columns
+    if reference_pairs is None and pair.reference is None:
+        raise LincorrError(f"{label} has no reference pairs to judge W by; bind the relation with its pairs or pass them")
+    match = pair.reference if reference_pairs is None else match_reference(reference_pairs, pair.source.domain, pair.target.domain)
+    right = require_usable(match, label=label, reference=reference, reference_file=reference_file).columns
     influencing = invert_reference(right)
     weights = ranked_weights(pair)
     return PrecisionResult(
@@ -177,27 +187,18 @@ def ranked_weights(pair: PairResult) -> np.ndarray:
     """The W whose largest entries are read as its answers `[n_source, n_target]`.
 
     A standardized fit is read in standard units (target standard deviations per source one,
-    with the scales of the training rows), so that a target word whose logit merely varies
-    more over the inputs does not top every row; any other fit as it is.
+    with the scales of the training rows: the fitted map's `W_standardized_`), so that a target
+    word whose logit merely varies more over the inputs does not top every row; any other fit as it is.
     """
-    if not pair.config.standardize:
-        return pair.coef
-    source_scale, target_scale = (column_scales(table.values[pair.train_index].astype(np.float64))[1]
-                                  for table in (pair.source, pair.target))  # the target as fitted, domain log-probs included
-    return pair.coef * source_scale[:, None] / target_scale[None, :]
+    return pair.estimator.W_standardized_ if pair.config.standardize else pair.coef
 
 
-def precision_from_tables(
-    source: LogitTable, target: LogitTable, reference_pairs: ReferencePairs, configs: Sequence[FitConfig], *,
-    label: str = "", source_name: str = "source", target_name: str = "target", model_name: str = "", reference: str = "",
-    reference_file: ReferenceFile | None = None,
-) -> tuple[PrecisionResult, ...]:
-    """One PrecisionResult per estimator config, all fitted on the same two tables."""
+def precision_from_tables(relation: BoundRelation, tables: Mapping[str, LogitTable], configs: Sequence[FitConfig], *,
+                          model_name: str = "", reference_file: ReferenceFile | None = None) -> tuple[PrecisionResult, ...]:
+    """One PrecisionResult per estimator config, each W fitted on the relation's two `tables` (by prompt name)."""
     return tuple(
-        precision_of(
-            fit_tables(source, target, config, source_name=source_name, target_name=target_name, model_name=model_name),
-            reference_pairs, label=label, reference=reference, reference_file=reference_file,
-        )
+        precision_of(fit_relation_tables(relation, tables, config, model_name=model_name), label=relation.label,
+                     reference=relation.reference, reference_file=reference_file)
         for config in configs
     )
 
@@ -335,34 +336,36 @@ def precision_table(
     prompts, missing = registry_prompts(registry, [name for name in names if name not in custom], lm.tokenizer)
     prompts.update(custom)
     skipped = [(r.label, reason) for r in relations for name, reason in missing if name in (r.source, r.target)]
-    judged: list[tuple[RelationSpec, ReferencePairs, str]] = []
-    for relation in (r for r in relations if r.source in prompts and r.target in prompts):
-        pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_reference(registry, relation)
-        if not pairs:
-            skipped.append((relation.label, f"the registry has no reference between {relation.source} and {relation.target}"))
-            continue
+    judged: list[BoundRelation] = []
+    for spec in (r for r in relations if r.source in prompts and r.target in prompts):
         try:
-            checked_reference(pairs, prompts[relation.source].domain, prompts[relation.target].domain, label=relation.label,
-                              reference=reference, reference_file=reference_file)
+            judged.append(judged_relation(registry, spec, prompts[spec.source], prompts[spec.target], reference_file))
         except LincorrError as error:
-            skipped.append((relation.label, str(error)))
-            continue
-        judged.append((relation, pairs, reference))
-    needed = dict.fromkeys(name for relation, _, _ in judged for name in (relation.source, relation.target))
+            skipped.append((spec.label, str(error)))
+    needed = dict.fromkeys(name for relation in judged for name in (relation.source.name, relation.target.name))
     tables = collect_tables(lm, {name: prompts[name] for name in needed}, inputs, **collect_options)
     rows: list[PrecisionResult] = []
-    for relation, pairs, reference in judged:
+    for relation in judged:
         for config in configs:
             try:
-                rows.extend(precision_from_tables(
-                    tables[relation.source], tables[relation.target], pairs, [config], label=relation.label,
-                    source_name=relation.source, target_name=relation.target, model_name=lm.name, reference=reference,
-                    reference_file=reference_file,
-                ))
+                rows.extend(precision_from_tables(relation, tables, [config], model_name=lm.name, reference_file=reference_file))
             except LincorrError as error:
                 skipped.append((f"{relation.label} ({config.label})", str(error)))
     return PrecisionTable(lm.name, len(inputs), tuple(rows), tuple(skipped), time.perf_counter() - started, lm.fingerprint, tuple(configs),
                           reference_file)
+
+
+def judged_relation(registry, spec: RelationSpec, source: Prompt, target: Prompt, reference_file: ReferenceFile | None) -> BoundRelation:
+    """The relation bound to its prompts with the pairs it is judged by (the user's file, else the registry's), matched once.
+
+    A LincorrError says why when there are no pairs or none survives the tokenizer, before any logit is collected.
+    """
+    pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_reference(registry, spec)
+    if not pairs:
+        raise DataError(f"the registry has no reference between {spec.source} and {spec.target}; pass --references FILE")
+    relation = relate(source, target, pairs, reference=reference, label=spec.label)
+    require_usable(relation.match, label=spec.label, reference=reference, reference_file=reference_file)
+    return relation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -452,21 +455,15 @@ def precision_curve(
     prompts, missing = registry_prompts(registry, (relation.source, relation.target), lm.tokenizer)
     if missing:
         raise LincorrError("; ".join(reason for _, reason in missing))
-    pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_reference(registry, relation)
-    if not pairs:
-        raise LincorrError(f"the registry has no reference between {relation.source} and {relation.target}; pass --references FILE")
-    checked_reference(pairs, prompts[relation.source].domain, prompts[relation.target].domain, label=relation.label,
-                      reference=reference, reference_file=reference_file)
+    bound = judged_relation(registry, relation, prompts[relation.source], prompts[relation.target], reference_file)
     tables = collect_tables(lm, prompts, list(inputs[:ns[-1]]), **collect_options)
     rows, skipped = [], []
     for n in ns:
-        source, target = (first_inputs(tables[name], n) for name in (relation.source, relation.target))
+        first = {name: first_inputs(table, n) for name, table in tables.items()}
         for config in configs:
             try:
-                config.check_sizes(n, len(source.domain))
-                rows.extend(precision_from_tables(source, target, pairs, [config], label=relation.label, source_name=relation.source,
-                                                  target_name=relation.target, model_name=lm.name, reference=reference,
-                                                  reference_file=reference_file))
+                config.check_sizes(n, len(bound.source.domain))
+                rows.extend(precision_from_tables(bound, first, [config], model_name=lm.name, reference_file=reference_file))
             except LincorrError as error:
                 skipped.append((f"N={n} ({config.label})", str(error)))
     return PrecisionCurve(relation.label, lm.name, ns, tuple(rows), tuple(skipped), time.perf_counter() - started, lm.fingerprint,
