@@ -82,6 +82,14 @@ class DroppedPair:
     object: str
     reason: str
 
+    @property
+    def duplicate(self) -> bool:
+        """Dropped only because an earlier pair already joined the same two columns."""
+        return self.reason.startswith(DUPLICATE)
+
+
+DUPLICATE = "duplicate of"
+
 
 @dataclasses.dataclass(frozen=True)
 class ReferenceMatch:
@@ -90,6 +98,14 @@ class ReferenceMatch:
     columns: Mapping[int, tuple[int, ...]]  # source row -> right target columns
     dropped: tuple[DroppedPair, ...]
     n_read: int  # (subject, object) pairs given, one per object of each subject
+    # Each given (subject, objects) entry with a row and a column, in the order given and repeats kept: its row and its
+    # objects' distinct columns, first object first (what a study that teaches pairs teaches, as often as they are given).
+    entries: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    @property
+    def unmatched(self) -> tuple[DroppedPair, ...]:
+        """The dropped pairs with a word in no column (duplicates left out)."""
+        return tuple(pair for pair in self.dropped if not pair.duplicate)
 
     def unusable(self, relation: str, reference: str, fix: str) -> str:
         """The error when no pair is left: how many were read, the first few dropped with why, and `fix`."""
@@ -111,9 +127,11 @@ def match_reference(pairs: ReferencePairs, source_domain: Domain, target_domain:
     columns: dict[int, list[int]] = {}
     first_pair: dict[tuple[int, int], tuple[str, str]] = {}
     dropped: list[DroppedPair] = []
+    entries: list[tuple[int, tuple[int, ...]]] = []
     n_read = 0
     for subject, objects in pairs:
         row = source_domain.find(subject)
+        entry: dict[int, None] = {}
         for obj in objects:
             n_read += 1
             column = target_domain.find(obj)
@@ -121,12 +139,16 @@ def match_reference(pairs: ReferencePairs, source_domain: Domain, target_domain:
                        (("subject", subject, source_domain, row), ("object", obj, target_domain, column)) if found is None]
             if reasons:
                 dropped.append(DroppedPair(subject, obj, "; ".join(reasons)))
-            elif (row, column) in first_pair:
-                dropped.append(DroppedPair(subject, obj, "duplicate of {} -> {}".format(*first_pair[row, column])))
+                continue
+            entry[column] = None
+            if (row, column) in first_pair:
+                dropped.append(DroppedPair(subject, obj, f"{DUPLICATE} {{}} -> {{}}".format(*first_pair[row, column])))
             else:
                 first_pair[row, column] = (subject, obj)
                 columns.setdefault(row, []).append(column)
-    return ReferenceMatch({row: tuple(found) for row, found in columns.items()}, tuple(dropped), n_read)
+        if entry:
+            entries.append((row, tuple(entry)))
+    return ReferenceMatch({row: tuple(found) for row, found in columns.items()}, tuple(dropped), n_read, tuple(entries))
 
 
 def absence_reason(side: str, word: str, domain: Domain) -> str:

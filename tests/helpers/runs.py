@@ -47,7 +47,8 @@ def write_extractive_and_lens_runs(root) -> None:
 
 def write_tiny_runs(root) -> dict:
     """One directory per study of lincorr, written by the CLI on a tiny Llama saved to disk (or by the study's `.save`)."""
-    from lincorr.studies.training.ablation import AblationResult, AblationTable
+    from lincorr.studies.training.ablation import AblationResult
+    from lincorr.studies.training.ablation_tables import AblationTable
     from lincorr.fit import FitConfig
     from lincorr.studies.training.generalization import GeneralizationConfig, generalization_table
     from lincorr.finetune import TrainConfig
