@@ -50,7 +50,8 @@ def test_an_unknown_interval_method_is_refused():
 def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(llama_lm, tmp_path):
     from helpers.tiny import INPUTS, REGISTRY_YAML
 
-    from lincorr.studies.logits.precision import precision_curve, precision_table
+    from lincorr.studies.logits.precision import precision_table
+    from lincorr.studies.logits.precision_curve import precision_curve
     from lincorr.knowledge import load_registry
     from lincorr.relations import RelationSpec
 
@@ -74,7 +75,7 @@ def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(l
 def test_the_n_curve_refuses_more_points_than_inputs(llama_lm):
     from helpers.tiny import INPUTS
 
-    from lincorr.studies.logits.precision import precision_curve
+    from lincorr.studies.logits.precision_curve import precision_curve
     from lincorr.relations import RelationSpec
 
     with pytest.raises(LincorrError, match="needs 100 inputs and the input list has 60"):

@@ -19,7 +19,7 @@ from lincorr.errors import LincorrError
 from lincorr.studies.logits.cases import CaseTables, case_table
 from lincorr.fit import FitConfig, fit_tables
 from lincorr.collect import collect_tables
-from lincorr.studies.logits.matrix import Grid, measure_matrix
+from lincorr.studies.logits.matrix import Grid, measure_matrix, score_grid
 from lincorr.prompts import registry_prompts
 from lincorr.studies.logits.precision import precision_of, precision_table
 from lincorr.relations import RelationSpec, read_reference_file
@@ -85,6 +85,28 @@ def test_shared_ridge_factorisation_equals_per_pair_fits(llama_lm, registry):
     pair = fit_tables(tables["tiny_capital"], tables["tiny_country"], config)
     assert result.value("tiny_capital", "tiny_country") == pytest.approx(pair.summary()["labelwise_r_mean"], abs=1e-5)
     assert result.source_alpha == {name: 3.0 for name in FAMILY}
+
+
+def test_matrix_cells_honour_target_scores_interval_and_control(llama_lm, registry):
+    # Each cell is fitted the way `fit` fits one pair: onto the target's domain log-probabilities, with the pairs-bootstrap
+    # interval and a control of 3 shuffles, so its numbers are the pair's own and not those of the default settings.
+    config = FitConfig(estimator="ridge", alpha=3.0, target_scores="domain-logprobs", ci="refit", n_control=3, n_boot=40)
+    prompts, _ = registry_prompts(registry, FAMILY, llama_lm.tokenizer)
+    tables = collect_tables(llama_lm, prompts, INPUTS, progress=False)
+    grid = Grid.square(FAMILY)
+    scores = score_grid(grid, tables, config)
+    plain = score_grid(grid, tables, FitConfig(estimator="ridge", alpha=3.0))
+    for i, source in enumerate(FAMILY):
+        for j, target in enumerate(FAMILY):
+            alone = fit_tables(tables[source], tables[target], config).summary()
+            cell = scores.pairs[source, target].summary()
+            # As above: one shared fit and one fit alone agree to float64 rounding amplified by the conditioning.
+            assert scores.labelwise_r[i, j] == pytest.approx(alone["labelwise_r_mean"], abs=1e-5)
+            assert cell["labelwise_r_ci95"] == pytest.approx(alone["labelwise_r_ci95"], abs=1e-5)
+            assert cell["control_labelwise_r_mean"] == pytest.approx(alone["control_labelwise_r_mean"], abs=1e-5)
+            assert cell["labelwise_r_ci95_method"] == alone["labelwise_r_ci95_method"]
+            assert scores.pairs[source, target].target.kind.endswith("log-softmax over the domain")
+    assert not np.allclose(scores.labelwise_r, plain.labelwise_r)
 
 
 def test_rectangle_and_cross_language_grids(registry):

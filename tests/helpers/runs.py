@@ -99,12 +99,13 @@ def write_vector_runs(root) -> None:
                       {"seed": 0}, 0.0).save(root / "ffn-ablate")
     OVectorWResult("capitals", "Country->Capital", "tiny-llama", "params:planted", 1, 2.0, ("France", "Japan"), (("Paris",), ("Tokyo",)),
                    ("Paris", "Tokyo", "Rome"), np.array([[1.0, 0.0, 0.2], [0.1, 0.9, 0.0]]), np.array([[0.8, 0.1, 0.1], [0.0, 0.7, 0.2]]),
-                   np.array([0.9, 0.8]), np.array([0.1, -0.2, 0.05, 0.3]), 0.6, {"seed": 0}, 0.0).save(root / "ovector-w")
+                   np.array([0.9, 0.8]), np.array([0.1, -0.2, 0.05, 0.3]), 0.2, 0.6, {"seed": 0}, 0.0).save(root / "ovector-w")
 
 
 def write_tiny_runs(root) -> dict:
     """One directory per study of lincorr, written by the CLI on a tiny Llama saved to disk (or by the study's `.save`)."""
-    from lincorr.studies.training.ablation import AblationResult, AblationTable, WidthSweep
+    from lincorr.studies.training.ablation import AblationResult
+    from lincorr.studies.training.ablation_tables import AblationTable, WidthSweep
     from lincorr.fit import FitConfig
     from lincorr.studies.training.generalization import GeneralizationConfig, generalization_table
     from lincorr.finetune import TrainConfig

@@ -49,7 +49,8 @@ def add_ablation_command(commands) -> None:
 
 
 def run_ablate(args) -> None:
-    from lincorr.studies.training.ablation import AblationConfig, ablate, run_table7, run_width_sweep, vocabulary_from_model
+    from lincorr.studies.training.ablation import AblationConfig, ablate, vocabulary_from_model
+    from lincorr.studies.training.ablation_tables import run_table7, run_width_sweep
     from lincorr.relations import RelationSpec
 
     if args.table7 and args.embedding_width:

@@ -60,13 +60,15 @@ def add_core_commands(commands) -> None:
 
 
 def measure(args, reference_file=None):
-    """Check the options, load the model, resolve both prompts, pick inputs, and measure the pair.
+    """Check the options, load the model, bind both prompts and their reference pairs, pick inputs, and measure the pair.
 
-    `reference_file` (a `relations.ReferenceFile`) is checked against both tokenized domains before
-    any logit is collected.
+    The pairs (`reference_file`, a `relations.ReferenceFile`, else the registry's for two registry
+    prompts) are matched to both tokenized domains once, and a file with no usable pair is refused
+    before any logit is collected; the result keeps the match.
     """
-    from lincorr.fit import measure_pair
-    from lincorr.studies.logits.precision import checked_reference
+    from lincorr.fit import measure_relation
+    from lincorr.relations import USER_FILE, relate
+    from lincorr.studies.logits.precision import require_usable
 
     config = fit_config(args)
     custom = custom_sides(args)
@@ -74,19 +76,20 @@ def measure(args, reference_file=None):
     lm = load_lm(args)
     source = resolve_prompt(args, "source", lm.tokenizer)
     target = resolve_prompt(args, "target", lm.tokenizer)
+    pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_pairs(args)
+    relation = relate(source, target, pairs, reference=reference)
     if reference_file is not None:
-        checked_reference(reference_file.pairs, source.domain, target.domain, label=f"{source.name}->{target.name}",
-                          reference_file=reference_file)
-    return measure_pair(lm, source, target, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
+        require_usable(relation.match, label=relation.label, reference_file=reference_file)
+    return measure_relation(lm, relation, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
 
 
 def registry_pairs(args):
-    """Reference pairs for a registry prompt pair (None for custom prompts or unrelated pairs)."""
+    """The registry's reference pairs for a registry prompt pair and the reference's name (none for custom prompts or unrelated pairs)."""
     if custom_sides(args):
-        return None
+        return (), ""
     registry = load_registry_from(args)
     reference = registry.reference_for(registry.prompt(args.source), registry.prompt(args.target))
-    return reference.pairs if reference else None
+    return (reference.pairs, reference.name) if reference else ((), "")
 
 
 def run_fit(args) -> None:
@@ -98,12 +101,11 @@ def run_fit(args) -> None:
         raise UsageError("--heatmap writes into --save-dir; give a directory with --save-dir")
     reference_file = read_references(args)
     result = measure(args, reference_file)
-    precision = precision_of(result, reference_file.pairs, reference=USER_FILE, reference_file=reference_file) if reference_file else None
+    precision = precision_of(result, reference=USER_FILE, reference_file=reference_file) if reference_file else None
     tops = {w: result.top_influenced(w, args.top_k) for w in args.top}
     influencing = {w: result.top_influencing(w, args.top_k) for w in args.top_influencing}
     if args.save_dir:
-        result.save(args.save_dir, heatmap=args.heatmap, reference_pairs=reference_file.pairs if reference_file else registry_pairs(args),
-                    extra={"precision": precision.summary()} if precision else None)
+        result.save(args.save_dir, heatmap=args.heatmap, extra={"precision": precision.summary()} if precision else None)
     if args.json:
         payload = result.summary()
         if precision:
@@ -128,7 +130,7 @@ def run_demo(args) -> None:
 
     result = measure(args)
     tops = {w: result.top_influenced(w, 5) for w in DEMO_CITIES}
-    result.save(args.out, heatmap=True, reference_pairs=registry_pairs(args))
+    result.save(args.out, heatmap=True)
     report = build_report([args.out], title="lincorr demo: City->Country").save(Path(args.out) / "report.html")
     print(result.text())
     if result.config.estimator != "ols":

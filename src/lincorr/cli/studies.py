@@ -201,7 +201,7 @@ def run_precision(args) -> None:
 
 def run_precision_curve(args) -> None:
     from lincorr.fit import split_sizes
-    from lincorr.studies.logits.precision import precision_curve
+    from lincorr.studies.logits.precision_curve import precision_curve
     from lincorr.relations import RelationSpec
 
     if args.table2 or args.all_references or not (args.source and args.target):

@@ -7,7 +7,7 @@ from typing import ClassVar
 from collections.abc import Sequence
 
 from lincorr.errors import LincorrError
-from lincorr.fit import FitConfig, PairResult, measure_pair
+from lincorr.fit import FitConfig, PairResult, measure_relation
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
 from lincorr.results import Stored, record
 from lincorr.paper import paper_table
@@ -151,6 +151,6 @@ def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str]
     tables = []
     for spec in specs:
         relation = bind_relation(registry, spec.relation, lm.tokenizer, require_pairs=False)
-        pair = measure_pair(lm, relation.source, relation.target, inputs, config, **collect_options)
+        pair = measure_relation(lm, relation, inputs, config, **collect_options)
         tables.append(case_table(pair, spec.direction, words=spec.words, k=spec.k, reference_pairs=relation.pairs or None))
     return CaseTables(tuple(tables), lm.fingerprint, config)

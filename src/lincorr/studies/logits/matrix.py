@@ -17,8 +17,8 @@ import numpy as np
 
 from lincorr.collect import LogitTable, collect_tables
 from lincorr.errors import LincorrError
-from lincorr.fit import FitConfig, split_indices
-from lincorr.metrics import instancewise_pearson, labelwise_pearson, summarize
+from lincorr.fit import FitConfig, PairResult, fit_targets
+from lincorr.metrics import summarize
 from lincorr.models import LM
 from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json
 from lincorr.prompts import Prompt, registry_prompts
@@ -98,13 +98,17 @@ class Grid:
 
 @dataclasses.dataclass(frozen=True)
 class GridScores:
-    """Per cell, `[n_rows, n_cols]`: mean and std over target labels of label-wise r, and mean instance-wise r."""
+    """Per cell, `[n_rows, n_cols]`: mean and std over target labels of label-wise r, and mean instance-wise r.
+
+    `pairs` holds every filled cell's whole `PairResult` (its W, interval and control), by (source, target).
+    """
 
     labelwise_r: np.ndarray
     labelwise_std: np.ndarray
     instancewise_r: np.ndarray
     source_alpha: dict[str, float]  # the penalty each source's shared fit used (0 for ols)
     n_constant_targets: np.ndarray  # target words per cell left out of the label-wise mean (r undefined)
+    pairs: Mapping[tuple[str, str], PairResult] = dataclasses.field(default_factory=dict)
 
 
 def score_grid(
@@ -112,36 +116,32 @@ def score_grid(
 ) -> GridScores:
     """Fit W on the train split of `fit_on` and score it on the test split of `evaluate_on` (default the same tables).
 
-    With ridge and alpha="cv" the penalty is cross-validated once per source over all of its
-    targets together (shared, like the factorisation), not per pair.
+    Each source is fitted once onto all of its targets (`fit.fit_targets`), so with ridge and
+    alpha="cv" the penalty is cross-validated once per source over all of its targets together
+    (shared, like the factorisation), not per pair. Every other setting of `config` (target scores,
+    interval, control) applies to each cell as it does to one pair.
     """
     evaluate_on = fit_on if evaluate_on is None else evaluate_on
     shape = (len(grid.row_labels), len(grid.column_labels))
     scores = {metric: np.full(shape, np.nan) for metric in METRICS}
     n_constant = np.zeros(shape, dtype=int)
     alphas: dict[str, float] = {}
-    n_inputs = len(next(iter(fit_on.values())).inputs)
-    train, test = split_indices(n_inputs, config.test_fraction, config.seed)
+    pairs: dict[tuple[str, str], PairResult] = {}
     for source in grid.source_names():
         where = [(i, j, cell[1]) for i, row in enumerate(grid.cells) for j, cell in enumerate(row) if cell and cell[0] == source]
         targets = list(dict.fromkeys(target for _, _, target in where))
         for name in [source, *targets]:
             check_comparable(fit_on[name], evaluate_on[name], name)
-        fitted = config.linear_map().fit(
-            fit_on[source].values[train], np.hstack([fit_on[t].values[train] for t in targets])
-        )
-        alphas[source] = float(fitted.alpha_)
-        predicted = fitted.predict(evaluate_on[source].values[test]).astype(np.float32)  # as the tables
-        offsets = np.cumsum([0] + [len(fit_on[t].domain) for t in targets])
-        columns = {t: slice(offsets[k], offsets[k + 1]) for k, t in enumerate(targets)}
+        fitted = fit_targets(fit_on[source], {t: fit_on[t] for t in targets}, config, source_name=source,
+                             evaluate_on=None if evaluate_on is fit_on else (evaluate_on[source], {t: evaluate_on[t] for t in targets}))
+        alphas[source] = next(iter(fitted.values())).alpha
         for i, j, target in where:
-            guess, actual = predicted[:, columns[target]], evaluate_on[target].values[test]
-            labelwise = labelwise_pearson(guess, actual)
-            spread = summarize(labelwise)
+            pair = pairs[source, target] = fitted[target]
+            spread = summarize(pair.labelwise_r)
             scores["labelwise_r"][i, j], scores["labelwise_std"][i, j] = spread["mean"], spread["std"]
-            n_constant[i, j] = int(np.isnan(labelwise).sum())
-            scores["instancewise_r"][i, j] = np.nanmean(instancewise_pearson(guess, actual))
-    return GridScores(scores["labelwise_r"], scores["labelwise_std"], scores["instancewise_r"], alphas, n_constant)
+            n_constant[i, j] = pair.n_constant_targets
+            scores["instancewise_r"][i, j] = np.nanmean(pair.instancewise_r)
+    return GridScores(scores["labelwise_r"], scores["labelwise_std"], scores["instancewise_r"], alphas, n_constant, pairs)
 
 
 def check_comparable(fitted: LogitTable, evaluated: LogitTable, name: str) -> None:

@@ -8,8 +8,9 @@ prompt ("X lives in the country of") and the `capital` prompt ("X lives in the c
 on vocabulary inputs: how the capital logits move when the country-s logit rises. Both are
 centred over subjects (the part every country shares, e.g. "capitals in general go up", is
 removed), and the number is the mean over subjects of Pearson r between s's centred effect and
-s's centred W row. The control is the same with W's rows shuffled among subjects; `p_value` is the
-share of shuffles reaching the observed mean r.
+s's centred W row. The control is the same with W's rows shuffled among subjects; `p_value` is
+scipy's one-sided permutation test of that pairing (the observed mean r counted among the shuffles
+it is compared with; every pairing, and no added count, once the shuffles asked for reach them all).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class OVectorWResult(Stored):
     w_rows: np.ndarray
     r: np.ndarray
     control_r_means: np.ndarray  # [n_shuffles] mean r with W's rows shuffled among subjects
+    p_value: float  # share of those shuffles (the observed pairing counted among them) reaching the observed mean r
     w_labelwise_r: float  # how well W predicts the target logits on held-out inputs (lincorr fit)
     settings: dict
     seconds: float
@@ -73,10 +75,6 @@ class OVectorWResult(Stored):
     @property
     def control_r_mean(self) -> float:
         return float(self.control_r_means.mean())
-
-    @property
-    def p_value(self) -> float:
-        return float((1 + (self.control_r_means >= self.r_mean).sum()) / (1 + len(self.control_r_means)))
 
     def hits(self, scores: np.ndarray) -> float:
         """Share of subjects whose highest-scoring domain column is one of their right targets."""
@@ -149,16 +147,29 @@ def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: Relatio
     effect = (with_vector - without).float().cpu().numpy()
     w_rows = bound.fit.coef[rows]
     effect_centred, w_centred = effect - effect.mean(0), w_rows - w_rows.mean(0)
-    rng = np.random.default_rng(seed)
-    control = np.array([np.nanmean(instancewise_pearson(w_centred[rng.permutation(len(rows))], effect_centred))
-                        for _ in range(n_shuffles)])
+    control = shuffled_rows_test(w_centred, effect_centred, n_shuffles, seed)
     target_words = bound.target.domain.words
     return OVectorWResult(
         task=task.name, relation=bound.label, model=lm.name, model_fingerprint=lm.fingerprint, layer=layer, scale=scale,
         subjects=tuple(subjects), right=tuple(tuple(target_words[c] for c in bound.columns[row]) for row in rows),
         domain=tuple(target_words), effect=effect, w_rows=w_rows, r=instancewise_pearson(w_centred, effect_centred),
-        control_r_means=control, w_labelwise_r=float(bound.fit.summary()["labelwise_r_mean"]),
+        control_r_means=control.null_distribution, p_value=float(control.pvalue), w_labelwise_r=float(bound.fit.summary()["labelwise_r_mean"]),
         settings={"layer": layer, "scale": scale, "n_source": n_source, "n_inputs": n_inputs, "estimator": fit.estimator,
                   "alpha": fit.alpha, "n_shuffles": n_shuffles, "seed": seed, "relation": relation.label},
         seconds=time.perf_counter() - started,
     )
+
+
+def shuffled_rows_test(w_rows: np.ndarray, effect: np.ndarray, n_shuffles: int, seed: int):
+    """scipy's permutation test of the mean r between each subject's W row and its effect (`[n_subjects, n_domain]` each).
+
+    The null pairs W's rows with other subjects' effects, one seeded shuffle at a time, so a seed gives the
+    same shuffles whatever `n_shuffles` is.
+    """
+    from scipy.stats import permutation_test
+
+    def mean_r(order: np.ndarray) -> float:
+        return float(np.nanmean(instancewise_pearson(w_rows[order], effect)))
+
+    return permutation_test((np.arange(len(w_rows)),), mean_r, permutation_type="pairings", alternative="greater", vectorized=False,
+                            n_resamples=n_shuffles, batch=1, random_state=np.random.default_rng(seed))
