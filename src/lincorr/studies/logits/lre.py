@@ -57,9 +57,11 @@ class HitTest:
 def hit_test(rate: float, n: int, chance: float) -> HitTest:
     """The test of a Hit@1 `rate` over `n` judged words against `chance` (the rate of a random ranking)."""
     hits = int(round(rate * n))
-    test = binomtest(hits, n, min(max(chance, 0.0), 1.0), alternative="greater")
-    interval = test.proportion_ci(confidence_level=0.95, method="exact")
-    return HitTest(hits, n, chance, float(interval.low), float(interval.high), float(test.pvalue))
+    chance = min(max(chance, 0.0), 1.0)
+    # The interval is two-sided; the one-sided test's own interval would always end at 1.
+    interval = binomtest(hits, n, chance).proportion_ci(confidence_level=0.95, method="exact")
+    return HitTest(hits, n, chance, float(interval.low), float(interval.high),
+                   float(binomtest(hits, n, chance, alternative="greater").pvalue))
 
 
 def row_tests(row: PrecisionResult) -> tuple[HitTest, HitTest]:
