@@ -131,7 +131,7 @@ def test_ablate_json_on_a_tiny_model(tmp_path, capsys):
 
 # Every command with --estimator, and its default: the paper's ols, except where W itself must be read.
 ESTIMATOR_DEFAULTS = {
-    "fit": "ols", "matrix": "ols", "precision": "ridge-std", "cases": "ols", "resilience": "ols", "scale": "ols",
+    "fit": "ols", "matrix": "ols", "precision": "ridge-std", "lre": "ols", "cases": "ols", "resilience": "ols", "scale": "ols",
     "demo": "ridge", "generalize": "ridge", "diagnose": "ridge", "subwords": "ridge", "gradcorr": "ridge", "predict-edit": "ridge",
 }
 

@@ -22,7 +22,7 @@ SOURCE = Path(lincorr.__file__).parent
 # The file each study writes its summary into, and where in it the summary's content sits (None: the whole summary is there).
 SUMMARY_FILES = {
     "fit": ("result.json", None), "matrix": ("matrix.json", None), "precision": ("precision.json", None),
-    "precision-curve": ("precision_curve.json", None), "cases": ("cases.json", "tables"), "resilience": ("resilience.json", None),
+    "precision-curve": ("precision_curve.json", None), "lre": ("lre.json", None), "cases": ("cases.json", "tables"), "resilience": ("resilience.json", None),
     "scale": ("scale.json", None), "gradcorr": ("gradcorr.json", None), "generalize": ("result.json", None),
     "generalize-table5": ("table5.json", "rows"), "predict-edit": ("prediction.json", None), "subwords": ("subwords.json", None),
     "ablate-table7": ("table7.json", "rows"), "ablate-widths": ("widths.json", "rows"), "lens": ("lens.json", None),

@@ -11,7 +11,7 @@ from lincorr.cli import main
 FIT = ["--estimator", "ridge", "--alpha", "1", "--bootstrap", "10"]
 TRAIN = ["-n", "40", "--n-facts", "3", "--epochs", "8", "--lr", "1e-2", "--train-batch-size", "4"]
 # Study directory -> how many figures its section draws: one directory per result type (`lincorr.studies.RESULT_TYPES`).
-FIGURES = {"fit": 2, "matrix": 3, "precision": 1, "precision-curve": 1, "cases": 1, "resilience": 4, "scale": 3, "generalize": 1,
+FIGURES = {"fit": 2, "matrix": 3, "precision": 1, "precision-curve": 1, "lre": 1, "cases": 1, "resilience": 4, "scale": 3, "generalize": 1,
            "subwords": 1, "gradcorr": 1, "predict": 1, "table5": 1, "table7": 1, "widths": 1, "scores": 1, "ocr": 1, "freeze": 2,
            "ordering": 2, "graft": 1, "extractive-predict": 1, "lens": 1, "ovector": 1, "ffn-ablate": 1, "ovector-w": 1}
 # The study each run directory's provenance.json names.
@@ -106,6 +106,8 @@ def write_tiny_runs(root) -> dict:
     """One directory per study of lincorr, written by the CLI on a tiny Llama saved to disk (or by the study's `.save`)."""
     from lincorr.studies.training.ablation import AblationResult
     from lincorr.studies.training.ablation_tables import AblationTable, WidthSweep
+    from lincorr.studies import load_result
+    from lincorr.studies.logits.lre import LreTable
     from lincorr.fit import FitConfig
     from lincorr.studies.training.generalization import GeneralizationConfig, generalization_table
     from lincorr.finetune import TrainConfig
@@ -143,6 +145,9 @@ def write_tiny_runs(root) -> dict:
                                       train=TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4, progress=False), progress=False)
         relations = [RelationSpec("tiny_city", "tiny_country", "City->Country"), RelationSpec("tiny_country", "tiny_city", "no reference")]
         generalization_table(lm, load_registry([registry]), relations, config).save(root / "table5")
+    precision = load_result(root / "precision")
+    LreTable(precision.model_name, precision.n_inputs, precision.rows, {row.label: "factual" for row in precision.rows},
+             (("word_first_letter", "fewer than 10 subjects keep a right object"),), 1.0).save(root / "lre")
     AblationTable(tuple(AblationResult("city->country", mapping, seed, rate, 0.0, 0.01, 1.0, 1.0, 1.0, 10, 128, 100, 1.0,
                                        {"vocabulary": "tiny-llama", "seed": seed})
                         for mapping, rate in (("real", 0.6), ("shuffled", 0.1)) for seed in (0, 1))).save(root / "table7")

@@ -1,4 +1,4 @@
-"""The studies over the registry: `matrix`, `precision`, `cases`, `resilience` and `scale`."""
+"""The studies over the registry: `matrix`, `precision`, `lre`, `cases`, `resilience` and `scale`."""
 
 from __future__ import annotations
 
@@ -70,6 +70,19 @@ def add_study_commands(commands) -> None:
                                 "(e.g. 1000,2000,5000,10000); the tables are collected once, at the largest N, which replaces -n")
     # --estimator picks the headline numbers; the other fits are reported beside them.
     precision.set_defaults(handler=run_precision)
+
+    lre = study("lre", "W precision (Table 2's Hit@Top-N, ols and ridge-std) on the 47 LRE relations, by relation type",
+                writes="lre.json, .csv and .md")
+    lre.add_argument("--relations", default=None, metavar="NAME,...",
+                     help="LRE relations by file name, e.g. country_capital_city,city_in_country (default: all 47)")
+    lre.add_argument("--max-subjects", type=COUNT, default=None, metavar="K",
+                     help="at most K subjects per relation, drawn with --seed (ols needs more training inputs than subjects; "
+                          "default: all)")
+    lre.add_argument("--types", default=None, metavar="TYPE,...", help="only relations of these types: factual, commonsense, linguistic, bias")
+    add_model_options(lre, help_text=MODEL_HELP)
+    add_collection_options(lre)
+    add_fit_options(lre, estimator="ols", choices=("ols", "ridge-std"), reason="both are reported; this one is listed first")
+    lre.set_defaults(handler=run_lre)
 
     cases = study("cases", "top influenced / influencing words of W (Tables 3, 15, 16, 17)", writes="cases.md, cases.csv and cases.json")
     add_prompt_pair(cases, optional=True)
@@ -219,6 +232,27 @@ def run_precision_curve(args) -> None:
     curve = precision_curve(lm, registry, RelationSpec(args.source, args.target), choose_inputs(args, lm.tokenizer), args.n_curve,
                             configs, reference_file=reference_file, **collection_settings(args))
     save_and_print(args, curve)
+
+
+def run_lre(args) -> None:
+    from lincorr.knowledge.lre import lre_relations
+    from lincorr.studies.logits.lre import LRE_FITS, lre_precision
+    from lincorr.studies.logits.precision import precision_fits
+
+    if args.registry:
+        raise UsageError("lre reads the bundled LRE relations, not registry files; drop --registry")
+    relations = lre_relations(names=split_names(args.relations, "--relations") if args.relations else ())
+    if args.types:
+        types = split_names(args.types, "--types")
+        known = sorted({relation.relation_type for relation in lre_relations()})
+        if unknown := [name for name in types if name not in known]:
+            raise UsageError(f"unknown LRE relation type {', '.join(unknown)}; use one of {', '.join(known)}")
+        relations = tuple(relation for relation in relations if relation.relation_type in types)
+    configs = [config for config in precision_fits(fit_config(args), args.estimator) if config.label in LRE_FITS]
+    lm = load_lm(args)
+    table = lre_precision(lm, relations, choose_inputs(args, lm.tokenizer), configs, max_subjects=args.max_subjects,
+                          **collection_settings(args))
+    save_and_print(args, table)
 
 
 def run_cases(args) -> None:

@@ -189,6 +189,20 @@ def read_precision(directory: Path) -> Section:
     return Section(f"precision on {table['model']}", "precision", str(directory), read_provenance(directory, table), tuple(blocks))
 
 
+LRE = {"model": ANY, "n_inputs": ANY, "rows": Items(PRECISION_ROW | {"relation_type": TEXT}), "skipped": Items(SKIPPED)}
+
+
+def read_lre(directory: Path) -> Section:
+    """`lincorr lre --out`: Hit@1 of W on each LRE relation beside chance, and every row with its relation type."""
+    table = read_document(directory / "lre.json", LRE)
+    rows = [{**row, "label": f"{row['label']} ({row['relation_type']})"} for row in table["rows"]]
+    blocks = [Figure(hit_figure(rows, f"Hit@1 of W on the LRE relations, {table['n_inputs']} inputs")),
+              precision_table(rows, f"Hit@Top-N of W against LRE's samples, {table['n_inputs']} inputs")]
+    if table["skipped"]:
+        blocks.append(skipped_note(table["skipped"]))
+    return Section(f"LRE precision on {table['model']}", "lre", str(directory), read_provenance(directory, table), tuple(blocks))
+
+
 SCALE = {"models": Items({"model": TEXT, "n_parameters": REAL}), "rows": Items(PRECISION_ROW | {"model": TEXT})}
 
 

@@ -35,6 +35,7 @@ STUDY_READERS: dict[str, tuple[tuple[str, ...], Reader]] = {
     "resilience": (("resilience.json",), logits.read_resilience),
     "precision": (("precision.json",), logits.read_precision),
     "precision-curve": (("precision_curve.json",), logits.read_precision_curve),
+    "lre": (("lre.json",), logits.read_lre),
     "scale": (("scale.json",), logits.read_scale),
     "cases": (("cases.json",), logits.read_cases),
     "gradcorr": (("gradcorr.json",), training.read_gradcorr),

@@ -20,6 +20,7 @@ RESULT_TYPES = {
     "matrix": "lincorr.studies.logits.matrix:MatrixResult",
     "precision": "lincorr.studies.logits.precision:PrecisionTable",
     "precision-curve": "lincorr.studies.logits.precision_curve:PrecisionCurve",
+    "lre": "lincorr.studies.logits.lre:LreTable",
     "cases": "lincorr.studies.logits.cases:CaseTables",
     "resilience": "lincorr.studies.logits.resilience:ResilienceResult",
     "scale": "lincorr.studies.logits.scale:ScaleResult",
