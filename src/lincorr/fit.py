@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import scipy.special
 
-from lincorr.collect import LogitTable, TableCache, collect_many
+from lincorr.collection import CollectSettings, LogitTable, collect
 from lincorr.errors import DataError, LincorrError
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
@@ -314,26 +314,21 @@ def measure_pair(
     target: Prompt,
     inputs: Sequence[str],
     config: FitConfig = FitConfig(),
-    *,
-    logprobs: bool = False,
-    batch_size: int | str = 128,
-    cache: TableCache | None | bool = True,
-    progress: bool = True,
+    settings: CollectSettings = CollectSettings(),
 ) -> PairResult:
     """Collect both prompts over `inputs`, fit W on half, score on the other half."""
     config.check_sizes(len(inputs), len(source.domain))
     started = time.perf_counter()
-    tables = collect_many(lm, {"source": (source.template, source.domain), "target": (target.template, target.domain)}, inputs,
-                          logprobs=logprobs, batch_size=batch_size, cache=cache, progress=progress)
+    tables = collect(lm, {"source": source, "target": target}, inputs, settings)
     result = fit_tables(tables["source"], tables["target"], config, source_name=source.name, target_name=target.name, model_name=lm.name)
     return dataclasses.replace(result, seconds=time.perf_counter() - started)
 
 
 def fit_relation(lm: LM, registry, relation: RelationSpec, *, n_inputs: int = 1000,
                  fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100), keep_subwords: bool = False,
-                 progress: bool = True) -> BoundRelation:
+                 settings: CollectSettings = CollectSettings()) -> BoundRelation:
     """Bind a relation to `lm`'s tokenizer and fit its W on `n_inputs` vocabulary inputs (cached tables)."""
     bound = bind_relation(registry, relation, lm.tokenizer, keep_subwords=keep_subwords)
     fit.check_sizes(n_inputs, len(bound.source.domain))
     inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed=fit.seed)
-    return dataclasses.replace(bound, fit=measure_pair(lm, bound.source, bound.target, inputs, fit, progress=progress))
+    return dataclasses.replace(bound, fit=measure_pair(lm, bound.source, bound.target, inputs, fit, settings))

@@ -20,7 +20,7 @@ from lincorr.cli.options import (
     add_references_option,
     checked_registry,
     choose_inputs,
-    collection_settings,
+    collect_settings,
     custom_sides,
     fit_config,
     load_lm,
@@ -77,7 +77,7 @@ def measure(args, reference_file=None):
     if reference_file is not None:
         checked_reference(reference_file.pairs, source.domain, target.domain, label=f"{source.name}->{target.name}",
                           reference_file=reference_file)
-    return measure_pair(lm, source, target, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
+    return measure_pair(lm, source, target, choose_inputs(args, lm.tokenizer), config, settings=collect_settings(args))
 
 
 def registry_pairs(args):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig, PairResult, measure_pair
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json, write_provenance
@@ -142,11 +143,12 @@ class CaseTables:
             write_json(out / "cases.json", self.summary())
 
 
-def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str], config, **collect_options) -> CaseTables:
+def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str], config,
+                  settings: CollectSettings = CollectSettings()) -> CaseTables:
     """Fit each spec's prompt pair (tables are cached and shared) and build its case table, marking reference answers."""
     tables = []
     for spec in specs:
         relation = bind_relation(registry, spec.relation, lm.tokenizer, require_pairs=False)
-        pair = measure_pair(lm, relation.source, relation.target, inputs, config, **collect_options)
+        pair = measure_pair(lm, relation.source, relation.target, inputs, config, settings)
         tables.append(case_table(pair, spec.direction, words=spec.words, k=spec.k, reference_pairs=relation.pairs or None))
     return CaseTables(tuple(tables), lm.fingerprint, config)

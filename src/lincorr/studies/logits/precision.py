@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from lincorr.collect import LogitTable, collect_tables
+from lincorr.collection import CollectSettings, LogitTable, collect
 from lincorr.domains import Domain
 from lincorr.errors import DataError, LincorrError
 from lincorr.fit import FitConfig, PairResult, fit_tables
@@ -317,13 +317,13 @@ def precision_table(
     *,
     reference_file: ReferenceFile | None = None,
     custom_prompts: Mapping[str, Prompt] | None = None,
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> PrecisionTable:
     """Hit@Top-N for each relation and estimator; every prompt is collected once.
 
     `reference_file` replaces the registry's reference for every relation (a user's own pairs);
     `custom_prompts` (name -> a prompt of the user's own) stand in for registry prompts of that
-    name; `collect_options` go to `collect_logits`.
+    name; `settings` say how the tables are collected.
     A relation (or one estimator of it) is skipped, with the reason, when a prompt has no domain
     for this tokenizer, no reference pair is usable on the tokenized domains, or ols has too few
     inputs. The reference is checked before any logit is collected, and a relation left with no
@@ -349,7 +349,7 @@ def precision_table(
             continue
         judged.append((relation, pairs, reference))
     needed = dict.fromkeys(name for relation, _, _ in judged for name in (relation.source, relation.target))
-    tables = collect_tables(lm, {name: prompts[name] for name in needed}, inputs, **collect_options)
+    tables = collect(lm, {name: prompts[name] for name in needed}, inputs, settings)
     rows: list[PrecisionResult] = []
     for relation, pairs, reference in judged:
         for config in configs:
@@ -437,12 +437,12 @@ def precision_curve(
     configs: Sequence[FitConfig],
     *,
     reference_file: ReferenceFile | None = None,
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> PrecisionCurve:
     """Hit@Top-N of `relation` with W fitted on the first N of `inputs`, for each N in `ns` and each estimator config.
 
     `inputs` must hold at least max(ns) inputs; both prompts are collected once over the first
-    max(ns) (`collect_options` go to `collect_logits`). An (N, estimator) that cannot be fitted
+    max(ns) (`settings` say how). An (N, estimator) that cannot be fitted
     (ols with fewer training inputs than source words) is skipped with the reason.
     """
     ns = tuple(sorted(set(ns)))
@@ -457,7 +457,7 @@ def precision_curve(
         raise LincorrError(f"the registry has no reference between {relation.source} and {relation.target}; pass --references FILE")
     checked_reference(pairs, prompts[relation.source].domain, prompts[relation.target].domain, label=relation.label,
                       reference=reference, reference_file=reference_file)
-    tables = collect_tables(lm, prompts, list(inputs[:ns[-1]]), **collect_options)
+    tables = collect(lm, prompts, list(inputs[:ns[-1]]), settings)
     rows, skipped = [], []
     for n in ns:
         source, target = (first_inputs(tables[name], n) for name in (relation.source, relation.target))

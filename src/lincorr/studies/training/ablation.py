@@ -15,7 +15,6 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers.activations import ACT2FN
 
 from lincorr.models import left_pad, tokenize_prompts
@@ -26,6 +25,7 @@ from lincorr.metrics import chance_top1
 from lincorr.names import pseudo_names
 from lincorr.outputs import staged_directory, write_json, write_provenance
 from lincorr.paper import paper_table
+from lincorr.progress import progress_bar
 from lincorr.relations import RelationSpec, registry_reference
 from lincorr.templates import fill, validate_template
 
@@ -77,7 +77,6 @@ class AblationConfig:
     gated: bool | None = None
     init_std: float = 0.02
     softmax_over: str = "domains"
-    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.softmax_over not in SOFTMAX_OVER:
@@ -577,7 +576,7 @@ def _train(
     """AdamW on cross-entropy of `block(features) @ output.T` `[n, n_candidates]`; a fresh optimiser per stage."""
     optimizer = torch.optim.AdamW(block.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     size = config.batch_size or len(features)
-    with tqdm(range(epochs), desc=stage, disable=not config.progress, leave=False) as bar:
+    with progress_bar(range(epochs), desc=stage) as bar:
         for _ in bar:
             order = torch.randperm(len(features), generator=generator) if size < len(features) else torch.arange(len(features))
             for batch in order.split(size):
