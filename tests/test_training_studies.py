@@ -10,6 +10,7 @@ import pytest
 import torch
 from helpers.tiny import WORDS, city_country_registry, one_thread, state_copy, tiny_gpt2, tiny_llama, tiny_subword_tokenizer
 
+from lincorr.collection import CollectSettings
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.studies.training.generalization import (
     DEFAULT_TRAIN,
@@ -243,6 +244,10 @@ def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch
     # Other settings are another row: it is computed, not read back.
     with pytest.raises(AssertionError, match="computed again"):
         generalization_table(lm, registry, relations[:1], dataclasses.replace(config, n_facts=3))
+    # So are other collection settings (the batch size moves W), and without the cache no row is read back.
+    for settings in (CollectSettings(batch_size=7), CollectSettings(use_cache=False)):
+        with pytest.raises(AssertionError, match="computed again"):
+            generalization_table(lm, registry, relations[:1], config, settings)
 
 
 def test_subword_study_splits_by_category(lm, registry):
