@@ -32,7 +32,7 @@ COUNTRIES = ("France", "Japan", "Germany", "Italy", "Spain", "Egypt", "Peru", "N
 TEMPLATES = {"source_template": "{} lives in the city of", "target_template": "{} lives in the country of"}
 # Small enough to run in about a second, large enough for the stage-2 names to be learned.
 SMALL = AblationConfig(
-    n_stage1=192, n_stage2=48, stage1_epochs=30, stage2_epochs=30, batch_size=16, learning_rate=1e-2, progress=False
+    n_stage1=192, n_stage2=48, stage1_epochs=30, stage2_epochs=30, batch_size=16, learning_rate=1e-2
 )
 
 
@@ -94,7 +94,7 @@ def test_unplanted_vocabulary_generalizes_far_less(tokenizer, planted_real):
 
 def test_result_is_reproducible_and_json_ready(tokenizer):
     vocabulary = planted_vocabulary(tokenizer, planted=True)
-    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=2, stage2_epochs=2, progress=False)
+    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=2, stage2_epochs=2)
     first = run_ablation(vocabulary, tokenizer, relation(tokenizer), config=config, seed=3)
     second = run_ablation(vocabulary, tokenizer, relation(tokenizer), config=config, seed=3)
     summary = json.loads(json.dumps(first.summary()))
@@ -107,7 +107,7 @@ def test_random_baseline_counts_aliases_as_the_generalization_study_does(tokeniz
     assert chance_top1([{1}, {2, 3}, {4, 5, 6}], 12) == pytest.approx((1 + 2 + 3) / 3 / 12)
     assert np.isnan(chance_top1([], 12))
     vocabulary = planted_vocabulary(tokenizer, planted=True)
-    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=1, stage2_epochs=1, progress=False)
+    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=1, stage2_epochs=1)
     # Every city accepts its own country and the next one: two right answers out of twelve.
     aliased = [(city, (country, COUNTRIES[(i + 1) % len(COUNTRIES)])) for i, (city, country) in enumerate(zip(CITIES, COUNTRIES))]
     real = run_ablation(vocabulary, tokenizer, relation(tokenizer, aliased), config=config)

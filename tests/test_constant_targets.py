@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from lincorr.collect import LogitTable
+from lincorr.collection import LogitTable
 from lincorr.domains import Domain
 from lincorr.fit import FitConfig, fit_tables
 from lincorr.studies.training.gradients import gradient_correlation_from_changes

@@ -15,7 +15,8 @@ import torch
 from helpers.cli_errors import one_error_line
 from helpers.tiny import INPUTS, NAMES, REGISTRY_YAML, tiny_llama
 
-import lincorr.collect as collect_module
+import lincorr.collection.pieces as collect_module
+from lincorr.collection import UNCACHED
 from lincorr.cli import main
 from lincorr.errors import InputError
 from lincorr.fit import FitConfig
@@ -108,7 +109,7 @@ def planted(tmp_path, tokenizer, monkeypatch):
     lm = wrap_model(tiny_llama(len(tokenizer)), tokenizer)
     lm.head_verified = True  # the planted scores are not the model's, by design
     configs = [c for c in precision_fits(FitConfig()) if c.label in LRE_FITS]
-    return lre_precision(lm, lre_relations(tmp_path), INPUTS, configs, progress=False, cache=False)
+    return lre_precision(lm, lre_relations(tmp_path), INPUTS, configs, settings=UNCACHED)
 
 
 def test_lre_precision_finds_the_planted_map_and_no_rotated_one(planted, tmp_path):

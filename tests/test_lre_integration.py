@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from helpers.bundled import above_chance_p
 
+from lincorr.collection import UNCACHED
 from lincorr.fit import FitConfig
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.knowledge.lre import lre_relations
@@ -23,7 +24,7 @@ def test_gemma_w_ranks_lre_objects_above_chance(bundled):
     lm = bundled("gemma-3-270m")
     configs = [config for config in precision_fits(FitConfig()) if config.label in LRE_FITS]
     table = lre_precision(lm, lre_relations(names=RELATIONS), sample_vocab_inputs(lm.tokenizer, N_INPUTS, seed=0), configs,
-                          progress=False, cache=False)
+                          settings=UNCACHED)
     assert not table.skipped
     for fit in LRE_FITS:
         rows = [row for row in table.rows if row.estimator == fit]

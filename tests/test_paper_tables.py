@@ -11,7 +11,7 @@ import pytest
 from helpers.tiny import one_thread, tiny_llama, tiny_subword_tokenizer
 
 from lincorr.cli import main
-from lincorr.collect import collect_tables
+from lincorr.collection import collect
 from lincorr.studies.logits.cases import paper_cases
 from lincorr.fit import FitConfig, fit_tables
 from lincorr.inputs import sample_vocab_inputs
@@ -69,7 +69,7 @@ def direct_pairs(lm, relations, config=RIDGE):
     """Each relation's PairResult, fitted here on tables collected over the CLI's vocabulary sample."""
     registry = load_registry()
     prompts, _ = registry_prompts(registry, {n for r in relations for n in (r.source, r.target)}, lm.tokenizer)
-    tables = collect_tables(lm, prompts, sample_vocab_inputs(lm.tokenizer, N_INPUTS, 0), progress=False)
+    tables = collect(lm, prompts, sample_vocab_inputs(lm.tokenizer, N_INPUTS, 0))
     return {r: fit_tables(tables[r.source], tables[r.target], config, source_name=r.source, target_name=r.target) for r in relations}
 
 

@@ -29,7 +29,7 @@ def capitals():
 
 @pytest.fixture(scope="module")
 def capitals_lens(gemma, capitals):
-    return lens(gemma, capitals, n_pairs=N_LENS, progress=False)
+    return lens(gemma, capitals, n_pairs=N_LENS)
 
 
 def test_the_lens_sees_an_ffn_turn_the_argument_into_the_answer(capitals_lens):
@@ -50,7 +50,7 @@ def test_the_lens_sees_an_ffn_turn_the_argument_into_the_answer(capitals_lens):
 def test_the_o_vector_turns_copying_into_the_capital_beyond_both_controls(gemma, capitals, capitals_lens):
     # The o-vector is the output of the FFN the lens saw make the crossing, at the default scale (3: one add at scale 1
     # moves the capital's rank up but rarely to the top; docs/mechanisms.md has the sweep over layers and scales).
-    result = ovector(gemma, capitals, capitals_lens.crossing_block, n_pairs=N_EVAL, progress=False)
+    result = ovector(gemma, capitals, capitals_lens.crossing_block, n_pairs=N_EVAL)
     table = result.text()
     assert result.copy_without >= 0.75, table  # the context works: the model repeats the country
     assert result.accuracy_without == 0.0, table
@@ -61,7 +61,7 @@ def test_the_o_vector_turns_copying_into_the_capital_beyond_both_controls(gemma,
 
 
 def test_ablating_the_late_ffns_hurts_recall_more_than_copying(gemma, capitals, capitals_lens):
-    result = ffn_ablate(gemma, capitals, capitals_lens.crossing_block, "zero", n_pairs=N_EVAL, progress=False)
+    result = ffn_ablate(gemma, capitals, capitals_lens.crossing_block, "zero", n_pairs=N_EVAL)
     table = result.text()
     assert result.abstractive_before >= 0.6 and result.extractive_before >= 0.8, table
     drop_abstractive = result.abstractive_before - result.abstractive_after

@@ -12,7 +12,7 @@ from typing import ClassVar
 import numpy as np
 import scipy.special
 
-from lincorr.collect import LogitTable, TableCache, collect_many
+from lincorr.collection import CollectSettings, LogitTable, collect
 from lincorr.errors import DataError, LincorrError
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
@@ -438,11 +438,7 @@ def measure_relation(
     relation: BoundRelation,
     inputs: Sequence[str],
     config: FitConfig = FitConfig(),
-    *,
-    logprobs: bool = False,
-    batch_size: int | str = 128,
-    cache: TableCache | None | bool = True,
-    progress: bool = True,
+    settings: CollectSettings = CollectSettings(),
 ) -> PairResult:
     """The one way a relation is fitted on a model: collect both prompts over `inputs`, fit W on half, score on the other half.
 
@@ -450,9 +446,7 @@ def measure_relation(
     """
     config.check_sizes(len(inputs), len(relation.source.domain))
     started = time.perf_counter()
-    tables = collect_many(lm, {"source": (relation.source.template, relation.source.domain),
-                               "target": (relation.target.template, relation.target.domain)}, inputs,
-                          logprobs=logprobs, batch_size=batch_size, cache=cache, progress=progress)
+    tables = collect(lm, {"source": relation.source, "target": relation.target}, inputs, settings)
     result = fit_relation_tables(relation, {relation.source.name: tables["source"], relation.target.name: tables["target"]}, config,
                                  model_name=lm.name)
     return dataclasses.replace(result, seconds=time.perf_counter() - started)
@@ -468,9 +462,9 @@ def fit_relation_tables(relation: BoundRelation, tables: Mapping[str, LogitTable
 
 def fit_relation(lm: LM, registry, relation: RelationSpec, *, n_inputs: int = 1000,
                  fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100), keep_subwords: bool = False,
-                 progress: bool = True) -> BoundRelation:
+                 settings: CollectSettings = CollectSettings()) -> BoundRelation:
     """Bind a relation to `lm`'s tokenizer and fit its W on `n_inputs` vocabulary inputs (cached tables)."""
     bound = bind_relation(registry, relation, lm.tokenizer, keep_subwords=keep_subwords)
     fit.check_sizes(n_inputs, len(bound.source.domain))
     inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed=fit.seed)
-    return dataclasses.replace(bound, fit=measure_relation(lm, bound, inputs, fit, progress=progress))
+    return dataclasses.replace(bound, fit=measure_relation(lm, bound, inputs, fit, settings))

@@ -169,14 +169,14 @@ class TaskScores:
 
 
 def score_prompts(lm: LM, task: BoundTask, indices: Sequence[int], prompts: Sequence[str], *, layers: Sequence[int] | None = None,
-                  interventions: Sequence[Patch | Ablate] = (), batch_size: int = 16, progress: bool = False) -> TaskScores:
+                  interventions: Sequence[Patch | Ablate] = (), batch_size: int = 16) -> TaskScores:
     """Ranks of pair `indices[i]`'s argument and answers on `prompts[i]`, from one forward per batch.
 
     `layers` are lens layers (resid[l]; all 0..L by default, the last one being the model's
     output); a pair's answer rank is the best over its answers' first tokens.
     """
     targets = torch.cat([task.argument_ids(indices)[:, None], task.answer_ids(indices)], 1)
-    ranks = token_ranks(lm, list(prompts), targets, layers, interventions=interventions, batch_size=batch_size, progress=progress)
+    ranks = token_ranks(lm, list(prompts), targets, layers, interventions=interventions, batch_size=batch_size)
     ranks = ranks.cpu().numpy()
     return TaskScores(argument_rank=ranks[:, :, 0], answer_rank=ranks[:, :, 1:].min(-1))
 

@@ -142,7 +142,7 @@ def write_tiny_runs(root) -> dict:
             assert main([*command, str(root / name), *shared]) == 0, name
         lm = load_model(str(model))
         config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=FitConfig(estimator="ridge", alpha=1.0, n_boot=10),
-                                      train=TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4, progress=False), progress=False)
+                                      train=TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4))
         relations = [RelationSpec("tiny_city", "tiny_country", "City->Country"), RelationSpec("tiny_country", "tiny_city", "no reference")]
         generalization_table(lm, load_registry([registry]), relations, config).save(root / "table5")
     precision = load_result(root / "precision")

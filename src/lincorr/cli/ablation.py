@@ -18,7 +18,6 @@ from lincorr.cli.options import (
     positive_number,
     print_json,
     save_and_print,
-    show_progress,
 )
 from lincorr.errors import UsageError
 
@@ -58,7 +57,7 @@ def run_ablate(args) -> None:
 
     config = AblationConfig(
         stage1_epochs=args.stage1_epochs, stage2_epochs=args.stage2_epochs, batch_size=args.train_batch_size or None,
-        learning_rate=args.lr, hidden_size=args.hidden_size, softmax_over=args.softmax, progress=show_progress(args),
+        learning_rate=args.lr, hidden_size=args.hidden_size, softmax_over=args.softmax,
     )
     registry = checked_registry(args, (args.source, args.target))
     lm = load_lm(args)

@@ -20,7 +20,7 @@ from lincorr.cli.options import (
     add_references_option,
     checked_registry,
     choose_inputs,
-    collection_settings,
+    collect_settings,
     custom_sides,
     fit_config,
     load_lm,
@@ -80,7 +80,7 @@ def measure(args, reference_file=None):
     relation = relate(source, target, pairs, reference=reference)
     if reference_file is not None:
         require_usable(relation.match, label=relation.label, reference_file=reference_file)
-    return measure_relation(lm, relation, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
+    return measure_relation(lm, relation, choose_inputs(args, lm.tokenizer), config, collect_settings(args))
 
 
 def registry_pairs(args):

@@ -20,7 +20,7 @@ from lincorr.cli.options import (
     add_references_option,
     checked_registry,
     choose_inputs,
-    collection_settings,
+    collect_settings,
     custom_sides,
     fit_config,
     load_lm,
@@ -29,7 +29,6 @@ from lincorr.cli.options import (
     read_references,
     resolve_prompt,
     save_and_print,
-    show_progress,
 )
 from lincorr.errors import DataError, InputError, UsageError
 
@@ -171,7 +170,7 @@ def run_matrix(args) -> None:
     grid = chosen_grid(args)
     config = fit_config(args)
     lm = load_lm(args)
-    result = measure_matrix(lm, load_registry_from(args), grid, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
+    result = measure_matrix(lm, load_registry_from(args), grid, choose_inputs(args, lm.tokenizer), config, settings=collect_settings(args))
     save_and_print(args, result)
 
 
@@ -205,7 +204,7 @@ def run_precision(args) -> None:
     lm = load_lm(args)
     table = precision_table(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_file=reference_file,
                             custom_prompts={getattr(args, side): resolve_prompt(args, side, lm.tokenizer) for side in custom},
-                            **collection_settings(args))
+                            settings=collect_settings(args))
     # A single relation without its headline estimator is a failure: say why, and write nothing.
     if single and not any(row.estimator == configs[0].label for row in table.rows):
         raise DataError("; ".join(reason for _, reason in table.skipped) or "no result")
@@ -230,7 +229,7 @@ def run_precision_curve(args) -> None:
         split_sizes(n, args.test_fraction)  # every N must leave enough test inputs
     lm = load_lm(args)
     curve = precision_curve(lm, registry, RelationSpec(args.source, args.target), choose_inputs(args, lm.tokenizer), args.n_curve,
-                            configs, reference_file=reference_file, **collection_settings(args))
+                            configs, reference_file=reference_file, settings=collect_settings(args))
     save_and_print(args, curve)
 
 
@@ -251,7 +250,7 @@ def run_lre(args) -> None:
     configs = [config for config in precision_fits(fit_config(args), args.estimator) if config.label in LRE_FITS]
     lm = load_lm(args)
     table = lre_precision(lm, relations, choose_inputs(args, lm.tokenizer), configs, max_subjects=args.max_subjects,
-                          **collection_settings(args))
+                          settings=collect_settings(args))
     save_and_print(args, table)
 
 
@@ -270,7 +269,7 @@ def run_cases(args) -> None:
     registry = checked_registry(args, {n for spec in specs for n in (spec.relation.source, spec.relation.target)})
     config = fit_config(args)
     lm = load_lm(args)
-    tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
+    tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), config, settings=collect_settings(args))
     save_and_print(args, tables)
 
 
@@ -285,13 +284,12 @@ def run_resilience(args) -> None:
     fit_lm = load_lm(args)
     training = None
     if args.finetune_text:
-        train = TrainConfig(learning_rate=args.lr, epochs=args.epochs, batch_size=args.train_batch_size, seed=args.seed,
-                            progress=show_progress(args))
+        train = TrainConfig(learning_rate=args.lr, epochs=args.epochs, batch_size=args.train_batch_size, seed=args.seed)
         eval_lm, training = finetune_on_text(fit_lm, args.finetune_text, train)
     else:
         eval_lm = load_lm(args, args.eval_model)
     result = measure_resilience(fit_lm, eval_lm, load_registry_from(args), grid, choose_inputs(args, fit_lm.tokenizer), config,
-                                training=training, **collection_settings(args))
+                                training=training, settings=collect_settings(args))
     save_and_print(args, result)
 
 
@@ -309,5 +307,5 @@ def run_scale(args) -> None:
         relations.append(RelationSpec(source, target))
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
     result = measure_scale(split_names(args.models, "--models"), registry, relations, args.n_inputs, precision_configs(args),
-                           seed=args.seed, load=lambda spec: load_lm(args, spec), **collection_settings(args))
+                           seed=args.seed, load=lambda spec: load_lm(args, spec), settings=collect_settings(args))
     save_and_print(args, result)

@@ -1,6 +1,7 @@
 """The training studies of §4.1, §5 and Appendix K (`generalize`, `diagnose`, `gradcorr`, `subwords`) and `predict-edit`.
 
-W is fitted on a vocabulary sample here, so these commands take -n but none of the collection options.
+W is fitted on a vocabulary sample here, so these commands take -n (not --inputs) and the collection options
+(--batch-size, --logprobs, --no-cache, --compile) of the tables W is fitted on.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from lincorr.cli.options import (
     COUNT,
     NON_NEGATIVE,
     RIDGE_REASON,
+    add_collect_settings,
     add_command,
     add_fit_options,
     add_json_option,
@@ -22,12 +24,12 @@ from lincorr.cli.options import (
     add_registry_option,
     add_seed_option,
     checked_registry,
+    collect_settings,
     finite_number,
     fit_config,
     load_lm,
     positive_number,
     save_and_print,
-    show_progress,
     whole_number,
 )
 from lincorr.errors import UsageError
@@ -54,6 +56,7 @@ def add_training_commands(commands) -> None:
         add_quiet_option(parser)
         add_model_options(parser)
         add_fit_options(parser, estimator="ridge", reason=RIDGE_REASON, bootstrap=100)
+        add_collect_settings(parser)
         return parser
 
     generalize = study("generalize", "teach fresh entities source facts; does the target answer follow (Table 5)?",
@@ -130,7 +133,7 @@ def training_config(args, study_default):
     train = PAPER_PRESET.apply(study_default) if args.paper else study_default
     overrides = {"learning_rate": args.lr, "epochs": getattr(args, "epochs", None), "batch_size": args.train_batch_size}
     return dataclasses.replace(train, **{k: v for k, v in overrides.items() if v is not None}, blocks_only=train.blocks_only and not args.full,
-                               seed=args.seed, progress=show_progress(args))
+                               seed=args.seed)
 
 
 def generalization_config(args):
@@ -138,7 +141,7 @@ def generalization_config(args):
 
     return GeneralizationConfig(
         n_facts=args.n_facts, seeds=tuple(range(args.seed, args.seed + args.n_seeds)), n_inputs=args.n_inputs, fit=fit_config(args),
-        train=training_config(args, DEFAULT_TRAIN), margin=args.margin, until_learned=not args.all_epochs, progress=show_progress(args),
+        train=training_config(args, DEFAULT_TRAIN), margin=args.margin, until_learned=not args.all_epochs,
     )
 
 
@@ -150,12 +153,12 @@ def run_generalize(args) -> None:
     config = generalization_config(args)
     if not args.table5:
         registry = checked_registry(args, (args.source, args.target))
-        result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config)
+        result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
         save_and_print(args, result)
         return
     relations = paper_table("table5").relations()
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
-    table = generalization_table(load_lm(args), registry, relations, config,
+    table = generalization_table(load_lm(args), registry, relations, config, collect_settings(args),
                                  on_row=None if args.json else lambda row: print(GeneralizationTable.row_line(row), flush=True))
     save_and_print(args, table, show=False)  # the rows were printed as they finished
 
@@ -166,7 +169,7 @@ def run_diagnose(args) -> None:
 
     config = generalization_config(args)
     registry = checked_registry(args, (args.source, args.target))
-    result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config)
+    result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
     save_and_print(args, result, text=lambda: result.diagnosis_text(max_rows=args.rows), payload=result.diagnosis_summary)
 
 
@@ -176,7 +179,7 @@ def run_subwords(args) -> None:
 
     config = generalization_config(args)
     registry = checked_registry(args, (args.source, args.target))
-    result = subword_study(load_lm(args), registry, RelationSpec(args.source, args.target), config)
+    result = subword_study(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
     save_and_print(args, result)
 
 
@@ -192,13 +195,14 @@ def run_gradcorr(args) -> None:
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
     config = GradientConfig(
         n_inputs=args.n_inputs, n_step_facts=args.n_step_facts, n_eval=args.n_eval, fit=fit_config(args),
-        train=training_config(args, GradientConfig.train), seed=args.seed, progress=show_progress(args),
+        train=training_config(args, GradientConfig.train), seed=args.seed,
     )
 
     def report(row: dict) -> None:
         print(GradientTable.row_line(row), file=sys.stderr, flush=True)
 
-    table = gradient_table(load_lm(args), registry, relations, config, on_row=report if args.table4 and not args.quiet else None)
+    table = gradient_table(load_lm(args), registry, relations, config, collect_settings(args),
+                           on_row=report if args.table4 and not args.quiet else None)
     save_and_print(args, table)
 
 
@@ -213,6 +217,6 @@ def run_predict_edit(args) -> None:
     result = predict_relation_edit(
         load_lm(args), registry, RelationSpec(args.source, args.target), args.value, subject=args.subject, seed=args.seed,
         n_inputs=args.n_inputs, fit=config, margin=DEFAULT_MARGIN if args.margin is None else args.margin, delta=args.delta,
-        progress=show_progress(args),
+        settings=collect_settings(args),
     )
     save_and_print(args, result)

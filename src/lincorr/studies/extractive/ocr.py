@@ -44,7 +44,7 @@ from lincorr.templates import fill, validate_template
 __all__ = [
     "HOPS", "PAPER_TRAIN", "SMALL_TRAIN", "Templates", "World", "QuerySet", "HopData", "load_world",
     "usable_cities", "made_up_names", "hop_data", "ranks", "mean_rank", "chance_mean_rank", "token_report", "train_model",
-    "snapshot", "train_and_measure", "OcrConfig", "OcrResult", "run_ocr", "training_settings", "saved_figure",
+    "snapshot", "train_and_measure", "FactsConfig", "OcrConfig", "OcrResult", "run_ocr", "training_settings", "saved_figure",
 ]
 
 HOPS = ("first", "second")
@@ -252,14 +252,21 @@ def training_settings(config: TrainConfig) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class OcrConfig:
-    """Which update, how many facts, the pairing seed, and how to train (`SMALL_TRAIN` or the paper's `PAPER_TRAIN`)."""
+class FactsConfig:
+    """What every study that teaches made-up facts shares: how many, the pairing seed, how to train (`SMALL_TRAIN` or the
+    paper's `PAPER_TRAIN`) and the templates."""
 
-    hop: str = "first"
     n_facts: int = 20
     seed: int = 0
     train: TrainConfig = SMALL_TRAIN
     templates: Templates = Templates()
+
+
+@dataclasses.dataclass(frozen=True)
+class OcrConfig(FactsConfig):
+    """The facts and their training (`FactsConfig`), and which update: the first hop's or the second's."""
+
+    hop: str = "first"
 
     def __post_init__(self) -> None:
         if self.hop not in HOPS:
@@ -342,9 +349,9 @@ def train_and_measure(lm: LM, data: HopData, config: TrainConfig) -> tuple[LM, t
     return tuned, tuple(per_epoch), losses
 
 
-def run_ocr(lm: LM, registry, config: OcrConfig = OcrConfig(), *, progress: bool = False) -> OcrResult:
+def run_ocr(lm: LM, registry, config: OcrConfig = OcrConfig()) -> OcrResult:
     """Fine-tune on the hop's facts only and measure both mean ranks before training and after every epoch."""
     started = time.perf_counter()
     data = hop_data(load_world(registry), lm.tokenizer, config.hop, config.n_facts, config.seed, config.templates)
-    _, per_epoch, losses = train_and_measure(lm, data, dataclasses.replace(config.train, progress=progress))
+    _, per_epoch, losses = train_and_measure(lm, data, config.train)
     return OcrResult(lm.name, config, data, chance_mean_rank(data.facts), per_epoch, losses, time.perf_counter() - started)

@@ -218,12 +218,10 @@ def _train_measuring(lm: LM, facts: list[Fact], config: TrainConfig, name: str, 
         measure(snapshot(model, lm.tokenizer, name), **fields, epoch=epoch)))[0]
 
 
-def run_ordering(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, progress: bool = False) -> OrderingResult:
+def run_ordering(lm: LM, registry, config: OriginsConfig = OriginsConfig()) -> OrderingResult:
     """Fig. 4: continued training in each order, then fine-tuning on the test facts, measuring after every epoch."""
     started = time.perf_counter()
     data = config.data(registry, lm.tokenizer)
-    continued_config = dataclasses.replace(config.continued, progress=progress)
-    train_config = dataclasses.replace(config.train, progress=progress)
 
     def on_train(model: LM, **fields) -> dict:
         return _measured(model, data.train_facts, data.train_implications, **fields)
@@ -236,10 +234,10 @@ def run_ordering(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, p
     for order in config.orders:
         curve, model = [before], lm
         for phase, examples in ordering_phases(data, order):
-            model = _train_measuring(model, examples, continued_config, f"{lm.name}+{order}", on_train, curve, phase=phase)
+            model = _train_measuring(model, examples, config.continued, f"{lm.name}+{order}", on_train, curve, phase=phase)
         continued[order] = curve
         test[order] = [on_test(model, epoch=0)]
-        _train_measuring(model, data.test_facts.facts(), train_config, f"{lm.name}+{order}+test facts", on_test, test[order])
+        _train_measuring(model, data.test_facts.facts(), config.train, f"{lm.name}+{order}+test facts", on_test, test[order])
         del model
     return OrderingResult(lm.name, config, data, continued, test, time.perf_counter() - started)
 
@@ -328,14 +326,12 @@ class GraftResult(Stored):
             self.plot(out / "graft.png")
 
 
-def run_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, progress: bool = False) -> GraftResult:
+def run_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig()) -> GraftResult:
     """Table 3 and Fig. 6: train the four weight sets, graft, measure; then score both updates."""
     started = time.perf_counter()
     data = config.data(registry, lm.tokenizer)
-    continued = dataclasses.replace(config.continued, progress=progress)
-
     def trained(base: LM, examples: QuerySet, name: str) -> LM:
-        return train_model(base, examples.facts(), continued, name=name)[0]
+        return train_model(base, examples.facts(), config.continued, name=name)[0]
 
     rows = {}
 
@@ -363,7 +359,7 @@ def run_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, prog
     measure("W_ImplF", w_impl)
     measure("W~_graft", graft_weights(w_cf, w_impl, lm, "W~_graft"))
     del w_impl, w_cf
-    tested = train_model(w_f_impl, data.test_facts.facts(), dataclasses.replace(config.train, progress=progress), name="W_F,ImplF+test")[0]
+    tested = train_model(w_f_impl, data.test_facts.facts(), config.train, name="W_F,ImplF+test")[0]
     downstream = linearized_scores(w_f_impl, tested, data.test_implications, components=components, upstream=False,
                                    batch_size=config.batch_size)["downstream"]
     rows = tuple(rows[name] for name in WEIGHT_SETS)

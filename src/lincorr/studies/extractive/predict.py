@@ -24,13 +24,12 @@ import time
 
 import numpy as np
 
-from lincorr.collect import entity_logits
+from lincorr.collection import CollectSettings, entity_logits
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.studies.extractive.ocr import (
-    SMALL_TRAIN, Templates, hop_data, load_world, ranks, saved_figure, train_model, training_settings,
+    FactsConfig, hop_data, load_world, ranks, saved_figure, train_model, training_settings,
 )
 from lincorr.studies.training.generalization import DEFAULT_MARGIN, predict_from_logits
-from lincorr.finetune import TrainConfig
 from lincorr.metrics import roc_auc
 from lincorr.models import LM
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
@@ -43,13 +42,9 @@ PREDICTORS = ("w_ref", "w_rank_score", "predicted_success")
 
 
 @dataclasses.dataclass(frozen=True)
-class PredictConfig:
-    """The first-hop dataset and training (as the OCR study), and how W is fitted."""
+class PredictConfig(FactsConfig):
+    """The first-hop facts and their training (`FactsConfig`), and how W is fitted."""
 
-    n_facts: int = 20
-    seed: int = 0
-    train: TrainConfig = SMALL_TRAIN
-    templates: Templates = Templates()
     relation: RelationSpec = RelationSpec("city", "language", "City->Language", "extractive/city->language")
     n_inputs: int = 1000
     fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100)
@@ -126,11 +121,11 @@ class PredictResult(Stored):
             self.plot(out / "predict.png")
 
 
-def run_predict(lm: LM, registry, config: PredictConfig = PredictConfig(), *, progress: bool = False) -> PredictResult:
+def run_predict(lm: LM, registry, config: PredictConfig = PredictConfig(), settings: CollectSettings = CollectSettings()) -> PredictResult:
     """Fit W on the untrained model, score every first-hop fact with it, train as the OCR study, and compare."""
     started = time.perf_counter()
     data = hop_data(load_world(registry), lm.tokenizer, "first", config.n_facts, config.seed, config.templates)
-    bound = fit_relation(lm, registry, config.relation, n_inputs=config.n_inputs, fit=config.fit, progress=progress)
+    bound = fit_relation(lm, registry, config.relation, n_inputs=config.n_inputs, fit=config.fit, settings=settings)
     coef = bound.fit.coef
     target_words = bound.target.domain.words
     # The candidates W can see: the dataset's languages that are columns of the language domain.
@@ -138,7 +133,7 @@ def run_predict(lm: LM, registry, config: PredictConfig = PredictConfig(), *, pr
     source_before = entity_logits(lm, bound.source, data.names)
     target_before = entity_logits(lm, bound.target, data.names).astype(np.float64)
     before = ranks(lm, data.implications)
-    tuned, _ = train_model(lm, data.facts.facts(), dataclasses.replace(config.train, progress=progress), name=f"{lm.name}+first-hop facts")
+    tuned, _ = train_model(lm, data.facts.facts(), config.train, name=f"{lm.name}+first-hop facts")
     after = ranks(tuned, data.implications)
     del tuned
     rows = []

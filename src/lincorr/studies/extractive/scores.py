@@ -170,7 +170,7 @@ def _chunks(queries: QuerySet, batch_size: int) -> list[tuple[list[str], torch.T
 
 
 def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components: Sequence[Component | str] | None = None,
-                      upstream: bool = True, batch_size: int = 32, progress: bool = False) -> dict[str, np.ndarray]:
+                      upstream: bool = True, batch_size: int = 32) -> dict[str, np.ndarray]:
     """Eqs. 4-6 averaged over `queries`: {"informative", "downstream", "upstream"} each `[n_components]`.
 
     `components` default to `score_components(original)`; `upstream=False` skips the per-split
@@ -218,7 +218,7 @@ def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components:
             for w in weights
         ], dtype=torch.float64)
     scores = {"informative": informative, "downstream": downstream,
-              "upstream": (_upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size, progress)
+              "upstream": (_upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size)
                            if upstream else torch.full((len(components),), float("nan"), dtype=torch.float64))}
     return {key: (value / len(queries)).numpy() for key, value in scores.items()}
 
@@ -241,7 +241,7 @@ def _split_points(original: LM, components: Sequence[Component]) -> list[tuple[l
     return points
 
 
-def _upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size, progress) -> torch.Tensor:
+def _upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size) -> torch.Tensor:
     upstream = torch.zeros(len(components), dtype=torch.float64)
     hybrid = _model_copy(original)
     chunks = _chunks(queries, batch_size)
@@ -442,7 +442,7 @@ class ScoresResult(Stored):
 
 
 def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked: int = 12, upstream: bool = True,
-                       batch_size: int = 32, progress: bool = False) -> tuple[list[Component], dict, list[Component], dict, dict, float, float]:
+                       batch_size: int = 32) -> tuple[list[Component], dict, list[Component], dict, dict, float, float]:
     """Linearised scores of every component and exact ones of `checked_components(n_checked)`.
 
     Returns (components, scores, checked, linearised scores of the checked, exact scores of the checked, seconds
@@ -450,7 +450,7 @@ def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked:
     """
     started = time.perf_counter()
     components = score_components(original)
-    scores = linearized_scores(original, tuned, queries, components=components, upstream=upstream, batch_size=batch_size, progress=progress)
+    scores = linearized_scores(original, tuned, queries, components=components, upstream=upstream, batch_size=batch_size)
     seconds_scores = time.perf_counter() - started
     checked = checked_components(original, n_checked)
     index = {c: i for i, c in enumerate(components)}
@@ -459,15 +459,15 @@ def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked:
     return components, scores, checked, linear, exact, seconds_scores, time.perf_counter() - started - seconds_scores
 
 
-def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig(), *, progress: bool = False) -> ScoresResult:
+def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig()) -> ScoresResult:
     """Fine-tune on the update's facts, then score every MLP and head on the implications and check a subset by intervention."""
     update = config.update
     data = hop_data(load_world(registry), lm.tokenizer, update.hop, update.n_facts, update.seed, update.templates)
     started = time.perf_counter()
-    tuned, per_epoch, _ = train_and_measure(lm, data, dataclasses.replace(update.train, progress=progress))
+    tuned, per_epoch, _ = train_and_measure(lm, data, update.train)
     seconds_train = time.perf_counter() - started
     components, scores, checked, linear, exact, seconds_scores, seconds_check = scores_from_models(
-        lm, tuned, data.implications, n_checked=config.n_checked, batch_size=config.batch_size, progress=progress)
+        lm, tuned, data.implications, n_checked=config.n_checked, batch_size=config.batch_size)
     mean_ranks = {f"{kind}_mean_rank_{when}": row[f"{kind}_mean_rank"] for kind in ("fact", "implication")
                   for when, row in (("before", per_epoch[0]), ("after", per_epoch[-1]))}
     n_heads = layout(lm).n_heads

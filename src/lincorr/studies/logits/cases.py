@@ -6,6 +6,7 @@ import dataclasses
 from typing import ClassVar
 from collections.abc import Sequence
 
+from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig, PairResult, measure_relation
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
@@ -146,11 +147,12 @@ class CaseTables(Stored):
             write_json(out / "cases.json", self.summary()["tables"])
 
 
-def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str], config, **collect_options) -> CaseTables:
+def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str], config,
+                  settings: CollectSettings = CollectSettings()) -> CaseTables:
     """Fit each spec's prompt pair (tables are cached and shared) and build its case table, marking reference answers."""
     tables = []
     for spec in specs:
         relation = bind_relation(registry, spec.relation, lm.tokenizer, require_pairs=False)
-        pair = measure_relation(lm, relation, inputs, config, **collect_options)
+        pair = measure_relation(lm, relation, inputs, config, settings)
         tables.append(case_table(pair, spec.direction, words=spec.words, k=spec.k, reference_pairs=relation.pairs or None))
     return CaseTables(tuple(tables), lm.fingerprint, config)

@@ -20,6 +20,7 @@ from typing import ClassVar
 import numpy as np
 from scipy.stats import binomtest
 
+from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig
 from lincorr.knowledge.lre import LreRelation, lre_registry
@@ -178,14 +179,13 @@ def p_text(p: float) -> str:
 
 
 def lre_precision(lm: LM, relations: Sequence[LreRelation], inputs: Sequence[str], configs: Sequence[FitConfig], *,
-                  max_subjects: int | None = None, **collect_options) -> LreTable:
+                  max_subjects: int | None = None, settings: CollectSettings = CollectSettings()) -> LreTable:
     """Hit@Top-N of W for each LRE relation this tokenizer can judge (see the module's rule), for each fit in `configs`.
 
     `max_subjects` draws at most that many subjects of each relation (`LreRelation.sampled`, with the
     fits' seed), so that ols, which needs more training inputs than subject words, can be fitted on few inputs.
 
-    `collect_options` go to `collect_logits` (logprobs, batch_size, cache, progress); relations
-    left out, and fits that cannot be made (ols with fewer training inputs than subject words),
+    `settings` say how the tables are collected; relations left out, and fits that cannot be made (ols with fewer training inputs than subject words),
     are listed in `skipped` with the reason.
     """
     started = time.perf_counter()
@@ -204,6 +204,6 @@ def lre_precision(lm: LM, relations: Sequence[LreRelation], inputs: Sequence[str
             continue
         kept.append(spec)
         prompts.update({bound.source.name: bound.source, bound.target.name: bound.target})
-    table = precision_table(lm, registry, kept, inputs, configs, custom_prompts=prompts, **collect_options)
+    table = precision_table(lm, registry, kept, inputs, configs, custom_prompts=prompts, settings=settings)
     return LreTable(lm.name, len(inputs), table.rows, {relation.name: relation.relation_type for relation in relations},
                     (*skipped, *table.skipped), time.perf_counter() - started, lm.fingerprint, tuple(configs), max_subjects)

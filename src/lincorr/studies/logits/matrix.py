@@ -15,7 +15,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from lincorr.collect import LogitTable, collect_tables
+from lincorr.collection import CollectSettings, LogitTable, collect
 from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig, PairResult, fit_targets
 from lincorr.metrics import summarize
@@ -295,12 +295,12 @@ def measure_matrix(
     grid: Grid,
     inputs: Sequence[str],
     config: FitConfig = FitConfig(),
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> MatrixResult:
-    """Collect every prompt of `grid` once over `inputs` (`collect_options` as in `collect_tables`), then fit and score all of its cells."""
+    """Collect every prompt of `grid` once over `inputs` (as `settings` say), then fit and score all of its cells."""
     grid, prompts, skipped = prepare_grid(registry, grid, lm.tokenizer, len(inputs), config)
     started = time.perf_counter()
-    tables = collect_tables(lm, prompts, inputs, **collect_options)
+    tables = collect(lm, prompts, inputs, settings)
     return matrix_from_tables(grid, tables, config, model_name=lm.name, skipped=skipped, seconds_collect=time.perf_counter() - started)
 
 

@@ -9,7 +9,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from lincorr.collect import LogitTable, collect_tables
+from lincorr.collection import CollectSettings, LogitTable, collect
 from lincorr.domains import Domain
 from lincorr.errors import DataError, LincorrError
 from lincorr.fit import FitConfig, PairResult, fit_relation_tables
@@ -340,13 +340,13 @@ def precision_table(
     *,
     reference_file: ReferenceFile | None = None,
     custom_prompts: Mapping[str, Prompt] | None = None,
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> PrecisionTable:
     """Hit@Top-N for each relation and estimator; every prompt is collected once.
 
     `reference_file` replaces the registry's reference for every relation (a user's own pairs);
     `custom_prompts` (name -> a prompt of the user's own) stand in for registry prompts of that
-    name; `collect_options` go to `collect_logits`.
+    name; `settings` say how the tables are collected.
     A relation (or one estimator of it) is skipped, with the reason, when a prompt has no domain
     for this tokenizer, no reference pair is usable on the tokenized domains, or ols has too few
     inputs. The reference is checked before any logit is collected, and a relation left with no
@@ -365,7 +365,7 @@ def precision_table(
         except LincorrError as error:
             skipped.append((spec.label, str(error)))
     needed = dict.fromkeys(name for relation in judged for name in (relation.source.name, relation.target.name))
-    tables = collect_tables(lm, {name: prompts[name] for name in needed}, inputs, **collect_options)
+    tables = collect(lm, {name: prompts[name] for name in needed}, inputs, settings)
     rows: list[PrecisionResult] = []
     for relation in judged:
         for config in configs:

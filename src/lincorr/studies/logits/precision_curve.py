@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import ClassVar
 
-from lincorr.collect import LogitTable, collect_tables
+from lincorr.collection import CollectSettings, LogitTable, collect
 from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig
 from lincorr.models import LM
@@ -94,12 +94,12 @@ def precision_curve(
     configs: Sequence[FitConfig],
     *,
     reference_file: ReferenceFile | None = None,
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> PrecisionCurve:
     """Hit@Top-N of `relation` with W fitted on the first N of `inputs`, for each N in `ns` and each estimator config.
 
     `inputs` must hold at least max(ns) inputs; both prompts are collected once over the first
-    max(ns) (`collect_options` go to `collect_logits`). An (N, estimator) that cannot be fitted
+    max(ns) (`settings` say how). An (N, estimator) that cannot be fitted
     (ols with fewer training inputs than source words) is skipped with the reason.
     """
     ns = tuple(sorted(set(ns)))
@@ -110,7 +110,7 @@ def precision_curve(
     if missing:
         raise LincorrError("; ".join(reason for _, reason in missing))
     bound = judged_relation(registry, relation, prompts[relation.source], prompts[relation.target], reference_file)
-    tables = collect_tables(lm, prompts, list(inputs[:ns[-1]]), **collect_options)
+    tables = collect(lm, prompts, list(inputs[:ns[-1]]), settings)
     rows, skipped = [], []
     for n in ns:
         first = {name: first_inputs(table, n) for name, table in tables.items()}

@@ -17,7 +17,7 @@ import numpy as np
 from lincorr.errors import LincorrError
 from lincorr.reading import read_text
 from lincorr.fit import FitConfig
-from lincorr.collect import collect_tables
+from lincorr.collection import CollectSettings, collect
 from lincorr.studies.logits.matrix import Grid, MatrixResult, matrix_from_tables, prepare_grid
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.models import LM, wrap_model
@@ -148,15 +148,15 @@ def measure_resilience(
     config: FitConfig = FitConfig(),
     *,
     training: dict | None = None,
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> ResilienceResult:
     """Collect the grid's prompts on both models and score A's W on A, A's W on B, and B's W on B."""
     check_same_tokenizer(fit_lm, eval_lm)
     grid, prompts, skipped = prepare_grid(registry, grid, fit_lm.tokenizer, len(inputs), config)
     started = time.perf_counter()
-    on_fit = collect_tables(fit_lm, prompts, inputs, **collect_options)
+    on_fit = collect(fit_lm, prompts, inputs, settings)
     seconds_fit_model = time.perf_counter() - started
-    on_eval = collect_tables(eval_lm, prompts, inputs, **collect_options)
+    on_eval = collect(eval_lm, prompts, inputs, settings)
     seconds_eval_model = time.perf_counter() - started - seconds_fit_model
     return ResilienceResult(
         fit_on_fit=matrix_from_tables(grid, on_fit, config, model_name=fit_lm.name, seconds_collect=seconds_fit_model, skipped=skipped),

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import ClassVar
 
+from lincorr.collection import CollectSettings
 from lincorr.fit import FitConfig
 from lincorr.studies.logits.precision import KS, PrecisionTable, precision_table
 from lincorr.inputs import sample_vocab_inputs
@@ -108,7 +109,7 @@ def measure_scale(
     *,
     seed: int = 0,
     load: Callable[[str], LM] = load_model,
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> ScaleResult:
     """Load each model in turn (one in memory at a time), sample its own inputs, and measure the relations.
 
@@ -119,7 +120,7 @@ def measure_scale(
     for spec in model_specs:
         lm = load(spec)
         inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed)
-        table = precision_table(lm, registry, relations, inputs, configs, **collect_options)
+        table = precision_table(lm, registry, relations, inputs, configs, settings=settings)
         points.append(ScalePoint(lm.name, sum(p.numel() for p in lm.model.parameters()), table))
         del lm
     return ScaleResult(tuple(sorted(points, key=lambda p: p.n_parameters)))

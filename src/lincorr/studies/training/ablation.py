@@ -16,7 +16,6 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers.activations import ACT2FN
 
 from lincorr.errors import LincorrError, UsageError
@@ -24,6 +23,7 @@ from lincorr.knowledge import load_registry
 from lincorr.metrics import chance_top1
 from lincorr.models import left_pad, tokenize_prompts
 from lincorr.names import pseudo_names
+from lincorr.progress import progress_bar
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, bind_relation
 from lincorr.studies.training.token_pairs import TokenPairs, resolve_pairs
@@ -74,7 +74,6 @@ class AblationConfig:
     gated: bool | None = None
     init_std: float = 0.02
     softmax_over: str = "domains"
-    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.softmax_over not in SOFTMAX_OVER:
@@ -333,7 +332,7 @@ def _train(
     """AdamW on cross-entropy of `block(features) @ output.T` `[n, n_candidates]`; a fresh optimiser per stage."""
     optimizer = torch.optim.AdamW(block.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
     size = config.batch_size or len(features)
-    with tqdm(range(epochs), desc=stage, disable=not config.progress, leave=False) as bar:
+    with progress_bar(range(epochs), desc=stage) as bar:
         for _ in bar:
             order = torch.randperm(len(features), generator=generator) if size < len(features) else torch.arange(len(features))
             for batch in order.split(size):

@@ -16,7 +16,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from lincorr.collect import entity_logits
+from lincorr.cache import stored_row
+from lincorr.collection import CollectSettings, entity_logits
 from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
@@ -25,7 +26,7 @@ from scipy.special import softmax
 from lincorr.metrics import chance_top1, rate, roc_auc
 from lincorr.models import LM, wrap_model
 from lincorr.names import pseudo_names
-from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_text_atomic
+from lincorr.outputs import settings_key, staged_directory, write_json, write_text_atomic
 from lincorr.paper import paper_table
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, study_key
@@ -44,7 +45,7 @@ DEFAULT_MARGIN = 5.0
 # 60x the paper's 5e-6: on gemma-3-270m, 5e-5 for 3 epochs learned 1-3 of 16 facts and 3e-4 for 6 epochs 15 of 16.
 # Training stops once every taught fact is learned (`GeneralizationConfig.until_learned`); `epochs` is the cap: at
 # 8 epochs, country facts were learned only 73% of the time. Gradients are clipped at norm 1 (TrainConfig's default).
-DEFAULT_TRAIN = TrainConfig(learning_rate=3e-4, epochs=24, batch_size=4, blocks_only=True, progress=False)
+DEFAULT_TRAIN = TrainConfig(learning_rate=3e-4, epochs=24, batch_size=4, blocks_only=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,7 +89,6 @@ class GeneralizationConfig:
     keep_subwords: bool = False
     until_learned: bool = True  # stop training after the first epoch at which every taught source answer is the top-1
     balance_categories: bool = False  # draw the taught answers evenly over the token categories of their references
-    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.n_facts < 1 or not self.seeds:
@@ -220,12 +220,12 @@ class EditPredictionResult(Stored):
 
 def predict_relation_edit(lm: LM, registry, relation: RelationSpec, value: str, *, subject: str | None = None, seed: int = 0,
                           n_inputs: int = 1000, fit: FitConfig = GeneralizationConfig().fit, margin: float = DEFAULT_MARGIN,
-                          delta: float | None = None, progress: bool = False) -> EditPredictionResult:
+                          delta: float | None = None, settings: CollectSettings = CollectSettings()) -> EditPredictionResult:
     """Fit W for `relation` on `n_inputs` vocabulary inputs and `predict_edit` teaching "source(subject) = value".
 
     Without a `subject`, a fresh made-up name drawn with `seed` is edited.
     """
-    bound = fit_relation(lm, registry, relation, n_inputs=n_inputs, fit=fit, progress=progress)
+    bound = fit_relation(lm, registry, relation, n_inputs=n_inputs, fit=fit, settings=settings)
     # Offset as in `planned_facts`: the name is one a study with the same seed would teach.
     subject = subject or pseudo_names(1, lm.tokenizer, seed + 10_000)[0]
     prediction = predict_edit(lm, bound, value, subject, margin=margin, delta=delta)
@@ -522,7 +522,8 @@ class GeneralizationResult(Stored):
 
 
 def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
-                       config: GeneralizationConfig = GeneralizationConfig()) -> GeneralizationResult:
+                       config: GeneralizationConfig = GeneralizationConfig(), settings: CollectSettings = CollectSettings()
+                       ) -> GeneralizationResult:
     """Teach fresh entities source facts (one training run per seed) and read their target answers before and after.
 
     A `RelationSpec` is bound and its W fitted here; a `BoundRelation` with a fit is used as it is.
@@ -530,7 +531,7 @@ def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
     started = time.perf_counter()
     if isinstance(relation, RelationSpec):
         relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=config.keep_subwords,
-                                progress=config.progress)
+                                settings=settings)
     seconds_fit = time.perf_counter() - started
     outcomes, target_before, losses, seconds_train = [], [], [], 0.0
     for seed in config.seeds:
@@ -612,7 +613,8 @@ class GeneralizationTable(Stored):
 
 
 def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | None = None,
-                         config: GeneralizationConfig = GeneralizationConfig(), *, on_row=None) -> GeneralizationTable:
+                         config: GeneralizationConfig = GeneralizationConfig(), settings: CollectSettings = CollectSettings(), *,
+                         on_row=None) -> GeneralizationTable:
     """Table 5 over `relations` (default: the paper's eleven); `on_row` sees each row as it is finished.
 
     Finished rows are stored in the cache, so an interrupted table resumes where it stopped; a
@@ -621,8 +623,9 @@ def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | N
     paper = paper_table("table5")
     rows = []
     for relation in relations or paper.relations():
-        row = stored_row("generalize", study_key("generalize", lm.fingerprint, registry, relation, config), relation.label,
-                         lambda: run_generalization(lm, registry, relation, config).summary(), depends_on=__name__)
+        key = {**study_key("generalize", lm.fingerprint, registry, relation, config), "collection": settings.key()}
+        row = stored_row("generalize", key, relation.label, lambda: run_generalization(lm, registry, relation, config, settings).summary(),
+                         code=__name__, use_cache=settings.use_cache)
         if (published := paper.row(relation.label)) is not None:
             row |= {"paper_generalization_rate": published["generalization_rate"], "paper_random_baseline": published["random_baseline"],
                     "paper_model": paper.model}

@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from lincorr.collection import CollectSettings
 from lincorr.domains import CATEGORIES
 from lincorr.fit import fit_relation
 from lincorr.studies.training.generalization import GeneralizationConfig, GeneralizationResult, run_generalization
@@ -62,10 +63,11 @@ class SubwordResult(Stored):
 
 
 def subword_study(lm: LM, registry, relation: RelationSpec = RelationSpec("city", "country"),
-                  config: GeneralizationConfig = GeneralizationConfig(keep_subwords=True, balance_categories=True)) -> SubwordResult:
+                  config: GeneralizationConfig = GeneralizationConfig(keep_subwords=True, balance_categories=True),
+                  settings: CollectSettings = CollectSettings()) -> SubwordResult:
     """Fit W and run the generalization study with subword answers kept and facts spread evenly over categories, then split every score by category."""
     config = dataclasses.replace(config, keep_subwords=True, balance_categories=True)
-    relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=True, progress=config.progress)
+    relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=True, settings=settings)
     result = run_generalization(lm, registry, relation, config)
     categories = np.array(relation.target.domain.categories)
     rows = []

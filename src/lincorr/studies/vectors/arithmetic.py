@@ -23,7 +23,6 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 from scipy.stats import binomtest
-from tqdm.auto import tqdm
 
 from lincorr.errors import LincorrError
 from lincorr.tasks import (
@@ -39,6 +38,7 @@ from lincorr.internals import Ablate, Patch, attn, hidden_ranks, layout, mlp, re
 from lincorr.knowledge import TaskSpec, load_registry
 from lincorr.models import LM
 from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.progress import progress_bar
 from lincorr.results import Stored, record
 
 __all__ = [
@@ -202,8 +202,7 @@ class LensResult(Stored):
                          dashed=("answer top-1",), mark=self.crossing_layer, mark_label="crossing")
 
 
-def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, floor: float = FLOOR, batch_size: int = 16,
-         progress: bool = True) -> LensResult:
+def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, floor: float = FLOOR, batch_size: int = 16) -> LensResult:
     """The logit lens at the last position of `n_pairs` few-shot prompts (all kept pairs by default), one forward per batch.
 
     Ranks are over the full vocabulary; a pair's answer rank is its best answer's. `final_accuracy`
@@ -215,7 +214,7 @@ def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, f
     prompts = fewshot_prompts(bound, indices, seed)
     n_layers = layout(lm).n_layers
     streams, attention = [resid(layer) for layer in range(n_layers + 1)], [attn(layer) for layer in range(n_layers)]
-    trace = run(lm, prompts, capture=streams + attention, token_ids=NOTHING, batch_size=batch_size, progress=progress)
+    trace = run(lm, prompts, capture=streams + attention, token_ids=NOTHING, batch_size=batch_size)
     stack = torch.stack([trace[c] for c in streams] + [trace[s] + trace[a] for s, a in zip(streams, attention)], 1)
     targets = torch.cat([bound.argument_ids(indices)[:, None], bound.answer_ids(indices)], 1)
     ranks = hidden_ranks(lm, stack, targets, batch_size=batch_size).cpu().numpy()  # [n, 2L + 1, 1 + k]
@@ -253,11 +252,10 @@ class OVectors:
         return [self.indices[row] for row in np.flatnonzero(self.solved)[:n_source]]
 
 
-def o_vectors(lm: LM, task: BoundTask, indices: Sequence[int], *, seed: int = 0, batch_size: int = 16,
-              progress: bool = False) -> OVectors:
+def o_vectors(lm: LM, task: BoundTask, indices: Sequence[int], *, seed: int = 0, batch_size: int = 16) -> OVectors:
     """Every FFN's output on the few-shot prompts of `indices` and whether each is solved, from one forward per batch."""
     components = [mlp(layer) for layer in range(layout(lm).n_layers)]
-    trace = run(lm, fewshot_prompts(task, indices, seed), capture=components, batch_size=batch_size, progress=progress)
+    trace = run(lm, fewshot_prompts(task, indices, seed), capture=components, batch_size=batch_size)
     top = trace.logits.argmax(-1).cpu()
     solved = (top[:, None] == task.answer_ids(indices)).any(1).numpy()
     if not solved.any():
@@ -388,8 +386,7 @@ class OVectorResult(Stored):
 
 
 def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = None, scale: float = OVECTOR_SCALE, n_source: int = 8,
-            n_pairs: int = 64, sweep: bool = False, transfer_from: str | None = None, seed: int = 0, batch_size: int = 16,
-            progress: bool = True) -> OVectorResult:
+            n_pairs: int = 64, sweep: bool = False, transfer_from: str | None = None, seed: int = 0, batch_size: int = 16) -> OVectorResult:
     """Add `scale` times the task's o-vector to `mlp[layer]` at the last position of copy contexts, with controls.
 
     The o-vector is the mean `mlp[layer]` output at the last position of the first `n_source` solved
@@ -413,10 +410,10 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
     pool, evaluation = order[:3 * n_source], order[3 * n_source:][:n_pairs]
     if not evaluation:
         raise LincorrError(f"task '{task.name}' keeps {len(order)} pairs for this tokenizer, too few for {3 * n_source} source prompts and an evaluation; lower n_source")
-    vectors = o_vectors(lm, bound, pool, seed=seed, batch_size=batch_size, progress=progress)
+    vectors = o_vectors(lm, bound, pool, seed=seed, batch_size=batch_size)
     control_bound = bind_task(control, lm.tokenizer)
     control_vectors = o_vectors(lm, control_bound, pair_order(control_bound, seed)[:3 * n_source], seed=seed,
-                                batch_size=batch_size, progress=progress)
+                                batch_size=batch_size)
     transfer_row = 0 if transfer_from is not None else int(np.flatnonzero(vectors.solved)[0])
 
     prompts = copy_prompts(bound, evaluation)
@@ -424,8 +421,7 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
 
     def scored(vector: np.ndarray | None, at: int = layer) -> TaskScores:
         added = [] if vector is None else [Patch(mlp(at), torch.from_numpy(scale * vector), mode="add")]
-        return score_prompts(lm, bound, evaluation, prompts, layers=[n_layers], interventions=added, batch_size=batch_size,
-                             progress=progress)
+        return score_prompts(lm, bound, evaluation, prompts, layers=[n_layers], interventions=added, batch_size=batch_size)
 
     vector = vectors.mean(layer, n_source)
     random = np.random.default_rng(seed).standard_normal(vector.shape).astype(np.float32)
@@ -435,7 +431,7 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
         "random": scored(random), "transfer": scored(vectors.outputs[transfer_row, layer]),
     }
     per_layer = []
-    for at in tqdm(range(n_layers) if sweep else (), desc="sweep", unit="layer", disable=not progress, leave=False):
+    for at in progress_bar(range(n_layers) if sweep else (), desc="sweep", unit="layer"):
         swept = scored(vectors.mean(at, n_source), at)
         per_layer.append({"layer": at, "accuracy_with": swept.accuracy(), "rr_with": float(swept.answer_rr()[-1])})
     top1 = {key: scores.answer_rank[:, -1] == 0 for key, scores in outcomes.items()}
@@ -520,7 +516,7 @@ class FFNAblationResult(Stored):
 
 
 def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_pairs: int = 64, n_reference: int = 16,
-               seed: int = 0, batch_size: int = 16, progress: bool = True) -> FFNAblationResult:
+               seed: int = 0, batch_size: int = 16) -> FFNAblationResult:
     """Ablate `mlp[l]` for every l >= `from_layer` at every position; accuracy of the task and its extractive control.
 
     how="zero" replaces the FFN outputs by zeros; how="mean" by their mean over the real tokens of
@@ -539,7 +535,7 @@ def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_
     means = {c: None for c in ablated}
     if how == "mean":
         trace = run(lm, fewshot_prompts(bound, reference, seed), capture=ablated, positions="all", token_ids=NOTHING,
-                    batch_size=batch_size, progress=progress)
+                    batch_size=batch_size)
         real = trace.attention_mask.to(trace[ablated[0]].device, trace[ablated[0]].dtype)[..., None]
         means = {c: (trace[c] * real).sum((0, 1)) / real.sum() for c in ablated}
     interventions = [Ablate(c, how, means[c], position="all") for c in ablated]
@@ -547,7 +543,7 @@ def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_
     abstractive, extractive = fewshot_prompts(bound, evaluation, seed), extractive_prompts(bound, evaluation, seed)
     right = {  # [n_pairs] bool: the greedy first token is a right answer's
         (kind, when): score_prompts(lm, bound, evaluation, prompts, layers=[n_layers], interventions=added,
-                                    batch_size=batch_size, progress=progress).answer_rank[:, -1] == 0
+                                    batch_size=batch_size).answer_rank[:, -1] == 0
         for kind, prompts in (("abstractive", abstractive), ("extractive", extractive))
         for when, added in (("before", ()), ("after", interventions))
     }

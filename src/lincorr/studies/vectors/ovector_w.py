@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from lincorr.errors import LincorrError
+from lincorr.collection import CollectSettings
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.studies.vectors.arithmetic import OVECTOR_SCALE, check_layer, o_vectors, pair_order
 from lincorr.tasks import COPY_TEMPLATE, bind_task
@@ -122,7 +123,8 @@ class OVectorWResult(Stored):
 
 def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: RelationSpec = CAPITALS, scale: float = OVECTOR_SCALE,
               n_source: int = 8, n_inputs: int = 1000, fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100),
-              n_shuffles: int = 1000, seed: int = 0, batch_size: int = 16, progress: bool = True) -> OVectorWResult:
+              n_shuffles: int = 1000, seed: int = 0, batch_size: int = 16,
+              settings: CollectSettings = CollectSettings()) -> OVectorWResult:
     """Compare the effect of `task`'s o-vector at `mlp[layer]` on `relation`'s target logits with W's rows (module docstring).
 
     The o-vector is made as `vector_arithmetic.ovector` makes it (same seed, same pool); W comes
@@ -131,10 +133,9 @@ def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: Relatio
     started = time.perf_counter()
     check_layer(lm, layer, "o-vector layer")
     bound_task = bind_task(task, lm.tokenizer)
-    vectors = o_vectors(lm, bound_task, pair_order(bound_task, seed)[:3 * n_source], seed=seed, batch_size=batch_size,
-                        progress=progress)
+    vectors = o_vectors(lm, bound_task, pair_order(bound_task, seed)[:3 * n_source], seed=seed, batch_size=batch_size)
     sources = {bound_task.pairs[i].argument for i in vectors.sources(n_source)}
-    bound = fit_relation(lm, registry, relation, n_inputs=n_inputs, fit=fit, progress=progress)
+    bound = fit_relation(lm, registry, relation, n_inputs=n_inputs, fit=fit, settings=settings)
     rows = [row for row in bound.columns if bound.source.domain.words[row] not in sources]
     if len(rows) < 3:
         raise LincorrError(f"only {len(rows)} subjects of {bound.reference} are left for this tokenizer; the comparison needs at least 3")
@@ -142,7 +143,7 @@ def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: Relatio
     prompts = [fill(COPY_TEMPLATE, subject) for subject in subjects]
     token_ids = torch.tensor(bound.target.domain.token_ids)
     added = Patch(mlp(layer), torch.from_numpy(scale * vectors.mean(layer, n_source)), mode="add")
-    without, with_vector = (run(lm, prompts, token_ids=token_ids, interventions=i, batch_size=batch_size, progress=progress).logits
+    without, with_vector = (run(lm, prompts, token_ids=token_ids, interventions=i, batch_size=batch_size).logits
                             for i in ((), [added]))
     effect = (with_vector - without).float().cpu().numpy()
     w_rows = bound.fit.coef[rows]
