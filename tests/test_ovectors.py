@@ -34,7 +34,7 @@ def test_the_paired_test_counts_only_discordant_pairs():
 
 def test_ovector_addition_equals_a_manual_add_through_hooks(llama):
     spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
-    result = ovector(llama, spec, 1, control=control, scale=2.0, n_source=3, n_pairs=6, progress=False)
+    result = ovector(llama, spec, 1, control=control, scale=2.0, n_source=3, n_pairs=6)
     bound = bind_task(spec, llama.tokenizer)
     order = pair_order(bound, 0)
     sources, evaluation = order[:3], order[9:15]  # every planted prompt is solved: the first three are the sources
@@ -66,8 +66,8 @@ def test_ovector_addition_equals_a_manual_add_through_hooks(llama):
 
 def test_ovector_sweep_repeats_the_vector_at_every_layer(llama):
     spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
-    one = ovector(llama, spec, 0, control=control, n_source=3, n_pairs=6, progress=False)
-    swept = ovector(llama, spec, 1, control=control, n_source=3, n_pairs=6, sweep=True, progress=False)
+    one = ovector(llama, spec, 0, control=control, n_source=3, n_pairs=6)
+    swept = ovector(llama, spec, 1, control=control, n_source=3, n_pairs=6, sweep=True)
     assert [row["layer"] for row in swept.per_layer] == [0, 1]
     assert swept.per_layer[0] == {"layer": 0, "accuracy_with": one.accuracy_with, "rr_with": one.rr_with}
     assert swept.per_layer[1]["rr_with"] == swept.rr_with
@@ -80,8 +80,7 @@ def replaced_everywhere(vector):
 
 def test_the_papers_protocol_replaces_every_ffn_from_the_layer_on_by_one_prompts_vector(llama):
     spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
-    result = ovector(llama, spec, 0, control=control, protocol="paper", contexts=("copy", "zero-shot"), n_source=3, n_pairs=6,
-                     progress=False)
+    result = ovector(llama, spec, 0, control=control, protocol="paper", contexts=("copy", "zero-shot"), n_source=3, n_pairs=6)
     bound = bind_task(spec, llama.tokenizer)
     order = pair_order(bound, 0)
     evaluation = order[9:15]

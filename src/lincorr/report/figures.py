@@ -157,22 +157,34 @@ def matrix_figure(values: np.ndarray, row_labels: Sequence[str], column_labels: 
 
 def score_heatmaps(grids: Mapping[str, np.ndarray], layers: Sequence[int], components: Sequence[str], title: str) -> go.Figure:
     """One heatmap per score (layers down, components across), side by side, each on its own symmetric scale."""
+    return role_heatmaps({"": grids}, layers, components, title)
+
+
+def role_heatmaps(by_row: Mapping[str, Mapping[str, np.ndarray]], layers: Sequence[int], components: Sequence[str], title: str) -> go.Figure:
+    """A row of score heatmaps per token role (`by_row`: role -> score -> `[n_layers, n_components]`; role "" for a single
+    unnamed row), one column per score, each score on one symmetric scale shared by its rows."""
     from plotly.subplots import make_subplots
 
-    figure = make_subplots(rows=1, cols=len(grids), subplot_titles=list(grids), horizontal_spacing=0.12)
-    for k, (name, grid) in enumerate(grids.items()):
-        grid = np.asarray(grid, float)
-        limit = (float(np.nanmax(np.abs(grid))) if np.isfinite(grid).any() else 0.0) or 1.0
+    scores = list(next(iter(by_row.values())))
+    titles = [f"{name}, {role}" if role else name for role in by_row for name in scores]
+    figure = make_subplots(rows=len(by_row), cols=len(scores), subplot_titles=titles, horizontal_spacing=0.12,
+                           vertical_spacing=0.3 / len(by_row))
+    for k, name in enumerate(scores):
+        column = [np.asarray(grids[name], float) for grids in by_row.values()]
+        limit = max((float(np.nanmax(np.abs(g))) for g in column if np.isfinite(g).any()), default=0.0) or 1.0
         right_edge = figure.layout[f"xaxis{k + 1 if k else ''}"].domain[1]
-        figure.add_trace(go.Heatmap(
-            z=np.where(np.isfinite(grid), grid, None), x=list(components), y=[str(layer) for layer in layers], colorscale="RdBu_r",
-            zmin=-limit, zmax=limit, hoverongaps=False, colorbar={"x": right_edge + 0.01, "xanchor": "left", "len": 0.9, "thickness": 10},
-            hovertemplate=f"layer %{{y}}\n%{{x}}\n{name} score: %{{z:.4g}}",
-        ), row=1, col=k + 1)
-        figure.update_xaxes(_category_axis("component", tickangle=-90), row=1, col=k + 1)
-        figure.update_yaxes(_category_axis("layer", autorange="reversed"), row=1, col=k + 1)
+        for r, (role, grid) in enumerate(zip(by_row, column)):
+            figure.add_trace(go.Heatmap(
+                z=np.where(np.isfinite(grid), grid, None), x=list(components), y=[str(layer) for layer in layers], colorscale="RdBu_r",
+                zmin=-limit, zmax=limit, hoverongaps=False, showscale=r == 0,
+                colorbar={"x": right_edge + 0.01, "xanchor": "left", "y": 1, "yanchor": "top", "len": 0.9 / len(by_row), "thickness": 10},
+                hovertemplate=f"layer %{{y}}\n%{{x}}\n{name} score{f' at {role} tokens' if role else ''}: %{{z:.4g}}",
+            ), row=r + 1, col=k + 1)
+            figure.update_xaxes(_category_axis("component", tickangle=-90), row=r + 1, col=k + 1)
+            figure.update_yaxes(_category_axis("layer", autorange="reversed"), row=r + 1, col=k + 1)
     # Room above the plots for the subplot titles under the figure's own.
-    figure.update_layout(_layout(title, _heatmap_height(len(layers), minimum=380), margin={"l": 10, "r": 10, "t": 90, "b": 10}))
+    figure.update_layout(_layout(title, len(by_row) * _heatmap_height(len(layers), minimum=380),
+                                 margin={"l": 10, "r": 10, "t": 90, "b": 10}))
     return figure
 
 
@@ -204,3 +216,29 @@ def outcome_figure(weights: Sequence[float], generalized: Sequence[bool], labels
                    hovertemplate="W[s, ref] bin centre: %{x:.4f}\ngeneralization rate: %{y:.2f} (%{customdata} facts)"),
     ], _layout(title, 420, xaxis={"title": {"text": "W[s, reference]"}},
                yaxis={"title": {"text": "generalized (1) or not (0)"}, "range": [-0.1, 1.1]}))
+
+
+def grouped_bar_figure(categories: Sequence[str], series: Mapping[str, Sequence[float]], title: str, *, y_name: str,
+                       y_range: tuple[float, float] | None = None, reference_line: tuple[str, float] | None = None) -> go.Figure:
+    """One group of bars per category, one bar per series, in the order given; NaN leaves a gap."""
+    figure = go.Figure([
+        go.Bar(x=list(categories), y=[np.nan if v is None else v for v in values], name=name,
+               hovertemplate=f"%{{x}}\n%{{fullData.name}}\n{y_name}: %{{y:.3f}}")
+        for name, values in series.items()
+    ], _layout(title, 380 + _turned_room(categories) // 2, barmode="group", xaxis=_category_axis(""),
+               yaxis={"title": {"text": y_name}, **({"range": list(y_range)} if y_range else {})}))
+    if reference_line is not None:
+        figure.add_hline(y=reference_line[1], line_dash="dash", line_color="grey", annotation_text=reference_line[0])
+    return figure
+
+
+def scatter_figure(x: Sequence[float], y: Sequence[float], labels: Sequence[str], title: str, *, x_name: str, y_name: str,
+                   groups: Sequence[str] | None = None) -> go.Figure:
+    """One point per item (its label on hover), coloured by `groups` where given."""
+    groups = list(groups) if groups is not None else [""] * len(x)
+    return go.Figure([
+        go.Scatter(x=[v for v, g in zip(x, groups) if g == group], y=[v for v, g in zip(y, groups) if g == group],
+                   text=[label for label, g in zip(labels, groups) if g == group], mode="markers", name=group or "items",
+                   marker={"size": 8, "opacity": 0.7}, hovertemplate=f"%{{text}}\n{x_name}: %{{x:.4g}}\n{y_name}: %{{y:.4g}}")
+        for group in dict.fromkeys(groups)
+    ], _layout(title, 420, xaxis={"title": {"text": x_name}}, yaxis={"title": {"text": y_name}}))

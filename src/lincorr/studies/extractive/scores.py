@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import ClassVar
 import time
 from collections.abc import Sequence
 
@@ -57,7 +58,8 @@ from lincorr.studies.extractive.score_figures import plot_linearization, plot_ro
 from lincorr.studies.extractive.slices import Slices, component_weights, mixed_copy, shifted_outputs, weights_from
 from lincorr.metrics import pearson
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 
 __all__ = [
     "SCORES", "ScoresConfig", "ScoresResult", "score_components", "checked_components", "linearized_scores", "exact_scores", "rewards",
@@ -111,7 +113,7 @@ def _chunks(queries: QuerySet, batch_size: int, roles: torch.Tensor | None = Non
 
 
 def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components: Sequence[Component | str] | None = None,
-                      upstream: bool = True, batch_size: int = 32, progress: bool = False) -> dict[str, np.ndarray]:
+                      upstream: bool = True, batch_size: int = 32) -> dict[str, np.ndarray]:
     """Eqs. 4-6 averaged over `queries`, by token role and summed.
 
     For each key of `SCORES`: `f"{key}_by_role"` `[n_components, len(ROLES)]` (the positions of each
@@ -265,8 +267,10 @@ class ScoresConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScoresResult:
+class ScoresResult(Stored):
     """The three linearised scores per layer and component (Fig. 3) and the check against their exact versions."""
+
+    study: ClassVar[str] = "extractive-scores"
 
     model_name: str
     config: ScoresConfig
@@ -312,7 +316,7 @@ class ScoresResult:
         order = np.argsort(-np.nan_to_num(grid, nan=-np.inf), axis=None)[:k]
         return [(f"head[{i},{j - 1}]" if j else f"mlp[{i}]", float(grid[i, j])) for i, j in zip(*np.unravel_index(order, grid.shape))]
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """The top components of each score and the linearisation check."""
         r = self.linearization_r()
         lines = [f"{self.config.update.hop}-hop extractive scores on {self.model_name} (implication mean rank "
@@ -331,6 +335,7 @@ class ScoresResult:
         and with scores by role scores_by_role.csv and scores_by_role.png (Fig. 3's grid)."""
         title = f"{self.config.update.hop}-hop update, {self.model_name}"
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "scores.json", self.summary())
             rows = [[key, layer, name, float(self.grids[key][layer, j])]
                     for key in SCORES for layer in range(self.grids[key].shape[0]) for j, name in enumerate(self.component_names)]
@@ -351,7 +356,7 @@ def _json_grid(values: np.ndarray) -> list:
 
 
 def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked: int = 12, upstream: bool = True,
-                       batch_size: int = 32, progress: bool = False) -> tuple[list[Component], dict, list[Component], dict, dict, float, float]:
+                       batch_size: int = 32) -> tuple[list[Component], dict, list[Component], dict, dict, float, float]:
     """Linearised scores of every component and exact ones of `checked_components(n_checked)`.
 
     Returns (components, scores, checked, linearised scores of the checked, exact scores of the checked, seconds
@@ -359,7 +364,7 @@ def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked:
     """
     started = time.perf_counter()
     components = score_components(original)
-    scores = linearized_scores(original, tuned, queries, components=components, upstream=upstream, batch_size=batch_size, progress=progress)
+    scores = linearized_scores(original, tuned, queries, components=components, upstream=upstream, batch_size=batch_size)
     seconds_scores = time.perf_counter() - started
     checked = checked_components(original, n_checked)
     index = {c: i for i, c in enumerate(components)}
@@ -368,15 +373,15 @@ def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked:
     return components, scores, checked, linear, exact, seconds_scores, time.perf_counter() - started - seconds_scores
 
 
-def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig(), *, progress: bool = False) -> ScoresResult:
+def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig()) -> ScoresResult:
     """Fine-tune on the update's facts, then score every MLP and head on the implications and check a subset by intervention."""
     update = config.update
     data = hop_data(load_world(registry), lm.tokenizer, update.hop, update.n_facts, update.seed, update.templates)
     started = time.perf_counter()
-    tuned, per_epoch, _ = train_and_measure(lm, data, dataclasses.replace(update.train, progress=progress))
+    tuned, per_epoch, _ = train_and_measure(lm, data, update.train)
     seconds_train = time.perf_counter() - started
     components, scores, checked, linear, exact, seconds_scores, seconds_check = scores_from_models(
-        lm, tuned, data.implications, n_checked=config.n_checked, batch_size=config.batch_size, progress=progress)
+        lm, tuned, data.implications, n_checked=config.n_checked, batch_size=config.batch_size)
     mean_ranks = {f"{kind}_mean_rank_{when}": row[f"{kind}_mean_rank"] for kind in ("fact", "implication")
                   for when, row in (("before", per_epoch[0]), ("after", per_epoch[-1]))}
     n_heads = layout(lm).n_heads

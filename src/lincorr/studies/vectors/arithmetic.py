@@ -15,6 +15,7 @@ Layers: the lens reads `resid[l]`, l = 0..L (l = L is the model's output); `ovec
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 import time
 from collections.abc import Sequence
 
@@ -26,7 +27,8 @@ from lincorr.tasks import TaskScores, bind_task, extractive_prompts, fewshot_pro
 from lincorr.internals import Ablate, attn, hidden_ranks, layout, mlp, resid, run
 from lincorr.knowledge import TaskSpec
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.studies.vectors.ovectors import OVectorResult, OVectors, o_vectors, other_task, ovector
 from lincorr.studies.vectors.protocol import OVECTOR_SCALE, check_layer, more_often, pair_order
 
@@ -70,12 +72,14 @@ def rr_list(values) -> list[float]:
 
 
 @dataclasses.dataclass(frozen=True)
-class LensResult:
+class LensResult(Stored):
     """Per-layer logit-lens reciprocal ranks of a task's argument and answer over its few-shot prompts.
 
     Arrays over lens layers 0..L (`resid[l]`) are `[L + 1]`; `mid_*` are `[L]`, read between block l's
     attention and its FFN (`resid[l] + attn[l]`).
     """
+
+    study: ClassVar[str] = "lens"
 
     task: str
     model: str
@@ -128,7 +132,7 @@ class LensResult:
             for layer in self.layers
         ]
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text for the terminal: the curves, one line per layer, and the crossing."""
         lines = [f"{self.task} on {self.model}: {self.n_pairs} few-shot prompts, model accuracy {self.final_accuracy:.2f}",
                  "layer  argument RR  answer RR  answer top-1   | after attention: argument RR  answer RR"]
@@ -151,7 +155,7 @@ class LensResult:
         from lincorr.plots import layer_curves
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "lens.json", self.summary())
             write_csv(out / "lens.csv", ["layer", "argument_rr", "answer_rr", "answer_top1", "mid_argument_rr", "mid_answer_rr"],
                       self.rows())
@@ -170,8 +174,7 @@ class LensResult:
                          dashed=("answer top-1",), mark=self.crossing_layer, mark_label="crossing")
 
 
-def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, floor: float = FLOOR, batch_size: int = 16,
-         progress: bool = True) -> LensResult:
+def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, floor: float = FLOOR, batch_size: int = 16) -> LensResult:
     """The logit lens at the last position of `n_pairs` few-shot prompts (all kept pairs by default), one forward per batch.
 
     Ranks are over the full vocabulary; a pair's answer rank is its best answer's. `final_accuracy`
@@ -183,7 +186,7 @@ def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, f
     prompts = fewshot_prompts(bound, indices, seed)
     n_layers = layout(lm).n_layers
     streams, attention = [resid(layer) for layer in range(n_layers + 1)], [attn(layer) for layer in range(n_layers)]
-    trace = run(lm, prompts, capture=streams + attention, token_ids=NOTHING, batch_size=batch_size, progress=progress)
+    trace = run(lm, prompts, capture=streams + attention, token_ids=NOTHING, batch_size=batch_size)
     stack = torch.stack([trace[c] for c in streams] + [trace[s] + trace[a] for s, a in zip(streams, attention)], 1)
     targets = torch.cat([bound.argument_ids(indices)[:, None], bound.answer_ids(indices)], 1)
     ranks = hidden_ranks(lm, stack, targets, batch_size=batch_size).cpu().numpy()  # [n, 2L + 1, 1 + k]
@@ -201,8 +204,10 @@ def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, f
 
 
 @dataclasses.dataclass(frozen=True)
-class FFNAblationResult:
+class FFNAblationResult(Stored):
     """Accuracy on a task's few-shot prompts (abstractive) and its extractive controls, before and after ablating every FFN from `from_layer` on."""
+
+    study: ClassVar[str] = "ffn-ablate"
 
     task: str
     model: str
@@ -232,7 +237,7 @@ class FFNAblationResult:
             "example_extractive": self.example_extractive, "seed": self.settings["seed"], "seconds": self.seconds,
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text: both tasks before and after."""
         return "\n".join([
             f"{self.task} on {self.model}: {self.how}-ablating mlp[{self.from_layer}..] ({self.n_layers_ablated} FFNs), {self.n_pairs} pairs",
@@ -247,7 +252,7 @@ class FFNAblationResult:
         from lincorr.plots import bar_plot
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "ffn_ablation.json", self.summary())
             write_csv(out / "ffn_ablation.csv", ["prompts", "before", "after"],
                       [["abstractive", self.abstractive_before, self.abstractive_after],
@@ -260,7 +265,7 @@ class FFNAblationResult:
 
 
 def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_pairs: int = 64, n_reference: int = 16,
-               seed: int = 0, batch_size: int = 16, progress: bool = True) -> FFNAblationResult:
+               seed: int = 0, batch_size: int = 16) -> FFNAblationResult:
     """Ablate `mlp[l]` for every l >= `from_layer` at every position; accuracy of the task and its extractive control.
 
     how="zero" replaces the FFN outputs by zeros; how="mean" by their mean over the real tokens of
@@ -279,7 +284,7 @@ def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_
     means = {c: None for c in ablated}
     if how == "mean":
         trace = run(lm, fewshot_prompts(bound, reference, seed), capture=ablated, positions="all", token_ids=NOTHING,
-                    batch_size=batch_size, progress=progress)
+                    batch_size=batch_size)
         real = trace.attention_mask.to(trace[ablated[0]].device, trace[ablated[0]].dtype)[..., None]
         means = {c: (trace[c] * real).sum((0, 1)) / real.sum() for c in ablated}
     interventions = [Ablate(c, how, means[c], position="all") for c in ablated]
@@ -287,7 +292,7 @@ def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_
     abstractive, extractive = fewshot_prompts(bound, evaluation, seed), extractive_prompts(bound, evaluation, seed)
     right = {  # [n_pairs] bool: the greedy first token is a right answer's
         (kind, when): score_prompts(lm, bound, evaluation, prompts, layers=[n_layers], interventions=added,
-                                    batch_size=batch_size, progress=progress).answer_rank[:, -1] == 0
+                                    batch_size=batch_size).answer_rank[:, -1] == 0
         for kind, prompts in (("abstractive", abstractive), ("extractive", extractive))
         for when, added in (("before", ()), ("after", interventions))
     }

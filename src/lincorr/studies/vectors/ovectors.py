@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import ClassVar
 from collections.abc import Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from lincorr.errors import LincorrError
 from lincorr.internals import layout, mlp, run
 from lincorr.knowledge import TaskSpec, load_registry
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.progress import progress_bar
+from lincorr.results import Stored, record
 from lincorr.studies.vectors.protocol import (
     CONTROLS, check_layer, context_prompts, default_scale, o_interventions, over_every_control, pair_order,
 )
@@ -54,11 +56,10 @@ class OVectors:
         return self.outputs[row, layer] if protocol == "paper" else self.mean(layer, n_source)
 
 
-def o_vectors(lm: LM, task: BoundTask, indices: Sequence[int], *, seed: int = 0, batch_size: int = 16,
-              progress: bool = False) -> OVectors:
+def o_vectors(lm: LM, task: BoundTask, indices: Sequence[int], *, seed: int = 0, batch_size: int = 16) -> OVectors:
     """Every FFN's output on the few-shot prompts of `indices` and whether each is solved, from one forward per batch."""
     components = [mlp(layer) for layer in range(layout(lm).n_layers)]
-    trace = run(lm, fewshot_prompts(task, indices, seed), capture=components, batch_size=batch_size, progress=progress)
+    trace = run(lm, fewshot_prompts(task, indices, seed), capture=components, batch_size=batch_size)
     top = trace.logits.argmax(-1).cpu()
     solved = (top[:, None] == task.answer_ids(indices)).any(1).numpy()
     if not solved.any():
@@ -79,7 +80,7 @@ def other_task(task: TaskSpec, registry=None) -> TaskSpec:
 
 
 @dataclasses.dataclass(frozen=True)
-class OVectorResult:
+class OVectorResult(Stored):
     """The o-vector of one task applied from `mlp[layer]` by `protocol` (scaled by `scale`), with its controls.
 
     Accuracy: share of evaluation pairs whose greedy first token is a right answer's; RR: the answer's
@@ -87,6 +88,8 @@ class OVectorResult:
     argument with no vector (the context works); `per_layer` is the sweep, empty unless asked. The
     flat fields are the first context's; `by_context` holds every context's (`protocol.CONTEXTS`).
     """
+
+    study: ClassVar[str] = "ovector"
 
     task: str
     other_task: str
@@ -144,7 +147,7 @@ class OVectorResult:
             "protocol": self.protocol, "by_context": list(self.by_context),
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text: one line per condition, the paired tests, and the sweep when there is one."""
         made = (f"mlp[{self.layer}] of one solved prompt, replacing mlp[{self.layer}..]" if self.protocol == "paper"
                 else f"mean mlp[{self.layer}] of {len(self.source_arguments)} solved prompts, added at mlp[{self.layer}]")
@@ -171,7 +174,7 @@ class OVectorResult:
         from lincorr.plots import bar_plot, layer_curves
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "ovector.json", self.summary())
             rows = [[key, self.layer, *self.condition(key)] for key, _ in self.CONDITIONS]
             rows += [["sweep", row["layer"], row["accuracy_with"], row["rr_with"]] for row in self.per_layer]
@@ -189,8 +192,6 @@ class OVectorResult:
                 values = [self.condition(key) for key, _ in self.CONDITIONS]
                 bar_plot(labels, {"accuracy": [v[0] for v in values], "answer RR": [v[1] for v in values]},
                          out / "ovector.png", f"{title}, mlp[{self.layer}]", y_label="accuracy / mean RR")
-
-
 
 
 def _pairs(bound: BoundTask, n_source: int, n_pairs: int, seed: int, transfer_from: str | None) -> tuple[list[int], list[int]]:
@@ -221,7 +222,7 @@ def _context_row(context: str, outcomes: dict[str, TaskScores]) -> dict:
 
 def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = None, protocol: str = "averaged",
             contexts: Sequence[str] = ("copy",), scale: float | None = None, n_source: int = 8, n_pairs: int = 64, sweep: bool = False,
-            transfer_from: str | None = None, seed: int = 0, batch_size: int = 16, progress: bool = True) -> OVectorResult:
+            transfer_from: str | None = None, seed: int = 0, batch_size: int = 16) -> OVectorResult:
     """Apply the task's o-vector from `mlp[layer]` by `protocol` to the `contexts` of `n_pairs` pairs, with controls.
 
     Sources come from a pool of `3 * n_source` few-shot prompts: the paper's protocol takes one
@@ -237,15 +238,14 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
     bound, control = bind_task(task, lm.tokenizer), control or other_task(task)
     pool, evaluation = _pairs(bound, n_source, n_pairs, seed, transfer_from)
     prompts = context_prompts(bound, evaluation, contexts)
-    vectors = o_vectors(lm, bound, pool, seed=seed, batch_size=batch_size, progress=progress)
+    vectors = o_vectors(lm, bound, pool, seed=seed, batch_size=batch_size)
     control_bound = bind_task(control, lm.tokenizer)
-    control_vectors = o_vectors(lm, control_bound, pair_order(control_bound, seed)[:3 * n_source], seed=seed, batch_size=batch_size,
-                                progress=progress)
+    control_vectors = o_vectors(lm, control_bound, pair_order(control_bound, seed)[:3 * n_source], seed=seed, batch_size=batch_size)
     row = 0 if transfer_from is not None else int(np.flatnonzero(vectors.solved)[0])
     n_layers = layout(lm).n_layers
 
     def scored(context: str, vector: np.ndarray | None, at: int = layer) -> TaskScores:
-        return score_prompts(lm, bound, evaluation, prompts[context], layers=[n_layers], batch_size=batch_size, progress=progress,
+        return score_prompts(lm, bound, evaluation, prompts[context], layers=[n_layers], batch_size=batch_size,
                              interventions=o_interventions(protocol, at, n_layers, vector, scale))
 
     vector = vectors.vector(protocol, layer, n_source, row)
@@ -256,7 +256,7 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
     by_context = tuple(_context_row(context, {key: scored(context, v) for key, v in applied.items()}) for context in prompts)
     first = by_context[0]
     per_layer = []
-    for at in tqdm(range(n_layers) if sweep else (), desc="sweep", unit="layer", disable=not progress, leave=False):
+    for at in progress_bar(range(n_layers) if sweep else (), desc="sweep", unit="layer"):
         swept = scored(first["context"], vectors.vector(protocol, at, n_source, row), at)
         per_layer.append({"layer": at, "accuracy_with": swept.accuracy(), "rr_with": float(swept.answer_rr()[-1])})
     sources = [pool[row]] if protocol == "paper" else vectors.sources(n_source)
