@@ -138,3 +138,29 @@ def test_the_module_table_in_the_docs_is_current():
     module_table = importlib.util.module_from_spec(tool)
     tool.loader.exec_module(module_table)
     assert module_table.current_section() == module_table.table()
+
+
+MAX_FILE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+def oversized(path: Path) -> list[str]:
+    """What in one source file is over the size a reader takes in at once: the file itself, and each function by its lines."""
+    text = path.read_text(encoding="utf-8")
+    found = [f"{path.name}: {len(text.splitlines())} lines"] if len(text.splitlines()) > MAX_FILE_LINES else []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                found.append(f"{path.name}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_no_source_file_or_function_is_too_long_to_read_at_once():
+    assert [entry for path in modules().values() for entry in oversized(path)] == []
+
+
+def test_the_size_check_finds_a_long_function(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("def long():\n" + "    x = 1\n" * MAX_FUNCTION_LINES + "\n\ndef short():\n    return 1\n")
+    assert oversized(sample) == [f"sample.py:1 long: {MAX_FUNCTION_LINES + 1} lines"]
