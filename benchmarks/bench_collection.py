@@ -5,7 +5,7 @@
 Three measurements in the same run, on the same model, inputs and domain:
 - the peer a savvy user would write with plain transformers: length-sorted batches, left
   padding, `logits_to_keep=1`, the domain columns gathered from the last position;
-- lincorr's `collect_logits` (no cache);
+- lincorr's `collect` (no cache);
 - the compute bound: the work per prompt (`costs.flops_per_prompt`: 2 x linear-layer weights x
   tokens, plus causal attention and the restricted head) at the float32 matmul rate this machine sustains,
   measured twice: on square 2048 x 2048 matrices, and on the model's own linear-layer shapes
@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from costs import flops_per_prompt  # noqa: E402
-from lincorr.collect import collect_logits  # noqa: E402
+from lincorr.collection import CollectSettings, collect  # noqa: E402
 from lincorr.models import tokenize_prompts
 from lincorr.inputs import sample_vocab_inputs  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402
@@ -90,7 +90,7 @@ def profile(lm, prompt, inputs, batch_size: int) -> list[tuple[str, float]]:
 
     started = time.perf_counter()
     with torch_profile(activities=[ProfilerActivity.CPU]) as recorded:
-        collect_logits(lm, prompt.template, prompt.domain, inputs, batch_size=batch_size, cache=False, progress=False)
+        collect(lm, {prompt.name: prompt}, inputs, CollectSettings(batch_size=batch_size, use_cache=False))
     wall = time.perf_counter() - started
     events = recorded.key_averages()
     self_seconds = {event.key: event.self_cpu_time_total / 1e6 for event in events}
@@ -115,7 +115,7 @@ def main() -> None:
     lm = load_model(args.model)
     prompt = registry_prompt(load_registry(), "city", lm.tokenizer)
     inputs = sample_vocab_inputs(lm.tokenizer, args.n, seed=0)
-    collect_logits(lm, prompt.template, prompt.domain, inputs[:16], cache=False, progress=False)  # warm-up
+    collect(lm, {prompt.name: prompt}, inputs[:16], CollectSettings(use_cache=False))  # warm-up
 
     # Alternate the two, twice each, and keep each one's best: a busy spell hurts both alike.
     peer_seconds, ours_seconds = float("inf"), float("inf")
@@ -124,7 +124,7 @@ def main() -> None:
         peer = peer_collection(lm.model, lm.tokenizer, prompt.template, prompt.domain.token_ids, inputs, args.batch_size)
         peer_seconds = min(peer_seconds, time.perf_counter() - started)
         started = time.perf_counter()
-        ours = collect_logits(lm, prompt.template, prompt.domain, inputs, batch_size=args.batch_size, cache=False, progress=False).values
+        ours = collect(lm, {prompt.name: prompt}, inputs, CollectSettings(batch_size=args.batch_size, use_cache=False))[prompt.name].values
         ours_seconds = min(ours_seconds, time.perf_counter() - started)
 
     rows = tokenize_prompts(lm.tokenizer, [fill(prompt.template, x) for x in inputs])
@@ -135,7 +135,7 @@ def main() -> None:
     ours_rate, peer_rate = args.n / ours_seconds, args.n / peer_seconds
     results = [
         ("peer: plain transformers (sorted batches, left padding, logits_to_keep=1)", f"{peer_rate:.1f} prompts/s"),
-        ("lincorr collect_logits", f"{ours_rate:.1f} prompts/s"),
+        ("lincorr collect", f"{ours_rate:.1f} prompts/s"),
         ("lincorr / peer", f"{ours_rate / peer_rate:.2f}x"),
         ("max |lincorr - peer| (logits)", f"{float(np.abs(ours - peer).max()):.2e}"),
         ("tables bit-identical", str(bool(np.array_equal(ours, peer)))),

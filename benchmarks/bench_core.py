@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lincorr.collect import collect_logits  # noqa: E402
+from lincorr.collection import CollectSettings, collect  # noqa: E402
 
 from lincorr.models import tokenize_prompts
 from lincorr.templates import fill  # noqa: E402
@@ -103,10 +103,11 @@ def main() -> None:
     # 1. Collection.
     subset = inputs[: args.reference_n]
     reference_seconds, reference = timed(reference_collection, lm, city.template, city.domain.token_ids, subset)
-    collect_logits(lm, city.template, city.domain, subset[:8], cache=False, progress=False)  # warm-up
-    ours_seconds, table = timed(
-        collect_logits, lm, city.template, city.domain, inputs[: args.n], batch_size=args.batch_size, cache=False, progress=False, repeats=2
+    collect(lm, {city.name: city}, subset[:8], CollectSettings(use_cache=False))  # warm-up
+    ours_seconds, tables = timed(
+        collect, lm, {city.name: city}, inputs[: args.n], CollectSettings(batch_size=args.batch_size, use_cache=False), repeats=2
     )
+    table = tables[city.name]
     gap = float(np.abs(table.values[: args.reference_n] - reference).max())
     reference_rate = len(subset) / reference_seconds
     ours_rate = args.n / ours_seconds
@@ -124,7 +125,7 @@ def main() -> None:
     ]
 
     # 2. Fitting, on real tables: City -> Country.
-    target = collect_logits(lm, country.template, country.domain, inputs[: args.n], batch_size=args.batch_size, progress=False)
+    target = collect(lm, {country.name: country}, inputs[: args.n], CollectSettings(batch_size=args.batch_size))[country.name]
     # float64 for both sides: given float32, scikit-learn fits in float32 and is the less exact one.
     source_values, target_values = table.values.astype(np.float64), target.values.astype(np.float64)
     from sklearn.linear_model import LinearRegression

@@ -62,10 +62,10 @@ def main() -> None:
     bound = bind_task(task, lm.tokenizer)
     n_layers = layout(lm).n_layers
     indices = pair_order(bound, 0)[: args.n_prompts]
-    lens(lm, task, n_pairs=4, batch_size=args.batch_size, progress=False)  # warm-up
+    lens(lm, task, n_pairs=4, batch_size=args.batch_size)  # warm-up
 
     started = time.perf_counter()
-    result = lens(lm, task, n_pairs=args.n_prompts, batch_size=args.batch_size, progress=False)
+    result = lens(lm, task, n_pairs=args.n_prompts, batch_size=args.batch_size)
     lens_seconds = time.perf_counter() - started
 
     subset = indices[: args.loop_prompts]
@@ -73,7 +73,7 @@ def main() -> None:
     argument_rr, answer_rr = loop_lens(lm, fewshot_prompts(bound, subset), [bound.pairs[i].argument_id for i in subset],
                                        [bound.pairs[i].answer_ids for i in subset])
     loop_seconds = time.perf_counter() - started
-    check = lens(lm, task, n_pairs=args.loop_prompts, batch_size=args.batch_size, progress=False)
+    check = lens(lm, task, n_pairs=args.loop_prompts, batch_size=args.batch_size)
     gap = max(np.abs(check.argument_rr - argument_rr.mean(0)).max(), np.abs(check.answer_rr - answer_rr.mean(0)).max())
 
     lens_rate = len(indices) * (n_layers + 1) / lens_seconds

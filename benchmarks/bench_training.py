@@ -19,7 +19,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lincorr.collect import collect_logits  # noqa: E402
+from lincorr.collection import collect  # noqa: E402
 from lincorr.names import pseudo_names  # noqa: E402
 from lincorr.templates import fill  # noqa: E402
 from lincorr.finetune import Fact, TrainConfig, collate, encode_fact, train_on_facts  # noqa: E402
@@ -56,7 +56,7 @@ def plain_steps(model, tokenizer, facts, steps: int, batch_size: int, lr: float)
 
 def lincorr_steps(model, tokenizer, facts, steps: int, batch_size: int, lr: float) -> float:
     """Seconds per step of `train_on_facts` (one epoch of `steps` batches; the copy of the model is timed too)."""
-    config = TrainConfig(learning_rate=lr, epochs=1, batch_size=batch_size, trainable=(BLOCKS,), progress=False)
+    config = TrainConfig(learning_rate=lr, epochs=1, batch_size=batch_size, trainable=(BLOCKS,))
     result = train_on_facts(model, tokenizer, (list(facts) * steps)[: steps * batch_size], config)
     return result.seconds / result.steps
 
@@ -95,7 +95,7 @@ def main() -> None:
     print(f"  lincorr.finetune                            {ours:6.2f} s/step   ({plain / ours:.2f}x)")
 
     inputs = sample_vocab_inputs(lm.tokenizer, args.n, seed=0)
-    tables = [collect_logits(lm, p.template, p.domain, inputs, progress=False).values.astype(np.float64)
+    tables = [collect(lm, {p.name: p}, inputs)[p.name].values.astype(np.float64)
               for p in (city, registry_prompt(registry, "country", lm.tokenizer))]
     estimator = LinearMap("ridge", alpha="cv")
     folds = np.array_split(np.random.default_rng(estimator.seed).permutation(args.n), estimator.cv)

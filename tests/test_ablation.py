@@ -9,18 +9,19 @@ import pytest
 import torch
 
 from lincorr.errors import LincorrError
+from lincorr.prompts import custom_prompt
+from lincorr.relations import relate
 from lincorr.studies.training.ablation import (
     AblationConfig,
     AblationResult,
-    AblationTable,
     Vocabulary,
-    WidthSweep,
     pca_vocabularies,
     pooled_embeddings,
-    resolve_pairs,
     run_ablation,
     vocabulary_from_model,
 )
+from lincorr.studies.training.ablation_tables import AblationTable, WidthSweep
+from lincorr.studies.training.token_pairs import resolve_pairs
 from lincorr.metrics import chance_top1
 from lincorr.names import pseudo_names
 from helpers.precision import float32_atol
@@ -31,7 +32,7 @@ COUNTRIES = ("France", "Japan", "Germany", "Italy", "Spain", "Egypt", "Peru", "N
 TEMPLATES = {"source_template": "{} lives in the city of", "target_template": "{} lives in the country of"}
 # Small enough to run in about a second, large enough for the stage-2 names to be learned.
 SMALL = AblationConfig(
-    n_stage1=192, n_stage2=48, stage1_epochs=30, stage2_epochs=30, batch_size=16, learning_rate=1e-2, progress=False
+    n_stage1=192, n_stage2=48, stage1_epochs=30, stage2_epochs=30, batch_size=16, learning_rate=1e-2
 )
 
 
@@ -55,8 +56,17 @@ def planted_vocabulary(tokenizer, planted: bool) -> Vocabulary:
     return Vocabulary(embeddings, embeddings, intermediate_size=64, activation="silu", gated=True, name="planted")
 
 
+def relation(tokenizer, pairs=tuple(zip(CITIES, COUNTRIES)), *, source_template=TEMPLATES["source_template"],
+             target_template=TEMPLATES["target_template"]):
+    """The pairs ((s, t) or (s, (t, alias, ...))) as a relation between two prompts whose domains are the pairs' words."""
+    pairs = tuple((s, (t,) if isinstance(t, str) else tuple(t)) for s, t in pairs)
+    source = custom_prompt(source_template, [s for s, _ in pairs], tokenizer, name="city")
+    target = custom_prompt(target_template, [t for _, objects in pairs for t in objects], tokenizer, name="country")
+    return relate(source, target, pairs)
+
+
 def ablation(tokenizer, vocabulary, mapping, **kwargs) -> AblationResult:
-    return run_ablation(vocabulary, tokenizer, pairs=list(zip(CITIES, COUNTRIES)), mapping=mapping, config=SMALL, **TEMPLATES, **kwargs)
+    return run_ablation(vocabulary, tokenizer, relation(tokenizer), mapping=mapping, config=SMALL, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -84,9 +94,9 @@ def test_unplanted_vocabulary_generalizes_far_less(tokenizer, planted_real):
 
 def test_result_is_reproducible_and_json_ready(tokenizer):
     vocabulary = planted_vocabulary(tokenizer, planted=True)
-    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=2, stage2_epochs=2, progress=False)
-    first = run_ablation(vocabulary, tokenizer, pairs=list(zip(CITIES, COUNTRIES)), config=config, seed=3, **TEMPLATES)
-    second = run_ablation(vocabulary, tokenizer, pairs=list(zip(CITIES, COUNTRIES)), config=config, seed=3, **TEMPLATES)
+    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=2, stage2_epochs=2)
+    first = run_ablation(vocabulary, tokenizer, relation(tokenizer), config=config, seed=3)
+    second = run_ablation(vocabulary, tokenizer, relation(tokenizer), config=config, seed=3)
     summary = json.loads(json.dumps(first.summary()))
     assert {"generalization_rate", "random_baseline", "source_learned_rate", "mapping", "seed", "settings"} <= set(summary)
     assert summary["settings"]["hidden_size"] == 64 and summary["settings"]["gated"] is True
@@ -97,13 +107,13 @@ def test_random_baseline_counts_aliases_as_the_generalization_study_does(tokeniz
     assert chance_top1([{1}, {2, 3}, {4, 5, 6}], 12) == pytest.approx((1 + 2 + 3) / 3 / 12)
     assert np.isnan(chance_top1([], 12))
     vocabulary = planted_vocabulary(tokenizer, planted=True)
-    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=1, stage2_epochs=1, progress=False)
+    config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=1, stage2_epochs=1)
     # Every city accepts its own country and the next one: two right answers out of twelve.
     aliased = [(city, (country, COUNTRIES[(i + 1) % len(COUNTRIES)])) for i, (city, country) in enumerate(zip(CITIES, COUNTRIES))]
-    real = run_ablation(vocabulary, tokenizer, pairs=aliased, config=config, **TEMPLATES)
+    real = run_ablation(vocabulary, tokenizer, relation(tokenizer, aliased), config=config)
     assert real.random_baseline == pytest.approx(2 / len(COUNTRIES))
     # Deranged, a city keeps one taught answer: one right answer out of twelve.
-    shuffled = run_ablation(vocabulary, tokenizer, pairs=aliased, mapping="shuffled", config=config, **TEMPLATES)
+    shuffled = run_ablation(vocabulary, tokenizer, relation(tokenizer, aliased), mapping="shuffled", config=config)
     assert shuffled.random_baseline == pytest.approx(1 / len(COUNTRIES))
 
 
@@ -114,10 +124,10 @@ def dataclass_rates(result: AblationResult) -> tuple[float, ...]:
 def test_shuffled_mapping_is_a_derangement_that_respects_aliases(tokenizer):
     pairs = [(city, (country,)) for city, country in zip(CITIES, COUNTRIES)]
     pairs[0] = ("Paris", ("France", "Spain"))  # Spain counts as an answer for Paris, so it must not be its shuffled target
-    real = resolve_pairs(pairs, tokenizer, mapping="real", rng=np.random.default_rng(0))
+    real = resolve_pairs(relation(tokenizer, pairs), tokenizer, mapping="real", rng=np.random.default_rng(0))
     ids = dict(zip(CITIES, tokenizer.convert_tokens_to_ids(list(CITIES))))
     for seed in range(20):
-        shuffled = resolve_pairs(pairs, tokenizer, mapping="shuffled", rng=np.random.default_rng(seed))
+        shuffled = resolve_pairs(relation(tokenizer, pairs), tokenizer, mapping="shuffled", rng=np.random.default_rng(seed))
         assert [s for s, _ in shuffled.pairs] == [s for s, _ in real.pairs]
         assert sorted(a[0] for _, a in shuffled.pairs) == sorted(a[0] for _, a in real.pairs)
         assert all(new[0] not in old for (_, new), (_, old) in zip(shuffled.pairs, real.pairs))
@@ -125,13 +135,15 @@ def test_shuffled_mapping_is_a_derangement_that_respects_aliases(tokenizer):
 
 
 def test_letters_mapping_uses_single_letter_tokens_and_drops_fragments(tokenizer):
-    letters = resolve_pairs(list(zip(CITIES, COUNTRIES)), tokenizer, mapping="letters", rng=np.random.default_rng(0))
+    letters = resolve_pairs(relation(tokenizer), tokenizer, mapping="letters", rng=np.random.default_rng(0))
     decoded = [(tokenizer.decode([s]), tokenizer.decode(list(a))) for s, a in letters.pairs]
     assert decoded[:3] == [("P", "F"), ("T", "J"), ("B", "G")]
     assert len(letters.pairs) == len(CITIES)
     # "Quito" is not a word of this vocabulary: its first token "Q" is a fragment, so the pair is dropped.
-    real = resolve_pairs([*zip(CITIES, COUNTRIES), ("Quito", "Ecuador")], tokenizer, mapping="real", rng=np.random.default_rng(0))
-    assert len(real.pairs) == len(CITIES) and "Quito" in real.dropped
+    real = resolve_pairs(relation(tokenizer, [*zip(CITIES, COUNTRIES), ("Quito", "Ecuador")]), tokenizer, mapping="real",
+                         rng=np.random.default_rng(0))
+    assert len(real.pairs) == len(CITIES) and [pair.subject for pair in real.dropped] == ["Quito"]
+    assert "fragment" in real.dropped[0].reason
 
 
 def test_names_are_distinct_bags_of_tokens_and_seeded(tokenizer):
@@ -165,9 +177,9 @@ def test_table_groups_seeds_and_prints_the_paper_beside_ours(tmp_path):
     table = AblationTable((result(0, 0.5), result(1, 0.7)))
     (row,) = table.rows()
     assert row["generalization_mean"] == pytest.approx(60.0) and row["generalization_std"] == pytest.approx(14.142, rel=1e-3)
-    assert "| city->country | real | 60.00 ± 14.14 |" in table.markdown() and "97.66" in table.markdown()
+    assert "| city->country | real | 60.00 ± 14.14 |" in table.text() and "97.66" in table.text()
     table.save(tmp_path / "table7")
-    assert (tmp_path / "table7" / "table7.md").read_text(encoding="utf-8") == table.markdown()
+    assert (tmp_path / "table7" / "table7.md").read_text(encoding="utf-8") == table.text()
     assert json.loads((tmp_path / "table7" / "table7.json").read_text(encoding="utf-8")) == table.rows()
 
 
@@ -223,12 +235,12 @@ def test_width_sweep_groups_widths_and_mappings(tmp_path):
     rows = sweep.rows()
     assert [(r["embedding_width"], r["mapping"]) for r in rows] == [(64, "real"), (64, "letters"), (640, "real"), (640, "letters")]
     assert rows[0]["generalization_mean"] == pytest.approx(55.0) and rows[1]["generalization_mean"] == pytest.approx(5.0)
-    lines = sweep.markdown().splitlines()
+    lines = sweep.text().splitlines()
     assert lines[0].startswith("| width | variance kept | generalization % (real / letters) |")
     assert lines[2].startswith("| 64 | 10.0% | 55.00 ± 7.07 / 5.00 ± 7.07 | 80 / 80 |")
     sweep.save(tmp_path / "widths")
     assert json.loads((tmp_path / "widths" / "widths.json").read_text(encoding="utf-8")) == rows
-    assert (tmp_path / "widths" / "widths.md").read_text(encoding="utf-8") == sweep.markdown()
+    assert (tmp_path / "widths" / "widths.md").read_text(encoding="utf-8") == sweep.text()
 
 
 def test_mistakes_raise_one_clear_error(tokenizer):
@@ -236,6 +248,6 @@ def test_mistakes_raise_one_clear_error(tokenizer):
     with pytest.raises(LincorrError, match="mapping must be one of"):
         ablation(tokenizer, vocabulary, "reversed")
     with pytest.raises(LincorrError, match="exactly one"):
-        run_ablation(vocabulary, tokenizer, source_template="lives in", target_template="{}", pairs=[("Paris", "France")])
+        run_ablation(vocabulary, tokenizer, relation(tokenizer, [("Paris", "France")], source_template="lives in", target_template="{}"))
     with pytest.raises(LincorrError, match="softmax_over"):
         AblationConfig(softmax_over="some")

@@ -24,7 +24,7 @@ import torch
 from helpers.cli_errors import one_error_line, spy_on_errors
 from helpers.tiny import CITIES, COUNTRIES, NAMES, tiny_llama, write_tiny_gguf
 
-import lincorr.collect as collect
+import lincorr.collection.pieces as collect
 from lincorr.cli import main
 from lincorr.errors import CacheError, DataError, DeviceError, InputError, ModelError, OutputError, StorageError, UsageError
 from lincorr.filesystem import OUTPUT_MARKER, STALE_SECONDS, host_name

@@ -85,7 +85,7 @@ def test_bad_input_exits_2_with_one_line_and_no_output(workspace, capsys, extra,
 
 
 def test_ols_with_too_few_inputs_fails_before_collecting(workspace, capsys, monkeypatch):
-    import lincorr.collect as collect
+    import lincorr.collection.pieces as collect
 
     monkeypatch.setattr(collect, "domain_scores", lambda *a, **k: pytest.fail("collected before checking sizes"))
     (workspace / "few.txt").write_text("\n".join(NAMES[:20]), encoding="utf-8")
@@ -131,7 +131,7 @@ def test_ablate_json_on_a_tiny_model(tmp_path, capsys):
 
 # Every command with --estimator, and its default: the paper's ols, except where W itself must be read.
 ESTIMATOR_DEFAULTS = {
-    "fit": "ols", "matrix": "ols", "precision": "ridge-std", "cases": "ols", "resilience": "ols", "scale": "ols",
+    "fit": "ols", "matrix": "ols", "precision": "ridge-std", "lre": "ols", "cases": "ols", "resilience": "ols", "scale": "ols",
     "demo": "ridge", "generalize": "ridge", "diagnose": "ridge", "subwords": "ridge", "gradcorr": "ridge", "predict-edit": "ridge",
 }
 
@@ -169,6 +169,38 @@ def test_help_shows_the_real_estimator_and_alpha_defaults(command):
         assert "saturated" in option_help(page, estimator_option, "--alpha ALPHA")
     if estimator == "ridge-std":
         assert "docs/results.md" in option_help(page, estimator_option, "--alpha ALPHA")
+
+
+# Every command that fits W on logit tables it collects.
+COLLECTING = ("demo", "fit", "matrix", "precision", "cases", "resilience", "scale", "generalize", "diagnose", "subwords", "gradcorr",
+              "predict-edit", "ovector-w")
+
+
+REQUIRED = {"fit": ["city", "country"], "predict-edit": ["city", "country", "--value", "Paris"], "matrix": ["--family", "spatial"],
+            "resilience": ["--family", "spatial", "--eval-model", "smollm2-135m-instruct"], "scale": ["--models", "gemma-3-270m"]}
+
+
+@pytest.mark.parametrize("command", COLLECTING)
+def test_every_collecting_command_takes_the_collection_settings(command):
+    from lincorr.cli.options import collect_settings
+    from lincorr.collection import CollectSettings
+
+    parser = subcommands()[command]
+    args = parser.parse_args([*REQUIRED.get(command, []), "--logprobs", "--no-cache", "--compile"])
+    assert collect_settings(args) == CollectSettings(logprobs=True, use_cache=False, compile=True)
+    if command != "ovector-w":  # its --batch-size is the o-vector runs'; W's tables keep the default
+        assert collect_settings(parser.parse_args([*REQUIRED.get(command, []), "--batch-size", "auto"])).batch_size == "auto"
+        assert "(default: 128)" in option_help(parser.format_help(), "--batch-size", "--logprobs")
+
+
+def test_the_extractive_predict_study_takes_the_collection_settings():
+    from lincorr.cli.options import collect_settings
+
+    import argparse
+
+    studies = next(a for a in subcommands()["extractive"]._actions if isinstance(a, argparse._SubParsersAction)).choices
+    predict = studies["predict"]
+    assert collect_settings(predict.parse_args(["--batch-size", "7", "--no-cache"])).batch_size == 7
 
 
 def test_python_dash_m_lincorr_prints_the_version():

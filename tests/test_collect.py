@@ -8,15 +8,25 @@ import torch
 from helpers.precision import float32_atol, tiny_forward_atol
 from helpers.tiny import CITIES, NAMES, tiny_llama
 
-import lincorr.collect as collect
-from lincorr.collect import TableCache, collect_logits
+import lincorr.collection.forward as forward
+import lincorr.collection.pieces as pieces
+from lincorr.cache import TableStore
+from lincorr.collection import CollectSettings, collect
+from lincorr.collection.settings import CPU_BATCH_SIZE
+from lincorr.collection.tables import table_key
 from lincorr.models import tokenize_prompts
 from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
 from lincorr.models import compile_forward, wrap_model
+from lincorr.prompts import Prompt
 from lincorr.templates import fill
 
 TEMPLATE = "{} lives in the city of"
+
+
+def collect_logits(lm, template, domain, inputs, **settings):
+    """The one table of `template` over `domain`."""
+    return collect(lm, {"city": Prompt("city", template, domain)}, inputs, CollectSettings(**settings))["city"]
 
 
 @pytest.fixture
@@ -26,7 +36,7 @@ def domain(tokenizer):
 
 def test_values_match_one_prompt_at_a_time(tiny_lm, domain):
     inputs = NAMES[:10]
-    table = collect_logits(tiny_lm, TEMPLATE, domain, inputs, batch_size=3, cache=False, progress=False)
+    table = collect_logits(tiny_lm, TEMPLATE, domain, inputs, batch_size=3, use_cache=False)
     assert table.values.shape == (10, len(CITIES)) and table.values.dtype == np.float32
     ids = torch.tensor(domain.token_ids)
     for i, x in enumerate(inputs):
@@ -37,33 +47,33 @@ def test_values_match_one_prompt_at_a_time(tiny_lm, domain):
 
 
 def test_cache_hit_skips_the_model(llama_lm, domain, monkeypatch):
-    first = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False)
-    monkeypatch.setattr(collect, "domain_scores", lambda *a, **k: pytest.fail("recomputed a cached table"))
-    second = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False)
+    first = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8])
+    monkeypatch.setattr(pieces, "domain_scores", lambda *a, **k: pytest.fail("recomputed a cached table"))
+    second = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8])
     np.testing.assert_array_equal(first.values, second.values)
 
 
 def test_corrupt_or_mismatched_cache_is_recomputed(llama_lm, domain):
-    first = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False)
-    key = collect.table_key(llama_lm, TEMPLATE, domain, NAMES[:8], "logits", batch_size=128)
-    cache = TableCache()
+    first = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8])
+    key = table_key(llama_lm, TEMPLATE, domain, NAMES[:8], "logits", batch_size=128)
+    cache = TableStore()
     header, values = cache.paths(key)
     np.savez(values, values=np.zeros_like(first.values))  # checksum no longer matches
     assert cache.load(key) is None
-    again = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False)
+    again = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8])
     np.testing.assert_array_equal(again.values, first.values)
     values.write_bytes(b"not an npz")
     assert cache.load(key) is None
     header.write_text('{"key": {"model": "other"}}')
     assert cache.load(key) is None
-    np.testing.assert_array_equal(collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], progress=False).values, first.values)
+    np.testing.assert_array_equal(collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8]).values, first.values)
 
 
 def test_interrupted_run_resumes_without_redoing_finished_rows(llama_lm, domain, monkeypatch):
     inputs = NAMES[:12]
-    reference = collect_logits(llama_lm, TEMPLATE, domain, inputs, batch_size=4, cache=False, progress=False)
-    monkeypatch.setattr(collect, "PIECE_BATCHES", 1)  # every batch a piece of its own
-    real = collect.domain_scores
+    reference = collect_logits(llama_lm, TEMPLATE, domain, inputs, batch_size=4, use_cache=False)
+    monkeypatch.setattr(pieces, "PIECE_BATCHES", 1)  # every batch a piece of its own
+    real = pieces.domain_scores
     calls = {"n": 0}
 
     def interrupted(*args, **kwargs):
@@ -72,9 +82,9 @@ def test_interrupted_run_resumes_without_redoing_finished_rows(llama_lm, domain,
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(collect, "domain_scores", interrupted)
+    monkeypatch.setattr(pieces, "domain_scores", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        collect_logits(llama_lm, TEMPLATE, domain, inputs, batch_size=4, progress=False)
+        collect_logits(llama_lm, TEMPLATE, domain, inputs, batch_size=4)
 
     computed = []
 
@@ -82,25 +92,25 @@ def test_interrupted_run_resumes_without_redoing_finished_rows(llama_lm, domain,
         computed.append(len(rows))
         return real(lm, rows, *args, **kwargs)
 
-    monkeypatch.setattr(collect, "domain_scores", counting)
-    resumed = collect_logits(llama_lm, TEMPLATE, domain, inputs, batch_size=4, progress=False)
+    monkeypatch.setattr(pieces, "domain_scores", counting)
+    resumed = collect_logits(llama_lm, TEMPLATE, domain, inputs, batch_size=4)
     assert sum(computed) == 4, "only the unfinished batch should be recomputed"
     # The same batches as an uninterrupted run, so the same bits.
     np.testing.assert_array_equal(resumed.values, reference.values)
-    assert not list(TableCache().directory.glob("*.piece*.npz")), "the finished table replaces its pieces"
+    assert not list(TableStore().directory.glob("*.piece*.npz")), "the finished table replaces its pieces"
 
 
 def test_non_finite_scores_are_refused(llama_lm, domain, monkeypatch):
-    monkeypatch.setattr(collect, "domain_scores", lambda lm, rows, *a, **k: torch.full((len(rows), len(domain)), float("nan")))
+    monkeypatch.setattr(pieces, "domain_scores", lambda lm, rows, *a, **k: torch.full((len(rows), len(domain)), float("nan")))
     llama_lm.head_verified = True
     with pytest.raises(LincorrError, match="NaN"):
-        collect_logits(llama_lm, TEMPLATE, domain, NAMES[:4], progress=False)
+        collect_logits(llama_lm, TEMPLATE, domain, NAMES[:4])
 
 
 @pytest.mark.parametrize("template", ["lives in the city of", "{} and {} live in"])
 def test_template_needs_exactly_one_slot(llama_lm, domain, template):
     with pytest.raises(LincorrError, match="exactly one"):
-        collect_logits(llama_lm, template, domain, NAMES[:4], progress=False)
+        collect_logits(llama_lm, template, domain, NAMES[:4])
 
 
 def test_inputs_with_braces_are_filled_literally():
@@ -113,19 +123,19 @@ def test_auto_batch_takes_the_largest_power_of_two_that_fits_under_the_token_cap
     def fits_up_to(limit):
         return lambda size: tried.append(size) or size <= limit
 
-    assert collect.largest_batch(fits_up_to(100), longest=10, max_tokens=65536) == 64
+    assert forward.largest_batch(fits_up_to(100), longest=10, max_tokens=65536) == 64
     assert tried == [1, 2, 4, 8, 16, 32, 64, 128], "it stops at the first batch that does not fit"
-    assert collect.largest_batch(fits_up_to(10_000), longest=10, max_tokens=320) == 32, "the token cap binds"
-    assert collect.largest_batch(fits_up_to(10_000), longest=1000, max_tokens=320) == 1
+    assert forward.largest_batch(fits_up_to(10_000), longest=10, max_tokens=320) == 32, "the token cap binds"
+    assert forward.largest_batch(fits_up_to(10_000), longest=1000, max_tokens=320) == 1
     with pytest.raises(LincorrError, match="one prompt does not fit"):
-        collect.largest_batch(fits_up_to(0), longest=10)
+        forward.largest_batch(fits_up_to(0), longest=10)
 
 
 def test_auto_batch_on_a_cpu_is_the_measured_default_and_keys_the_table_by_the_size_used(llama_lm, domain):
-    auto = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], batch_size="auto", progress=False)
-    fixed = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], batch_size=collect.CPU_BATCH_SIZE, progress=False)
+    auto = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], batch_size="auto")
+    fixed = collect_logits(llama_lm, TEMPLATE, domain, NAMES[:8], batch_size=CPU_BATCH_SIZE)
     np.testing.assert_array_equal(auto.values, fixed.values)
-    assert len(list(TableCache().directory.glob("*.npz"))) == 1, "auto resolved to 128 shares the table collected at 128"
+    assert len(list(TableStore().directory.glob("*.npz"))) == 1, "auto resolved to 128 shares the table collected at 128"
 
 
 def test_a_half_precision_head_is_multiplied_in_float32(tokenizer):
@@ -145,7 +155,24 @@ def test_a_half_precision_head_is_multiplied_in_float32(tokenizer):
 def test_a_compiled_forward_gives_the_eager_logits_and_is_cached_apart(tokenizer, domain):
     eager = wrap_model(tiny_llama(len(tokenizer)), tokenizer)
     compiled = compile_forward(wrap_model(tiny_llama(len(tokenizer)), tokenizer))
-    first = collect_logits(eager, TEMPLATE, domain, NAMES[:9], batch_size=4, progress=False)
-    second = collect_logits(compiled, TEMPLATE, domain, NAMES[:9], batch_size=4, progress=False)  # batches of 4, 4 and 1
+    first = collect_logits(eager, TEMPLATE, domain, NAMES[:9], batch_size=4)
+    second = collect_logits(compiled, TEMPLATE, domain, NAMES[:9], batch_size=4)  # batches of 4, 4 and 1
     np.testing.assert_allclose(second.values, first.values, atol=tiny_forward_atol(first.values), rtol=0)  # fused kernels round apart
-    assert len(list(TableCache().directory.glob("*.npz"))) == 2, "compiled and eager tables have keys of their own"
+    assert len(list(TableStore().directory.glob("*.npz"))) == 2, "compiled and eager tables have keys of their own"
+
+
+@pytest.mark.parametrize("batch_size", [0, -3, "big", 2.5])
+def test_settings_refuse_a_batch_size_that_is_neither_positive_nor_auto(batch_size):
+    with pytest.raises(LincorrError, match="batch size"):
+        CollectSettings(batch_size=batch_size)
+
+
+def test_compile_in_the_settings_compiles_the_forward_once_and_keys_the_table_as_compiled(tokenizer, domain):
+    lm = wrap_model(tiny_llama(len(tokenizer)), tokenizer)
+    collect_logits(lm, TEMPLATE, domain, NAMES[:9], batch_size=4, compile=True)
+    body = lm.compiled_body
+    assert body is not None
+    collect_logits(lm, TEMPLATE, domain, NAMES[:9], batch_size=4, compile=True)
+    assert lm.compiled_body is body, "a compiled forward is not compiled again"
+    (header,) = TableStore().directory.glob("*.json")
+    assert '"forward": "compiled"' in header.read_text()

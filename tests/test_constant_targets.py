@@ -7,15 +7,14 @@ import json
 import numpy as np
 import pytest
 
-from lincorr.cli.core import print_result
-from lincorr.collect import LogitTable
+from lincorr.collection import LogitTable
 from lincorr.domains import Domain
 from lincorr.fit import FitConfig, fit_tables
 from lincorr.studies.training.gradients import gradient_correlation_from_changes
 from lincorr.studies.logits.matrix import Grid, matrix_from_tables
 from lincorr.metrics import summarize
 from lincorr.report.page import KeyNumbers
-from lincorr.report.runs import read_pair
+from lincorr.report.logits import read_pair
 from lincorr.strict_json import dumps
 
 
@@ -34,7 +33,7 @@ def planted(constant_columns: tuple[int, ...]):
     return fit_tables(table(x, "s"), table(y, "t"), FitConfig(n_boot=50))
 
 
-def test_constant_target_columns_are_counted_and_left_out_of_the_mean(capsys):
+def test_constant_target_columns_are_counted_and_left_out_of_the_mean():
     result = planted((1, 3))
     summary = result.summary()
     assert summary["n_constant_targets"] == 2 and np.isnan(result.labelwise_r[[1, 3]]).all()
@@ -44,15 +43,13 @@ def test_constant_target_columns_are_counted_and_left_out_of_the_mean(capsys):
     # Strict JSON: the count is a plain number; the undefined per-word r become null with a reason.
     saved = json.loads(dumps({**summary, "labelwise_r": result.labelwise_by_word()}))
     assert saved["n_constant_targets"] == 2 and saved["labelwise_r"]["t1"] is None and "labelwise_r.t1" in saved["undefined"]
-    print_result(result)
-    assert "left out: 2 target words constant" in capsys.readouterr().out
+    assert "left out: 2 target words constant" in result.text()
 
 
-def test_no_constant_target_prints_no_left_out_line(capsys):
+def test_no_constant_target_prints_no_left_out_line():
     result = planted(())
     assert result.summary()["n_constant_targets"] == 0
-    print_result(result)
-    assert "left out" not in capsys.readouterr().out
+    assert "left out" not in result.text()
 
 
 def test_the_report_shows_the_count_beside_the_labelwise_r(tmp_path):

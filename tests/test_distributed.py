@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from helpers.tiny import CITIES, COUNTRIES, city_country_registry, tiny_llama
 
-from lincorr import collect
+from lincorr.collection import forward, pieces
 from lincorr.distributed import balanced_assignment
 
 RANK_SCRIPT = Path(__file__).parent / "helpers" / "torchrun_rank.py"
@@ -62,7 +62,7 @@ def tables(cache: Path) -> dict[str, bytes]:
 
 @pytest.mark.multiprocess
 def test_two_processes_give_the_single_process_result_bit_for_bit(workspace, tmp_path):
-    # torchrun gives each CPU process one thread; the one-process run uses as many (see collect.forward_key).
+    # torchrun gives each CPU process one thread; the one-process run uses as many (see collection.forward.forward_key).
     single = run(workspace, matrix_args(workspace), tmp_path / "one", 1, OMP_NUM_THREADS="1")
     assert single.returncode == 0, single.stderr
     counts = tmp_path / "counts"
@@ -103,11 +103,11 @@ def test_device_map_is_refused_under_torchrun(workspace, tmp_path):
 
 
 def test_pieces_follow_the_batches_whatever_the_world_size(tokenizer):
-    job = collect.CollectionJob({}, "{} lives in", tuple(f"name{i}" for i in range(70)), (3, 4), False, 4)
-    plan = collect.plan_job(tokenizer, job)
+    job = pieces.CollectionJob({}, "{} lives in", tuple(f"name{i}" for i in range(70)), (3, 4), False, 4)
+    plan = pieces.plan_job(tokenizer, job)
     rows = np.concatenate([plan.piece_rows(p) for p in range(len(plan.pieces))])
     assert sorted(rows.tolist()) == list(range(70)), "the pieces cover every input once"
-    assert len(plan.pieces) == -(-len(plan.batches) // collect.PIECE_BATCHES)
+    assert len(plan.pieces) == -(-len(plan.batches) // pieces.PIECE_BATCHES)
 
 
 @pytest.mark.integration
@@ -119,7 +119,7 @@ def test_the_bundled_model_over_two_processes_equals_one_process(tmp_path, bundl
     # 200 training inputs are fewer than the 247 cities ols would need.
     args = ["matrix", "--prompts", "city,country,continent", "--model", "gemma-3-270m", "-n", "400", "--batch-size", "16",
             "--estimator", "ridge", "--alpha", "1", "--json", "--quiet"]
-    # torchrun gives each CPU process one thread; a CPU matmul's rounding depends on its thread count (collect.forward_key).
+    # torchrun gives each CPU process one thread; a CPU matmul's rounding depends on its thread count (collection.forward.forward_key).
     single = run(tmp_path, args, caches[0], 1, OMP_NUM_THREADS="1")
     assert single.returncode == 0, single.stderr
     shared = run(tmp_path, args, caches[1], 2)
@@ -129,6 +129,6 @@ def test_the_bundled_model_over_two_processes_equals_one_process(tmp_path, bundl
 
 
 def test_a_cpu_table_is_keyed_by_its_thread_count(llama_lm, monkeypatch):
-    one = collect.forward_key(llama_lm)
-    monkeypatch.setattr(collect.torch, "get_num_threads", lambda: one["cpu_threads"] + 1)
-    assert collect.forward_key(llama_lm)["cpu_threads"] == one["cpu_threads"] + 1, "pieces computed with other threads never mix"
+    one = forward.forward_key(llama_lm)
+    monkeypatch.setattr(forward.torch, "get_num_threads", lambda: one["cpu_threads"] + 1)
+    assert forward.forward_key(llama_lm)["cpu_threads"] == one["cpu_threads"] + 1, "pieces computed with other threads never mix"

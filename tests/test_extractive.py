@@ -121,7 +121,7 @@ def test_rank_is_the_number_of_candidates_with_a_strictly_higher_logit(tokenizer
 def test_after_epoch_sees_every_epoch_and_the_linear_schedule_warms_up_then_decays(tokenizer):
     seen = []
     facts = [Fact("Alice lives in the city of", "Paris"), Fact("Bob lives in the city of", "Tokyo")]
-    config = TrainConfig(learning_rate=1e-2, epochs=3, batch_size=1, schedule="linear", warmup=0.2, progress=False)
+    config = TrainConfig(learning_rate=1e-2, epochs=3, batch_size=1, schedule="linear", warmup=0.2)
     result = train_on_facts(tiny_llama(len(tokenizer)), tokenizer, facts, config, after_epoch=lambda e, m: seen.append((e, m)))
     assert [e for e, _ in seen] == [1, 2, 3] and seen[-1][1] is result.model
     factor = finetune._rate_factor(config, 10)
@@ -148,7 +148,7 @@ def tiny_world_registry(tmp_path, n: int = 5):
 
 def test_ocr_measures_before_training_and_after_every_epoch_and_saves(world_tokenizer, tmp_path):
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
-    config = OcrConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=6, batch_size=1, progress=False))
+    config = OcrConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=6, batch_size=1))
     result = run_ocr(lm, tiny_world_registry(tmp_path), config)
     summary = result.summary()
     assert [row["epoch"] for row in summary["per_epoch"]] == list(range(7)) and summary["epochs"] == 6
@@ -158,7 +158,7 @@ def test_ocr_measures_before_training_and_after_every_epoch_and_saves(world_toke
     assert summary["training"]["learning_rate"] == 1e-2
     result.save(tmp_path / "out")
     assert {"ocr.json", "per_epoch.csv", "ocr.png"} <= {p.name for p in (tmp_path / "out").iterdir()}
-    assert "epoch" in result.format_table()
+    assert "epoch" in result.text()
 
 
 # ---------------------------------------------------------------- scores against their definitions
@@ -394,8 +394,7 @@ def test_training_with_a_block_range_leaves_every_other_parameter_bit_identical(
     lm = wrap_model(tiny_llama(len(word_tokenizer)), word_tokenizer)
     before = state_copy(lm.model)
     facts = [Fact("Alice lives in the city of", "Paris"), Fact("Bob lives in the city of", "Tokyo")]
-    tuned, _ = train_model(lm, facts, TrainConfig(learning_rate=1e-2, epochs=2, batch_size=2, layers=(1, 2), blocks_only=True,
-                                                  progress=False), name="late only")
+    tuned, _ = train_model(lm, facts, TrainConfig(learning_rate=1e-2, epochs=2, batch_size=2, layers=(1, 2), blocks_only=True), name="late only")
     after = state_copy(tuned.model)
     for name in before:
         trains = finetune.layer_index(name) == 1
@@ -441,7 +440,7 @@ def test_freeze_resets_and_freezes_the_blocks_each_setting_names(world_tokenizer
 
     monkeypatch.setattr(freeze, "train_model", planted_training)
     monkeypatch.setattr(freeze, "mean_rank", lambda model, queries: knows(model))
-    config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=1, batch_size=5, blocks_only=True, progress=False),
+    config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=1, batch_size=5, blocks_only=True),
                           split_layer=split)
     result = freeze.run_freeze(lm, tiny_world_registry(tmp_path), config)
     held = {setting: result.row(setting, "first")["fact_mean_rank"] for setting in SETTINGS}
@@ -450,8 +449,7 @@ def test_freeze_resets_and_freezes_the_blocks_each_setting_names(world_tokenizer
 
 def test_freeze_study_reports_every_setting_for_both_hops(world_tokenizer, tmp_path):
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
-    config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=2, batch_size=5, blocks_only=True,
-                                                         progress=False), split_layer=1)
+    config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=2, batch_size=5, blocks_only=True), split_layer=1)
     registry = tiny_world_registry(tmp_path)
     result = run_freeze(lm, registry, config)
     summary = result.summary()
@@ -495,7 +493,7 @@ def test_orderings_feed_exactly_the_documented_sequence(world_tokenizer, tmp_pat
 
     monkeypatch.setattr(extractive, "train_on_facts", recording)
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
-    quick = TrainConfig(learning_rate=1e-2, epochs=2, batch_size=4, progress=False)
+    quick = TrainConfig(learning_rate=1e-2, epochs=2, batch_size=4)
     config = OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick)
     result = run_ordering(lm, tiny_world_registry(tmp_path), config)
     data = result.data
@@ -528,7 +526,7 @@ def test_grafting_is_exact_arithmetic_on_every_parameter(word_tokenizer):
 
 def test_graft_study_reports_table_3_and_both_correlations(world_tokenizer, tmp_path):
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
-    quick = TrainConfig(learning_rate=1e-2, epochs=2, batch_size=4, progress=False)
+    quick = TrainConfig(learning_rate=1e-2, epochs=2, batch_size=4)
     result = run_graft(lm, tiny_world_registry(tmp_path), OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick))
     summary = result.summary()
     assert [r["weights"] for r in summary["rows"]] == list(WEIGHT_SETS)
@@ -566,7 +564,7 @@ def test_graft_study_grafts_and_scores_the_weight_sets_the_paper_names(world_tok
     monkeypatch.setattr(origins, "train_model", planted_training)
     monkeypatch.setattr(origins, "mean_rank", lambda model, queries: state(model))
     monkeypatch.setattr(origins, "linearized_scores", planted_scores)
-    quick = TrainConfig(learning_rate=1e-2, epochs=1, batch_size=4, progress=False)
+    quick = TrainConfig(learning_rate=1e-2, epochs=1, batch_size=4)
     result = run_graft(lm, tiny_world_registry(tmp_path), OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick))
     built = {row["weights"]: row["facts_original"] for row in result.rows}
     assert built == {"W": 0.0, "W_F": 1.0, "W_F,ImplF": 11.0, "W_ImplF": 100.0, "W_F'": 1000.0,
@@ -585,11 +583,11 @@ def test_w_predictor_scores_each_fact_from_the_untrained_fit(world_tokenizer, tm
     registry = tiny_world_registry(tmp_path)
     fit = FitConfig(estimator="ridge", alpha=1.0, n_boot=2)
     config = PredictConfig(n_facts=5, n_inputs=60, fit=fit, n_random=50,
-                           train=TrainConfig(learning_rate=1e-2, epochs=3, batch_size=5, progress=False))
+                           train=TrainConfig(learning_rate=1e-2, epochs=3, batch_size=5))
     result = run_predict(lm, registry, config)
     summary = result.summary()
     assert summary["n_facts"] == 5 and set(PREDICTORS) | {"random"} == set(summary["auc"])
-    bound = fit_relation(lm, registry, config.relation, n_inputs=60, fit=fit, progress=False)
+    bound = fit_relation(lm, registry, config.relation, n_inputs=60, fit=fit)
     for row in result.usable():
         source, right = bound.source.domain.find(row["city"]), bound.target.domain.find(row["language"])
         assert row["w_ref"] == pytest.approx(float(bound.fit.coef[source, right]))

@@ -21,7 +21,7 @@ from lincorr.knowledge import load_registry
 
 pytestmark = pytest.mark.integration
 
-TRAIN = dataclasses.replace(SMALL_TRAIN, progress=False)
+TRAIN = dataclasses.replace(SMALL_TRAIN)
 
 
 def trained(bundled, hop: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
 from lincorr.fit import CI_METHODS, FitConfig, pairs_bootstrap_labelwise_ci, split_indices
 from lincorr.linear import LinearMap
@@ -50,7 +51,8 @@ def test_an_unknown_interval_method_is_refused():
 def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(llama_lm, tmp_path):
     from helpers.tiny import INPUTS, REGISTRY_YAML
 
-    from lincorr.studies.logits.precision import precision_curve, precision_table
+    from lincorr.studies.logits.precision import precision_table
+    from lincorr.studies.logits.precision_curve import precision_curve
     from lincorr.knowledge import load_registry
     from lincorr.relations import RelationSpec
 
@@ -59,10 +61,10 @@ def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(l
     registry = load_registry([path])
     relation = RelationSpec("tiny_city", "tiny_country")
     configs = (FitConfig(n_boot=20), FitConfig(estimator="ridge", alpha="cv", n_boot=20))
-    curve = precision_curve(llama_lm, registry, relation, INPUTS, (60, 20, 40), configs, progress=False, batch_size=10)
+    curve = precision_curve(llama_lm, registry, relation, INPUTS, (60, 20, 40), configs, settings=CollectSettings(batch_size=10))
     assert curve.ns == (20, 40, 60)
     for n in curve.ns:
-        alone = precision_table(llama_lm, registry, [relation], INPUTS[:n], configs, progress=False, batch_size=10)
+        alone = precision_table(llama_lm, registry, [relation], INPUTS[:n], configs, settings=CollectSettings(batch_size=10))
         for point, separate in zip([r for r in curve.rows if r.n_inputs == n], alone.rows, strict=True):
             assert (point.estimator, point.n_inputs) == (separate.estimator, n)
             assert point.hit_influenced == separate.hit_influenced and point.hit_influencing == separate.hit_influencing
@@ -74,11 +76,11 @@ def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(l
 def test_the_n_curve_refuses_more_points_than_inputs(llama_lm):
     from helpers.tiny import INPUTS
 
-    from lincorr.studies.logits.precision import precision_curve
+    from lincorr.studies.logits.precision_curve import precision_curve
     from lincorr.relations import RelationSpec
 
     with pytest.raises(LincorrError, match="needs 100 inputs and the input list has 60"):
-        precision_curve(llama_lm, None, RelationSpec("tiny_city", "tiny_country"), INPUTS, (20, 100), (FitConfig(),), progress=False)
+        precision_curve(llama_lm, None, RelationSpec("tiny_city", "tiny_country"), INPUTS, (20, 100), (FitConfig(),))
 
 
 # ---- the standardized fit and the target as domain log-probabilities ----
@@ -103,7 +105,7 @@ def test_standardized_ridge_equals_scikit_learn_on_z_scored_columns():
 def test_within_domain_logprobs_are_a_distribution_that_keeps_every_difference():
     from scipy.special import logsumexp
 
-    from lincorr.collect import LogitTable
+    from lincorr.collection import LogitTable
     from lincorr.fit import within_domain_logprobs
 
     values = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32) * 5
@@ -114,7 +116,7 @@ def test_within_domain_logprobs_are_a_distribution_that_keeps_every_difference()
 
 
 def test_a_standardized_fit_is_ranked_in_standard_units():
-    from lincorr.collect import LogitTable
+    from lincorr.collection import LogitTable
     from lincorr.fit import fit_tables
     from lincorr.studies.logits.precision import ranked_weights
 

@@ -32,7 +32,7 @@ FACTS = (
     Fact("Z lives in the country of", "France"),
 )
 ATTENTION_0 = r"\.0\.(self_)?attn\."
-QUICK = TrainConfig(learning_rate=1e-2, epochs=3, batch_size=3, progress=False)
+QUICK = TrainConfig(learning_rate=1e-2, epochs=3, batch_size=3)
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -23,7 +23,7 @@ from lincorr.reading import MAX_FILE_BYTES, MAX_NESTING
 # What each command needs besides the swept option to get as far as reading it.
 POSITIONALS = {
     "demo": [], "fit": ["city", "country"], "templates": [], "domains": [], "references": [], "matrix": ["--prompts", "city,country"],
-    "precision": ["city", "country"], "cases": ["city", "country"], "resilience": ["--prompts", "city,country"], "scale": ["--models", "a,b"],
+    "precision": ["city", "country"], "lre": [], "cases": ["city", "country"], "resilience": ["--prompts", "city,country"], "scale": ["--models", "a,b"],
     "ablate": ["city", "country"], "generalize": ["city", "country"], "diagnose": ["city", "country"],
     "subwords": ["city", "country"], "gradcorr": ["city", "country"], "predict-edit": ["city", "country", "--value", "Paris"],
     "lens": ["capitals"], "ovector": ["capitals", "--layer", "1"], "ffn-ablate": ["capitals", "--from-layer", "1"],

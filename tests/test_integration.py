@@ -14,7 +14,8 @@ import torch
 from helpers.bundled import CONTROL_BOUND, MIN_GAP_OVER_CONTROL, above_chance_p
 
 from lincorr.cli import main
-from lincorr.collect import collect_logits, domain_scores
+from lincorr.collection import collect
+from lincorr.collection.forward import domain_scores
 from lincorr.models import tokenize_prompts
 from lincorr.fit import FitConfig, fit_tables, measure_pair
 from lincorr.inputs import sample_vocab_inputs
@@ -47,7 +48,7 @@ def test_city_country_correlation(bundled, name):
     lm = bundled(name)
     city, country = city_country(lm)
     inputs = sample_vocab_inputs(lm.tokenizer, N_INPUTS, seed=0)
-    result = measure_pair(lm, city, country, inputs, FitConfig(seed=0), progress=False)
+    result = measure_pair(lm, city, country, inputs, FitConfig(seed=0))
     summary = result.summary()
     assert summary["n_inputs"] == N_INPUTS and summary["n_train"] == summary["n_test"] == 500
     assert_strong_and_real(summary)
@@ -61,8 +62,8 @@ def test_gemma_w_ranks_the_right_country_above_chance_over_all_pairs(bundled):
     lm = bundled("gemma-3-270m")
     city, country = city_country(lm)
     inputs = sample_vocab_inputs(lm.tokenizer, N_INPUTS, seed=0)
-    source = collect_logits(lm, city.template, city.domain, inputs, progress=False)
-    target = collect_logits(lm, country.template, country.domain, inputs, progress=False)
+    tables = collect(lm, {"city": city, "country": country}, inputs)
+    source, target = tables["city"], tables["country"]
     ridge = fit_tables(source, target, FitConfig(seed=0, estimator="ridge", alpha="cv"))
     right = bind_relation(load_registry(), RelationSpec("city", "country"), lm.tokenizer).columns
     assert len(right) >= 100  # the test means something only over many pairs; gemma keeps 247

@@ -9,7 +9,7 @@ import torch
 from helpers.precision import float32_atol, tiny_forward_atol
 from helpers.tiny import CITIES, NAMES
 
-from lincorr.collect import domain_scores
+from lincorr.collection.forward import domain_scores
 
 from lincorr.models import left_pad, tokenize_prompts
 from lincorr.errors import LincorrError

@@ -11,7 +11,7 @@ import pytest
 from helpers.tiny import one_thread, tiny_llama, tiny_subword_tokenizer
 
 from lincorr.cli import main
-from lincorr.collect import collect_tables
+from lincorr.collection import collect
 from lincorr.studies.logits.cases import paper_cases
 from lincorr.fit import FitConfig, fit_tables
 from lincorr.inputs import sample_vocab_inputs
@@ -69,7 +69,7 @@ def direct_pairs(lm, relations, config=RIDGE):
     """Each relation's PairResult, fitted here on tables collected over the CLI's vocabulary sample."""
     registry = load_registry()
     prompts, _ = registry_prompts(registry, {n for r in relations for n in (r.source, r.target)}, lm.tokenizer)
-    tables = collect_tables(lm, prompts, sample_vocab_inputs(lm.tokenizer, N_INPUTS, 0), progress=False)
+    tables = collect(lm, prompts, sample_vocab_inputs(lm.tokenizer, N_INPUTS, 0))
     return {r: fit_tables(tables[r.source], tables[r.target], config, source_name=r.source, target_name=r.target) for r in relations}
 
 
@@ -154,7 +154,7 @@ references:
 @pytest.mark.parametrize("table", ["3", "16"])
 def test_cases_paper_table_rows_are_the_top_words_of_their_own_fit(paper_model, capsys, table):
     assert main(["cases", "--paper-table", table, "--model", str(paper_model), *RIDGE_OPTIONS, "--json"]) == 0
-    payload = json.loads(capsys.readouterr().out)
+    payload = json.loads(capsys.readouterr().out)["tables"]
     specs = paper_cases(table)
     assert [(t["source"], t["target"], t["direction"], t["k"]) for t in payload] == [
         (s.relation.source, s.relation.target, s.direction, s.k) for s in specs]
@@ -193,7 +193,7 @@ def test_generalize_table5_rows_follow_the_paper_and_equal_a_single_pair_run(pap
     options = ("--model", str(paper_model), "-n", str(N_INPUTS), "--alpha", "1", "--lr", "1e-2", "--n-facts", "2", "--n-seeds", "1",
                "--epochs", "2", "--json", "--quiet")
     assert main(["generalize", "--table5", *options]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert [row["relation"] for row in rows] == paper_labels("table5")
     city = rows[0]
     assert city["paper_generalization_rate"] == paper_table("table5").row("City->Country")["generalization_rate"]
@@ -213,7 +213,7 @@ def test_generalize_table5_rows_follow_the_paper_and_equal_a_single_pair_run(pap
 def test_ablate_table7_rows_follow_the_paper_and_average_single_runs_over_seeds(paper_model, capsys):
     options = ("--model", str(paper_model), "--stage1-epochs", "2", "--stage2-epochs", "2", "--json", "--quiet")
     assert main(["ablate", "--table7", "--seeds", "0", "1", *options]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(row["relation"], row["mapping"]) for row in rows] == [
         (f"{row.relation.source}->{row.relation.target}", row["mapping"]) for row in paper_table("table7").rows]
     shuffled = next(row for row in rows if row["relation"] == "city->country" and row["mapping"] == "shuffled")

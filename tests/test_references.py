@@ -10,7 +10,7 @@ import json
 import pytest
 from helpers.tiny import CITIES, COUNTRIES, NAMES, city_country_registry, tiny_llama
 
-import lincorr.collect as collect_module
+import lincorr.collection.pieces as collect_module
 from lincorr.cli import main
 from lincorr.domains import Domain, Dropped
 from lincorr.errors import LincorrError

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.runs import FIGURES
+from helpers.runs import FIGURES, STUDIES
 from helpers.tiny import CITIES, COUNTRIES
 
 from lincorr.cli import main
@@ -24,8 +26,8 @@ def test_every_study_directory_becomes_one_section_with_its_figures(tiny_runs):
     assert len(report.sections) == len(tiny_runs)
     assert [section.figures for section in report.sections] == list(FIGURES.values())
     assert report.figures == sum(FIGURES.values())
-    studies = [section.study for section in report.sections]
-    assert studies[:3] == ["fit", "matrix", "precision"] and studies[-3:] == ["extractive scores", "extractive ocr", "logit lens"]
+    # Each section is the study its provenance.json names.
+    assert [section.study for section in report.sections] == [STUDIES.get(name, name) for name in tiny_runs]
 
 
 def test_sections_carry_command_fingerprint_settings_and_version(tiny_runs):
@@ -86,14 +88,14 @@ def test_matrix_colour_scales_are_fixed_and_hover_names_both_prompts(tiny_runs):
 
 def test_tables_keep_the_paper_column_and_mark_skipped_rows(tiny_runs):
     precision, = read_run(tiny_runs["precision"])
-    table = precision.blocks[0]
+    table = precision.blocks[1]
     assert [row[1] for row in table.rows] == ["ridge-std", "ols", "ridge"] and table.columns[-1].name.startswith("paper")
     table5, = read_run(tiny_runs["table5"])
-    rows = table5.blocks[0].rows
+    rows = table5.blocks[1].rows
     assert rows[0][0] == "City->Country" and rows[0][-3] == paper_table("table5").row("City->Country")["generalization_rate"]
     assert rows[1][-1].startswith("skipped: ")
     table7, = read_run(tiny_runs["table7"])
-    assert table7.title == "vocabulary ablation (Table 7) on tiny-llama" and table7.blocks[0].rows[0][2] == pytest.approx(60.0)
+    assert table7.title == "vocabulary ablation (Table 7) on tiny-llama" and table7.blocks[1].rows[0][2] == pytest.approx(60.0)
 
 
 def test_inside_path_sections_draw_lens_curves_and_score_heatmaps(tiny_runs):
@@ -119,6 +121,16 @@ def test_a_study_without_a_view_still_gets_its_numbers_and_pngs(tiny_runs, tmp_p
     numbers, picture = section.blocks
     assert numbers.items == (("freeze.json: model", "tiny-llama"), ("freeze.json: hop", "first")) and picture.name == "freeze.png"
     assert 'src="data:image/png;base64,' in build_report([tmp_path]).html()
+
+
+def test_a_run_saved_before_provenance_named_its_study_is_known_by_its_files(tiny_runs, tmp_path):
+    run = Path(shutil.copytree(tiny_runs["matrix"], tmp_path / "old"))
+    provenance = json.loads((run / "provenance.json").read_text(encoding="utf-8"))
+    del provenance["study"]
+    (run / "provenance.json").write_text(json.dumps(provenance), encoding="utf-8")
+    (run / "result_state.json").unlink()
+    section, = read_run(run)
+    assert section.study == "matrix" and section.figures == FIGURES["matrix"]
 
 
 def test_not_a_run_directory_is_one_clear_error(tmp_path):

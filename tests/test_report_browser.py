@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.runs import FIGURES
+from helpers.runs import FIGURES, STUDIES
 from helpers.strangers import PROMPTS, SOURCE_WORDS, TARGET_WORDS, write_runs_with_strangers_words
 
 from lincorr.cli import main
@@ -103,6 +103,10 @@ def test_tiny_runs_report_loads_offline_draws_every_figure_and_hovers_right(brow
     page = opened.page
     assert opened.drawn_figures() == report.figures == sum(FIGURES.values())
     page.screenshot(path=tmp_path / "report.png", full_page=True)
+    # Every study has its section with its figures, each system's among them (logits, training, vectors, extractive).
+    assert {name: len(opened.figure_ids(STUDIES.get(name, name))) for name in FIGURES} == FIGURES
+    freeze_id = opened.figure_ids("extractive-freeze")[0]
+    assert page.evaluate("(id) => document.getElementById(id)._fullData.map(trace => trace.type)", freeze_id) == ["bar"] * 4
 
     # W: the Paris -> France cell shows W itself from W.npy, its row-centred value and that it is a reference pair.
     coef = np.load(runs["fit"] / "W.npy")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import lincorr.reproduce.runner as runner
-from lincorr import provenance
+from lincorr import cache
 from lincorr.cli import main
 from lincorr.knowledge import load_registry
 from lincorr.reproduce import BUDGETS, ReproductionResult, load_paper, reproduce
@@ -125,7 +125,7 @@ def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypat
     assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stale"] == []
     monkeypatch.setattr(runner, "code_digest", lambda module: "changed")
-    monkeypatch.setattr(provenance, "code_digest", lambda module: "changed")  # what the cache keys finished claims by
+    monkeypatch.setattr(cache, "code_digest", lambda module: "changed")  # what the cache keys finished claims by
     assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stale"] == ["peng.strong", "peng.weak"]
     before = list(planted)

@@ -11,15 +11,17 @@ import pytest
 import torch
 from helpers.tiny import CITIES, INPUTS, NAMES, REGISTRY_YAML, tiny_gpt2, tiny_llama
 
-import lincorr.collect as collect_module
+import lincorr.collection.forward as forward_module
+import lincorr.collection.pieces as collect_module
+from lincorr.cache import TableStore
+from lincorr.collection import CollectSettings, collect
 from lincorr.cli import main
-from lincorr.collect import LogitTable
+from lincorr.collection import LogitTable
 from lincorr.domains import Domain
 from lincorr.errors import LincorrError
 from lincorr.studies.logits.cases import CaseTables, case_table
 from lincorr.fit import FitConfig, fit_tables
-from lincorr.collect import collect_tables
-from lincorr.studies.logits.matrix import Grid, measure_matrix
+from lincorr.studies.logits.matrix import Grid, measure_matrix, score_grid
 from lincorr.prompts import registry_prompts
 from lincorr.studies.logits.precision import precision_of, precision_table
 from lincorr.relations import RelationSpec, read_reference_file
@@ -49,9 +51,9 @@ def registry(registry_file):
     return load_registry([registry_file])
 
 
-def family_matrix(lm, registry, config=FitConfig(), **options):
+def family_matrix(lm, registry, config=FitConfig(), use_cache=True):
     grid = Grid.square([spec.name for spec in registry.family("tiny")], "tiny family")
-    return measure_matrix(lm, registry, grid, INPUTS, config, progress=False, batch_size=10, **options)
+    return measure_matrix(lm, registry, grid, INPUTS, config, CollectSettings(batch_size=10, use_cache=use_cache))
 
 
 # ---- matrix bookkeeping ----
@@ -64,7 +66,7 @@ def test_matrix_diagonal_pair_order_and_skipped_prompt(llama_lm, registry):
     np.testing.assert_allclose(np.diag(result.labelwise_r), 1.0, atol=1e-4)
     # Each cell is the pair (row -> column): the same numbers as fitting that pair on its own.
     prompts, _ = registry_prompts(registry, FAMILY, llama_lm.tokenizer)
-    tables = collect_tables(llama_lm, prompts, INPUTS, progress=False)
+    tables = collect(llama_lm, prompts, INPUTS)
     for i, source in enumerate(FAMILY):
         for j, target in enumerate(FAMILY):
             pair = fit_tables(tables[source], tables[target], FitConfig())
@@ -81,10 +83,32 @@ def test_shared_ridge_factorisation_equals_per_pair_fits(llama_lm, registry):
     config = FitConfig(estimator="ridge", alpha=3.0)
     result = family_matrix(llama_lm, registry, config)
     prompts, _ = registry_prompts(registry, FAMILY, llama_lm.tokenizer)
-    tables = collect_tables(llama_lm, prompts, INPUTS, progress=False)
+    tables = collect(llama_lm, prompts, INPUTS)
     pair = fit_tables(tables["tiny_capital"], tables["tiny_country"], config)
     assert result.value("tiny_capital", "tiny_country") == pytest.approx(pair.summary()["labelwise_r_mean"], abs=1e-5)
     assert result.source_alpha == {name: 3.0 for name in FAMILY}
+
+
+def test_matrix_cells_honour_target_scores_interval_and_control(llama_lm, registry):
+    # Each cell is fitted the way `fit` fits one pair: onto the target's domain log-probabilities, with the pairs-bootstrap
+    # interval and a control of 3 shuffles, so its numbers are the pair's own and not those of the default settings.
+    config = FitConfig(estimator="ridge", alpha=3.0, target_scores="domain-logprobs", ci="refit", n_control=3, n_boot=40)
+    prompts, _ = registry_prompts(registry, FAMILY, llama_lm.tokenizer)
+    tables = collect(llama_lm, prompts, INPUTS)
+    grid = Grid.square(FAMILY)
+    scores = score_grid(grid, tables, config)
+    plain = score_grid(grid, tables, FitConfig(estimator="ridge", alpha=3.0))
+    for i, source in enumerate(FAMILY):
+        for j, target in enumerate(FAMILY):
+            alone = fit_tables(tables[source], tables[target], config).summary()
+            cell = scores.pairs[source, target].summary()
+            # As above: one shared fit and one fit alone agree to float64 rounding amplified by the conditioning.
+            assert scores.labelwise_r[i, j] == pytest.approx(alone["labelwise_r_mean"], abs=1e-5)
+            assert cell["labelwise_r_ci95"] == pytest.approx(alone["labelwise_r_ci95"], abs=1e-5)
+            assert cell["control_labelwise_r_mean"] == pytest.approx(alone["control_labelwise_r_mean"], abs=1e-5)
+            assert cell["labelwise_r_ci95_method"] == alone["labelwise_r_ci95_method"]
+            assert scores.pairs[source, target].target.kind.endswith("log-softmax over the domain")
+    assert not np.allclose(scores.labelwise_r, plain.labelwise_r)
 
 
 def test_rectangle_and_cross_language_grids(registry):
@@ -127,7 +151,8 @@ def counting_scores(monkeypatch, interrupt_after: int | None = None) -> list[str
         seen.extend(lm.tokenizer.decode(r, skip_special_tokens=True) for r in rows)
         return REAL_DOMAIN_SCORES(lm, rows, token_ids, logprobs)
 
-    monkeypatch.setattr(collect_module, "domain_scores", scores)
+    for module in (forward_module, collect_module):  # the head check's forward and the pieces'
+        monkeypatch.setattr(module, "domain_scores", scores)
     return seen
 
 
@@ -143,7 +168,7 @@ def test_interrupted_matrix_resumes_without_recomputing_finished_work(registry, 
     assert not [text for text in seen if "city of" in text]  # the finished first table is reused
     assert len([text for text in seen if "country of" in text]) == 30  # only the unfinished half of the second
     assert len([text for text in seen if "capital is" in text]) == 60
-    fresh = family_matrix(lm, registry, cache=False)
+    fresh = family_matrix(lm, registry, use_cache=False)
     np.testing.assert_allclose(resumed.labelwise_r, fresh.labelwise_r, atol=1e-6)
 
 
@@ -166,7 +191,7 @@ def corrupt_values(cache_dir):
 ])
 def test_corrupt_cache_entry_is_recomputed(llama_lm, registry, monkeypatch, corrupt):
     first = family_matrix(llama_lm, registry)
-    cache_dir = collect_module.TableCache().directory
+    cache_dir = TableStore().directory
     assert len(list(cache_dir.glob("*.npz"))) == 3
     corrupt(cache_dir)
     seen = counting_scores(monkeypatch)
@@ -192,7 +217,7 @@ def test_ols_too_few_inputs_fails_before_collecting(llama_lm, registry, monkeypa
     counting_scores(monkeypatch, interrupt_after=0)  # any collection would raise KeyboardInterrupt
     grid = Grid.square(FAMILY)
     with pytest.raises(LincorrError, match="more training inputs"):
-        measure_matrix(llama_lm, registry, grid, INPUTS[:8], FitConfig(), progress=False)
+        measure_matrix(llama_lm, registry, grid, INPUTS[:8], FitConfig())
 
 
 # ---- precision on a planted W ----
@@ -270,7 +295,7 @@ def test_precision_table_uses_registry_reference_and_reports_skips(llama_lm, reg
     relations = [RelationSpec("tiny_city", "tiny_country", "cities"), RelationSpec("tiny_ghost", "tiny_country", "ghost"),
                  RelationSpec("tiny_country", "tiny_capital", "unrelated")]
     configs = [FitConfig(), FitConfig(estimator="ridge", alpha="cv")]
-    table = precision_table(llama_lm, registry, relations, INPUTS, configs, progress=False)
+    table = precision_table(llama_lm, registry, relations, INPUTS, configs)
     assert [(r.label, r.estimator) for r in table.rows] == [("cities", "ols"), ("cities", "ridge")]
     assert table.rows[0].reference == "tiny_cities->tiny_countries" and table.rows[0].n_pairs_influenced == 5
     assert {label for label, _ in table.skipped} == {"ghost", "unrelated"}
@@ -285,7 +310,7 @@ def test_case_table_rows_directions_and_right_answers(tmp_path):
     rows = case_table(pair, "influenced", words=["s0", "s2", "zzz"], k=2, reference_pairs=reference)
     assert [r.word for r in rows.rows] == ["s0", "s2"] and rows.missing == ("zzz",)
     assert rows.rows[0].top[0][0] == f"t{perm[0]}" and rows.rows[0].right == (f"t{perm[0]}",)
-    assert f"| s0 | **t{perm[0]}**," in rows.markdown()
+    assert f"| s0 | **t{perm[0]}**," in rows.text()
     columns = case_table(pair, "influencing", k=1, reference_pairs=reference)
     assert len(columns.rows) == 6
     assert {r.word: r.top[0][0] for r in columns.rows}[f"t{perm[4]}"] == "s4"
@@ -300,16 +325,16 @@ def test_case_table_rows_directions_and_right_answers(tmp_path):
 def test_resilience_same_checkpoint_is_unchanged_and_other_checkpoint_differs(llama_lm, registry, tokenizer):
     grid = Grid.square(FAMILY)
     same = measure_resilience(llama_lm, wrap_model(copy.deepcopy(llama_lm.model), tokenizer, name="copy"), registry, grid,
-                              INPUTS, progress=False)
+                              INPUTS)
     np.testing.assert_allclose(same.difference, 0.0, atol=1e-6)
     other = wrap_model(tiny_llama(len(tokenizer), seed=1), tokenizer, name="other")
-    moved = measure_resilience(llama_lm, other, registry, grid, INPUTS, progress=False)
+    moved = measure_resilience(llama_lm, other, registry, grid, INPUTS)
     np.testing.assert_allclose(moved.fit_on_fit.labelwise_r, same.fit_on_fit.labelwise_r)
     assert np.nanmax(np.abs(moved.difference)) > 0.05
     np.testing.assert_allclose(np.diag(moved.eval_on_eval.labelwise_r), 1.0, atol=1e-4)
     pairs = moved.pairs()
     assert len(pairs) == 9 and pairs[1]["source"] == "tiny_city" and pairs[1]["target"] == "tiny_country"
-    assert "A's W on B" in moved.format_table()
+    assert "A's W on B" in moved.text()
 
 
 def test_resilience_refuses_a_different_tokenizer(llama_lm, registry):
@@ -318,7 +343,7 @@ def test_resilience_refuses_a_different_tokenizer(llama_lm, registry):
     other_tokenizer = tiny_tokenizer(list(CITIES) + list(NAMES))
     other = wrap_model(tiny_llama(len(other_tokenizer)), other_tokenizer, name="other")
     with pytest.raises(LincorrError, match="different tokenizers"):
-        measure_resilience(llama_lm, other, registry, Grid.square(FAMILY), INPUTS, progress=False)
+        measure_resilience(llama_lm, other, registry, Grid.square(FAMILY), INPUTS)
 
 
 def test_finetune_on_text_trains_a_copy(llama_lm, tmp_path):
@@ -326,7 +351,7 @@ def test_finetune_on_text_trains_a_copy(llama_lm, tmp_path):
     text.write_text("Alice lives in the city of Paris\n\n" + " ".join(["Bob is in Tokyo"] * 30) + "\n", encoding="utf-8")
     assert [len(f.answer.split()) for f in text_facts(text, max_words=48)] == [7, 48, 48, 24]
     before = {n: p.detach().clone() for n, p in llama_lm.model.named_parameters()}
-    tuned, training = finetune_on_text(llama_lm, text, TrainConfig(learning_rate=1e-2, epochs=2, batch_size=2, progress=False))
+    tuned, training = finetune_on_text(llama_lm, text, TrainConfig(learning_rate=1e-2, epochs=2, batch_size=2))
     assert training["n_examples"] == 4 and training["steps"] == 4 and training["losses"][1] < training["losses"][0]
     assert tuned.fingerprint != llama_lm.fingerprint and tuned.name.endswith("+ft(text.txt)")
     assert all(torch.equal(before[n], p) for n, p in llama_lm.model.named_parameters())
@@ -338,7 +363,7 @@ def test_scale_orders_models_by_size_and_saves_a_plot(registry, tokenizer, tmp_p
     models = {"small": tiny_llama(len(tokenizer)), "big": tiny_gpt2(len(tokenizer))}
     result = measure_scale(
         ["big", "small"], registry, [RelationSpec("tiny_city", "tiny_country", "cities")], 60,
-        [FitConfig(estimator="ridge", alpha=1.0)], load=lambda spec: wrap_model(models[spec], tokenizer, name=spec), progress=False,
+        [FitConfig(estimator="ridge", alpha=1.0)], load=lambda spec: wrap_model(models[spec], tokenizer, name=spec),
     )
     sizes = [p.n_parameters for p in result.points]
     assert sizes == sorted(sizes) and {p.model_name for p in result.points} == {"small", "big"}

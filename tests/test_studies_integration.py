@@ -11,8 +11,7 @@ import pytest
 from scipy import stats
 from helpers.bundled import MIN_GAP_OVER_CONTROL, above_chance_p
 
-import lincorr.collect as collect_module
-from lincorr.collect import TableCache
+import lincorr.collection.pieces as collect_module
 from lincorr.cli import main
 from lincorr.fit import FitConfig
 from lincorr.studies.logits.matrix import Grid, measure_matrix, prepare_grid
@@ -29,12 +28,11 @@ RIDGE = FitConfig(seed=0, estimator="ridge", alpha="cv")
 
 
 @pytest.fixture(scope="module")
-def gemma_matrix(bundled, session_cache):
-    """Module-scoped, so set up before the per-test cache variable: it names the session cache itself."""
+def gemma_matrix(bundled):
+    """Module-scoped, set up while the cache variable names the session cache, where the tests' reruns find its tables."""
     lm = bundled("gemma-3-270m")
     inputs = sample_vocab_inputs(lm.tokenizer, N_INPUTS, seed=0)
-    cache = TableCache(session_cache)
-    return lm, inputs, measure_matrix(lm, load_registry(), Grid.square(PROMPTS), inputs, RIDGE, cache=cache, progress=False)
+    return lm, inputs, measure_matrix(lm, load_registry(), Grid.square(PROMPTS), inputs, RIDGE)
 
 
 def test_gemma_matrix_subset(gemma_matrix, monkeypatch):
@@ -55,14 +53,13 @@ def test_gemma_matrix_subset(gemma_matrix, monkeypatch):
         raise AssertionError("a cached table was recomputed")
 
     monkeypatch.setattr(collect_module, "domain_scores", refuse)
-    again = measure_matrix(lm, load_registry(), Grid.square(PROMPTS), inputs, RIDGE, cache=TableCache(), progress=False)
+    again = measure_matrix(lm, load_registry(), Grid.square(PROMPTS), inputs, RIDGE)
     np.testing.assert_array_equal(again.labelwise_r, result.labelwise_r)
 
 
 def test_gemma_precision_city_country_beats_chance(gemma_matrix):
     lm, inputs, _ = gemma_matrix
-    table = precision_table(lm, load_registry(), [RelationSpec("city", "country", "City->Country")], inputs, [RIDGE],
-                            cache=TableCache(), progress=False)
+    table = precision_table(lm, load_registry(), [RelationSpec("city", "country", "City->Country")], inputs, [RIDGE])
     (row,) = table.rows
     assert row.n_pairs_influenced >= 200 and row.n_pairs_influencing >= 100
     # Over all usable pairs, W's top words hold a right answer far more often than a random ranking's (binomial p < 0.01).

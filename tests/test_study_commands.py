@@ -114,7 +114,7 @@ def test_diagnose_per_fact_weights_priors_and_cases_agree_with_w(training_worksp
     assert main(training_command(ws, "diagnose", "--n-facts", "4", "--n-seeds", "1", "--epochs", "8", "--json")) == 0
     payload = json.loads(capsys.readouterr().out)
     # The W and b the study judged by: the same fit, made again (seeded inputs and split, closed-form ridge).
-    bound = fit_relation(load_model(str(ws / "model")), load_registry([ws / "tiny.yaml"]), RELATION, n_inputs=40, fit=RIDGE, progress=False)
+    bound = fit_relation(load_model(str(ws / "model")), load_registry([ws / "tiny.yaml"]), RELATION, n_inputs=40, fit=RIDGE)
     coef, bias = bound.fit.coef, bound.fit.intercept
     sources, targets = bound.source.domain.words, bound.target.domain.words
     facts = payload["facts"]
@@ -151,7 +151,7 @@ def test_subwords_rows_split_the_fit_and_the_facts_by_token_category(training_wo
     assert rows["word_in_phrase"]["n_target_words"] == 0
 
     bound = fit_relation(load_model(str(ws / "model")), load_registry([ws / "tiny.yaml"]), RELATION, n_inputs=40, fit=RIDGE,
-                         keep_subwords=True, progress=False)
+                         keep_subwords=True)
     is_whole = np.array([w in whole for w in bound.target.domain.words])
     assert rows["whole_word"]["labelwise_r"] == pytest.approx(np.nanmean(bound.fit.labelwise_r[is_whole]))
     assert rows["subword"]["labelwise_r"] == pytest.approx(np.nanmean(bound.fit.labelwise_r[~is_whole]))
@@ -209,7 +209,7 @@ def test_scale_rows_equal_precision_measured_on_each_model_alone(tmp_path, token
     for spec, configs in zip((big, small), asked):
         lm = load_model(str(spec))
         sizes.append(sum(p.numel() for p in lm.model.parameters()))
-        alone = precision_table(lm, registry, [RELATION], sample_vocab_inputs(lm.tokenizer, 60, 0), configs, progress=False)
+        alone = precision_table(lm, registry, [RELATION], sample_vocab_inputs(lm.tokenizer, 60, 0), configs)
         rows = [r for r in payload["rows"] if r["model"] == lm.name]
         assert len(rows) >= 2 and {r["n_parameters"] for r in rows} == {sizes[-1]}  # ols beside ridge at least
         assert [r["estimator"] for r in rows] == [row.estimator for row in alone.rows]

@@ -30,7 +30,7 @@ N_FACTS = 24
 @pytest.fixture(scope="module")
 def relation(bundled, session_cache):
     lm = bundled("gemma-3-270m")
-    return lm, fit_relation(lm, load_registry(), RelationSpec("city", "country"), n_inputs=N_INPUTS, fit=RIDGE, progress=False)
+    return lm, fit_relation(lm, load_registry(), RelationSpec("city", "country"), n_inputs=N_INPUTS, fit=RIDGE)
 
 
 def test_edit_prediction_and_generalization_above_chance_and_the_untrained_model(relation):
@@ -38,8 +38,7 @@ def test_edit_prediction_and_generalization_above_chance_and_the_untrained_model
     prediction = predict_edit(lm, bound, "Paris", "Brosji")
     assert prediction.references == ("France",) and prediction.predicted_target in bound.target.domain.words
     first_block = next(p for n, p in lm.model.named_parameters() if "layers.0." in n).detach().clone()
-    config = GeneralizationConfig(n_facts=N_FACTS, seeds=(0,), n_inputs=N_INPUTS, fit=RIDGE, train=dataclasses.replace(DEFAULT_TRAIN, epochs=8),
-                                  progress=False)
+    config = GeneralizationConfig(n_facts=N_FACTS, seeds=(0,), n_inputs=N_INPUTS, fit=RIDGE, train=dataclasses.replace(DEFAULT_TRAIN, epochs=8))
     result = run_generalization(lm, load_registry(), bound, config)
     summary = result.summary()
     assert torch.equal(first_block, next(p for n, p in lm.model.named_parameters() if "layers.0." in n))
@@ -58,7 +57,7 @@ def test_edit_prediction_and_generalization_above_chance_and_the_untrained_model
 
 def test_one_step_gradient_correlation_beats_a_shuffled_w(relation):
     lm, _ = relation
-    config = GradientConfig(n_inputs=N_INPUTS, n_step_facts=8, n_eval=40, fit=RIDGE, progress=False)
+    config = GradientConfig(n_inputs=N_INPUTS, n_step_facts=8, n_eval=40, fit=RIDGE)
     result = measure_gradient_correlation(lm, load_registry(), RelationSpec("city", "country"), config)
     assert result.mean_abs_target_change > 0 and np.isfinite(result.gradient_r)
     # The phenomenon of §4.1, measured on changes centred per input (a shift common to every logit, which also lifts the

@@ -10,6 +10,7 @@ import pytest
 import torch
 from helpers.tiny import WORDS, city_country_registry, one_thread, state_copy, tiny_gpt2, tiny_llama, tiny_subword_tokenizer
 
+from lincorr.collection import CollectSettings
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.studies.training.generalization import (
     DEFAULT_TRAIN,
@@ -42,7 +43,7 @@ CITIES = ("Paris", "London", "Tokyo", "Rome", "Berlin")
 COUNTRIES = ("France", "England", "Japan", "Italy", "Germany")
 REGISTRY_YAML = city_country_registry(CITIES, COUNTRIES, "{Paris: France, London: [England, Japan], Tokyo: Japan, Rome: Italy, Berlin: Germany}")
 RIDGE = FitConfig(estimator="ridge", alpha=1.0, n_boot=10)
-QUICK_TRAIN = TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4, progress=False)
+QUICK_TRAIN = TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4)
 
 
 @pytest.fixture(autouse=True)
@@ -67,7 +68,7 @@ def lm():
 
 @pytest.fixture
 def relation(lm, registry):
-    return fit_relation(lm, registry, RelationSpec("tiny_city", "tiny_country"), n_inputs=40, fit=RIDGE, progress=False)
+    return fit_relation(lm, registry, RelationSpec("tiny_city", "tiny_country"), n_inputs=40, fit=RIDGE)
 
 
 # ---- predicting an edit ----
@@ -203,7 +204,7 @@ def test_balanced_plan_gives_a_rare_category_its_share(relation, lm):
 
 def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_path):
     before = state_copy(lm.model)
-    config = GeneralizationConfig(n_facts=3, seeds=(0, 1), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
+    config = GeneralizationConfig(n_facts=3, seeds=(0, 1), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN)
     result = run_generalization(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
     assert all(torch_equal(before[name], p) for name, p in lm.model.named_parameters())
     summary = result.summary()
@@ -223,11 +224,11 @@ def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_
 
 
 def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch, tmp_path):
-    config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
+    config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN)
     relations = [RelationSpec("tiny_city", "tiny_country", "tiny"), RelationSpec("tiny_country", "tiny_city", "no reference")]
     printed = []
     first = generalization_table(lm, registry, relations, config, on_row=printed.append)
-    rows = first.summary()
+    rows = first.summary()["rows"]
     assert printed == rows and rows[0]["n_facts"] == 2 and "no reference pairs" in rows[1]["skipped"]
     markdown = first.markdown().splitlines()
     assert len(markdown) == 4 and markdown[2].startswith(f"| tiny | {rows[0]['generalization_rate']:.1%} ±") and "skipped" in markdown[3]
@@ -239,21 +240,25 @@ def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch
         raise AssertionError("a stored row was computed again")
 
     monkeypatch.setattr(generalization_module, "run_generalization", no_training)
-    assert json.dumps(generalization_table(lm, registry, relations, config).summary()) == json.dumps(rows)  # NaN-safe comparison
+    assert json.dumps(generalization_table(lm, registry, relations, config).summary()["rows"]) == json.dumps(rows)  # NaN-safe comparison
     # Other settings are another row: it is computed, not read back.
     with pytest.raises(AssertionError, match="computed again"):
         generalization_table(lm, registry, relations[:1], dataclasses.replace(config, n_facts=3))
+    # So are other collection settings (the batch size moves W), and without the cache no row is read back.
+    for settings in (CollectSettings(batch_size=7), CollectSettings(use_cache=False)):
+        with pytest.raises(AssertionError, match="computed again"):
+            generalization_table(lm, registry, relations[:1], config, settings)
 
 
 def test_subword_study_splits_by_category(lm, registry):
-    config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN, progress=False)
+    config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN)
     result = subword_study(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
     rows = {r["category"]: r for r in result.rows}
     assert rows["whole_word"]["n_target_words"] == 5 and rows["whole_word"]["n_facts"] == 2
     assert rows["subword"]["n_facts"] == 0 and np.isnan(rows["subword"]["generalization_rate"])
     whole = [o for o in result.generalization.outcomes if o.reference_category == "whole_word"]
     assert rows["whole_word"]["rate_before"] == np.mean([o.generalized_before for o in whole])
-    assert "whole_word" in result.markdown()
+    assert "whole_word" in result.text()
 
 
 # ---- which parameters train: the default's blocks on any architecture, the paper preset's everything ----
@@ -294,12 +299,12 @@ def test_training_studies_train_only_the_blocks_of_a_gpt2(gpt2_lm, registry, tra
     assert blocks and {"transformer.wte.weight", "transformer.wpe.weight", "transformer.ln_f.weight"}.isdisjoint(blocks)
     spec = RelationSpec("tiny_city", "tiny_country")
     # The studies' own parameter selection, at a rate that moves a tiny model in a few epochs.
-    config = GeneralizationConfig(n_facts=3, seeds=(0,), n_inputs=40, fit=RIDGE, progress=False,
+    config = GeneralizationConfig(n_facts=3, seeds=(0,), n_inputs=40, fit=RIDGE,
                                   train=dataclasses.replace(DEFAULT_TRAIN, learning_rate=1e-2, epochs=4))
     generalized = run_generalization(gpt2_lm, registry, spec, config)
     subwords = subword_study(gpt2_lm, registry, spec, config)
     stepped = measure_gradient_correlation(gpt2_lm, registry, spec, GradientConfig(
-        n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE, train=dataclasses.replace(GradientConfig.train, learning_rate=1e-3), progress=False))
+        n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE, train=dataclasses.replace(GradientConfig.train, learning_rate=1e-3)))
     assert len(training_runs) == 3  # generalize, subwords, gradcorr
     for before, result in training_runs:
         assert set(result.trained_parameters) == blocks
@@ -314,12 +319,12 @@ def test_paper_preset_trains_every_parameter_at_the_papers_rate(lm, registry, tr
     # What the preset does not name stays the study's.
     assert (train.batch_size, train.max_grad_norm, train.schedule) == (DEFAULT_TRAIN.batch_size, DEFAULT_TRAIN.max_grad_norm, "constant")
     spec = RelationSpec("tiny_city", "tiny_country")
-    config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=dataclasses.replace(train, epochs=2), progress=False)
+    config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=dataclasses.replace(train, epochs=2))
     summary = run_generalization(lm, registry, spec, config).summary()
     assert summary["learning_rate"] == 5e-6 and summary["trainable"] == "all parameters" and summary["epochs"] == 2
     assert summary["epochs_run_per_seed"] == [2] or summary["source_learned_rate"] == 1.0
     stepped = measure_gradient_correlation(lm, registry, spec, GradientConfig(
-        n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE, train=PAPER_PRESET.apply(GradientConfig.train), progress=False))
+        n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE, train=PAPER_PRESET.apply(GradientConfig.train)))
     assert stepped.summary()["learning_rate"] == 5e-6
     for before, result in training_runs:
         assert set(result.trained_parameters) == set(before)
@@ -372,7 +377,7 @@ def test_a_shift_common_to_every_logit_passes_the_papers_control_but_not_the_cen
 
 def test_gradient_correlation_study_on_a_tiny_model_and_its_resumable_table(lm, registry, monkeypatch):
     config = GradientConfig(n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE,
-                            train=TrainConfig(learning_rate=1e-3, batch_size=4, progress=False), progress=False)
+                            train=TrainConfig(learning_rate=1e-3, batch_size=4))
     result = measure_gradient_correlation(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
     summary = result.summary()
     # The headline is the mean over target words (that gradient r beats a shuffled W is test_study_commands' gradcorr test).
@@ -388,7 +393,7 @@ def test_gradient_correlation_study_on_a_tiny_model_and_its_resumable_table(lm, 
 
     monkeypatch.setattr(gradients_module, "measure_gradient_correlation", no_step)
     again = gradient_table(lm, registry, relations, config)
-    assert again.markdown() == table.markdown()
+    assert again.text() == table.text()
     np.testing.assert_array_equal(again.rows[0].labelwise_gradient_r, result.labelwise_gradient_r)
 
 
@@ -430,8 +435,8 @@ def test_paper_flag_is_the_preset_and_options_still_override_it(workspace, capsy
     def train(*extra):
         return generalization_config(build_parser().parse_args(cli(workspace, "generalize", *extra))).train
 
-    assert train() == dataclasses.replace(DEFAULT_TRAIN, seed=0, progress=False)
-    assert train("--paper") == dataclasses.replace(PAPER_PRESET.apply(DEFAULT_TRAIN), seed=0, progress=False)
+    assert train() == dataclasses.replace(DEFAULT_TRAIN, seed=0)
+    assert train("--paper") == dataclasses.replace(PAPER_PRESET.apply(DEFAULT_TRAIN), seed=0)
     assert (train("--paper", "--lr", "1e-4").learning_rate, train("--paper", "--lr", "1e-4").blocks_only) == (1e-4, False)
     assert (train("--full").learning_rate, train("--full").blocks_only) == (DEFAULT_TRAIN.learning_rate, False)
     with pytest.raises(SystemExit):

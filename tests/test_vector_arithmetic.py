@@ -137,7 +137,7 @@ def added_at_last(vector):
 
 def test_lens_equals_a_one_prompt_one_layer_loop(lm):
     spec = cycled_task()
-    result = lens(lm, spec, n_pairs=10, batch_size=4, progress=False)
+    result = lens(lm, spec, n_pairs=10, batch_size=4)
     bound = bind_task(spec, lm.tokenizer)
     indices = pair_order(bound, 0)[:10]
     argument_rr, answer_rr, top1, mid_argument, mid_answer, greedy = [], [], [], [], [], []
@@ -199,7 +199,7 @@ def test_the_paired_test_counts_only_discordant_pairs():
 
 def test_ovector_addition_equals_a_manual_add_through_hooks(llama):
     spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
-    result = ovector(llama, spec, 1, control=control, scale=2.0, n_source=3, n_pairs=6, progress=False)
+    result = ovector(llama, spec, 1, control=control, scale=2.0, n_source=3, n_pairs=6)
     bound = bind_task(spec, llama.tokenizer)
     order = pair_order(bound, 0)
     sources, evaluation = order[:3], order[9:15]  # every planted prompt is solved: the first three are the sources
@@ -231,8 +231,8 @@ def test_ovector_addition_equals_a_manual_add_through_hooks(llama):
 
 def test_ovector_sweep_repeats_the_vector_at_every_layer(llama):
     spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
-    one = ovector(llama, spec, 0, control=control, n_source=3, n_pairs=6, progress=False)
-    swept = ovector(llama, spec, 1, control=control, n_source=3, n_pairs=6, sweep=True, progress=False)
+    one = ovector(llama, spec, 0, control=control, n_source=3, n_pairs=6)
+    swept = ovector(llama, spec, 1, control=control, n_source=3, n_pairs=6, sweep=True)
     assert [row["layer"] for row in swept.per_layer] == [0, 1]
     assert swept.per_layer[0] == {"layer": 0, "accuracy_with": one.accuracy_with, "rr_with": one.rr_with}
     assert swept.per_layer[1]["rr_with"] == swept.rr_with
@@ -254,7 +254,7 @@ def test_zero_and_mean_ablation_equal_replacing_the_ffn_outputs_by_hand(llama):
     order = pair_order(bound, 0)
     reference, evaluation = order[:4], order[4:14]
     abstractive, extractive = fewshot_prompts(bound, evaluation), extractive_prompts(bound, evaluation)
-    zero = ffn_ablate(llama, spec, 1, "zero", n_pairs=10, n_reference=4, progress=False)
+    zero = ffn_ablate(llama, spec, 1, "zero", n_pairs=10, n_reference=4)
     assert zero.n_layers_ablated == 1 and zero.n_pairs == 10
     assert zero.abstractive_before == 1.0  # planted: every zero-shot prompt is solved
     assert zero.abstractive_after == ablated_accuracy(llama, bound, evaluation, abstractive, 1, torch.zeros_like)
@@ -265,7 +265,7 @@ def test_zero_and_mean_ablation_equal_replacing_the_ffn_outputs_by_hand(llama):
         for prompt in fewshot_prompts(bound, reference):
             llama.model(**llama.tokenizer(prompt, return_tensors="pt"))
     mean = torch.cat(captured).mean(0)  # over every real token of the reference prompts
-    by_mean = ffn_ablate(llama, spec, 1, "mean", n_pairs=10, n_reference=4, progress=False)
+    by_mean = ffn_ablate(llama, spec, 1, "mean", n_pairs=10, n_reference=4)
     assert by_mean.abstractive_after == ablated_accuracy(llama, bound, evaluation, abstractive, 1, lambda out: mean.expand_as(out).clone())
     assert by_mean.abstractive_before == zero.abstractive_before and by_mean.extractive_before == zero.extractive_before
 
@@ -280,9 +280,9 @@ def strict_json(payload) -> dict:
 def test_results_are_strict_json_and_save_whole(llama, tmp_path):
     spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
     results = {
-        "lens": lens(llama, spec, n_pairs=6, progress=False),
-        "ovector": ovector(llama, spec, 0, control=control, n_source=3, n_pairs=6, progress=False),
-        "ffn_ablation": ffn_ablate(llama, spec, 0, n_pairs=6, n_reference=3, progress=False),
+        "lens": lens(llama, spec, n_pairs=6),
+        "ovector": ovector(llama, spec, 0, control=control, n_source=3, n_pairs=6),
+        "ffn_ablation": ffn_ablate(llama, spec, 0, n_pairs=6, n_reference=3),
     }
     contract = {
         "lens": {"task", "model", "n_pairs", "layers", "argument_rr", "answer_rr", "answer_top1", "crossing_layer", "final_accuracy"},
@@ -293,7 +293,7 @@ def test_results_are_strict_json_and_save_whole(llama, tmp_path):
     for name, result in results.items():
         summary = strict_json(result.summary())
         assert contract[name] <= summary.keys(), name
-        assert result.format_table().strip()
+        assert result.text().strip()
         result.save(tmp_path / name)
         saved = strict_json(json.loads((tmp_path / name / f"{name}.json").read_text()))
         assert saved == summary
@@ -304,15 +304,15 @@ def test_results_are_strict_json_and_save_whole(llama, tmp_path):
 def test_user_mistakes_raise_one_clear_line(llama):
     spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
     with pytest.raises(LincorrError, match="outside this 2-block model; use 0..1"):
-        ovector(llama, spec, 2, control=control, progress=False)
+        ovector(llama, spec, 2, control=control)
     with pytest.raises(LincorrError, match="outside this 2-block model"):
-        ffn_ablate(llama, spec, -1, progress=False)
+        ffn_ablate(llama, spec, -1)
     with pytest.raises(LincorrError, match="use 'zero' or 'mean'"):
-        ffn_ablate(llama, spec, 0, "half", progress=False)
+        ffn_ablate(llama, spec, 0, "half")
     with pytest.raises(LincorrError, match="not a kept argument"):
-        ovector(llama, spec, 0, control=control, transfer_from="Atlantis", progress=False)
+        ovector(llama, spec, 0, control=control, transfer_from="Atlantis")
     with pytest.raises(LincorrError, match="answers none of"):
-        ovector(llama, cycled_task(0), 0, control=control, n_source=3, progress=False)
+        ovector(llama, cycled_task(0), 0, control=control, n_source=3)
     with pytest.raises(LincorrError, match="unknown task 'capital'; did you mean capitals"):
         load_registry().task("capital")
 
@@ -444,7 +444,7 @@ def test_ovector_w_correlates_the_hooked_effect_with_ws_rows(llama, tmp_path):
     registry = load_registry([write(tmp_path, W_FILE)])
     spec = planted_task(llama, 0, 40, "capitals")
     fit = FitConfig(estimator="ridge", alpha=1.0, n_boot=10)
-    result = ovector_w(llama, registry, spec, 1, scale=2.0, n_source=3, n_inputs=60, fit=fit, n_shuffles=50, progress=False)
+    result = ovector_w(llama, registry, spec, 1, scale=2.0, n_source=3, n_inputs=60, fit=fit, n_shuffles=50)
     assert result.subjects == ("France", "England", "Japan", "Italy", "Germany") and result.right[0] == ("Paris",)
 
     bound = bind_task(spec, llama.tokenizer)
@@ -461,7 +461,7 @@ def test_ovector_w_correlates_the_hooked_effect_with_ws_rows(llama, tmp_path):
     # The library runs the prompts batched and left-padded, this loop one at a time: float32 rounding apart.
     effect_atol = tiny_forward_atol(effect)
     np.testing.assert_allclose(result.effect, effect, atol=effect_atol, rtol=0)
-    coef = fit_relation(llama, registry, CAPITALS, n_inputs=60, fit=fit, progress=False).fit.coef
+    coef = fit_relation(llama, registry, CAPITALS, n_inputs=60, fit=fit).fit.coef
     np.testing.assert_array_equal(result.w_rows, coef)  # the same fit on the same cached tables; every country a subject, in domain order
     # The correlations, in float64 on the result's own effect and W rows: equal up to float64 rounding.
     centred_effect, centred_w = result.effect - result.effect.mean(0), coef - coef.mean(0)

@@ -28,8 +28,9 @@ _EXPORTS = {
     "registry_prompt": "lincorr.prompts",
     "sample_vocab_inputs": "lincorr.inputs",
     "read_inputs_file": "lincorr.inputs",
-    "collect_logits": "lincorr.collect",
-    "LogitTable": "lincorr.collect",
+    "collect": "lincorr.collection",
+    "CollectSettings": "lincorr.collection",
+    "LogitTable": "lincorr.collection",
     "LinearMap": "lincorr.linear",
     "labelwise_pearson": "lincorr.metrics",
     "instancewise_pearson": "lincorr.metrics",
@@ -38,6 +39,7 @@ _EXPORTS = {
     "PairResult": "lincorr.fit",
     "fit_tables": "lincorr.fit",
     "measure_pair": "lincorr.fit",
+    "load_result": "lincorr.studies",
 }
 
 __all__ = ["prompt", *_EXPORTS]

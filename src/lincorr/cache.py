@@ -1,21 +1,33 @@
-"""The cache directory: where it is, whether it can be used, and what it holds (`lincorr cache`).
+"""The cache: where it is, its one key scheme, and its three stores (models, logit tables, study rows).
 
 Sections: `models/` (GGUF files converted to safetensors, with `hashes.json`, the remembered
-sha256 of GGUF files), `logits/` (logit tables and collection checkpoints) and `results/`
-(finished rows of the training studies' tables). Everything in it can be recomputed.
+sha256 of GGUF files), `logits/` (logit tables and the finished pieces of unfinished ones) and
+`results/` (finished rows of the training studies' tables). Every entry is named by
+`key_digest` of its key, a dict that holds everything its content depends on; tables and rows
+also hold `provenance.code_digest` of the code computing them (`code_key`). Every write goes
+through `filesystem` (whole or not at all); everything in the cache can be recomputed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import shutil
+import zipfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from lincorr.errors import CacheError
-from lincorr.filesystem import check_writable, ready_directory
+import numpy as np
 
-SECTIONS = {"models": ("models", "hashes.json"), "tables": ("logits",), "results": ("results",)}
+from lincorr.errors import CacheError, LincorrError
+from lincorr.filesystem import atomic_file, check_writable, read_json, ready_directory, write_json_atomic
+from lincorr.provenance import code_digest
+
+MODELS, HASHES, TABLES, RESULTS = "models", "hashes.json", "logits", "results"
+SECTIONS = {"models": (MODELS, HASHES), "tables": (TABLES,), "results": (RESULTS,)}
+CONVERSION_RECORD = "lincorr.json"  # in a converted model's directory: its source fingerprint and every file's size and checksum
 # In the root of a cache that lincorr made (or found empty): only such a cache has sections `cache clear` may remove.
 CACHE_MARKER = ".lincorr-cache"
 DEFAULT_ROOT = Path("~") / ".cache" / "lincorr"
@@ -114,3 +126,208 @@ def clear_cache(sections) -> list[Path]:
                 continue
             removed.append(path)
     return removed
+
+
+# ---- the one key scheme ----
+
+def canonical_json(key: Mapping) -> str:
+    """A key as one canonical string: sorted keys, anything not JSON as its text."""
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+def key_digest(key: Mapping) -> str:
+    """The name of a key's entry: the sha256 of its canonical JSON (32 hex digits)."""
+    return hashlib.sha256(canonical_json(key).encode()).hexdigest()[:32]
+
+
+def code_key(data: Mapping, code: str) -> dict:
+    """`data` with `provenance.code_digest(code)` (the module computing from it, with all it imports from lincorr) under "code".
+
+    So a change to the code behind a number can never serve an old one. Returned as JSON reads it
+    back (tuples become lists), so it compares equal to the key stored beside an entry.
+    """
+    return json.loads(canonical_json({**data, "code": code_digest(code)}))
+
+
+# ---- logit tables ----
+
+def array_sha256(values: np.ndarray) -> str:
+    """Checksum of an array's bytes."""
+    return hashlib.sha256(np.ascontiguousarray(values).tobytes()).hexdigest()
+
+
+def save_arrays_atomic(path: Path, **arrays: np.ndarray) -> None:
+    """Write an `.npz` whole or not at all."""
+    with atomic_file(path, "wb") as out:
+        np.savez(out, **arrays)
+
+
+def load_arrays(path: Path) -> dict[str, np.ndarray] | None:
+    """Arrays of an `.npz` (never unpickling), or None when missing or unreadable."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+class TableStore:
+    """Finished tables and the finished pieces of unfinished ones under `<root>/logits/`, named by `key_digest` of their key."""
+
+    def __init__(self, root: Path | None = None):
+        self.directory = Path(root) / TABLES if root else cache_directory(TABLES)
+
+    @property
+    def root(self) -> Path:
+        """The directory to pass to `TableStore(root)` for this same cache (another rank's, say)."""
+        return self.directory.parent
+
+    def paths(self, key: dict) -> tuple[Path, Path]:
+        base = self.directory / key_digest(key)
+        return base.with_suffix(".json"), base.with_suffix(".npz")
+
+    def load(self, key: dict) -> np.ndarray | None:
+        """A finished table whose header and checksum both match; anything else is ignored (and so recomputed)."""
+        header_path, values_path = self.paths(key)
+        header = read_json(header_path)
+        arrays = load_arrays(values_path)
+        if not header or arrays is None or header.get("key") != key or "values" not in arrays:
+            return None
+        if header.get("sha256") != array_sha256(arrays["values"]):
+            return None
+        return arrays["values"]
+
+    def store(self, key: dict, values: np.ndarray) -> None:
+        """The finished table (its pieces are removed: the table holds them)."""
+        header_path, values_path = self.paths(key)
+        save_arrays_atomic(values_path, values=values)
+        write_json_atomic(header_path, {"key": key, "sha256": array_sha256(values), "shape": list(values.shape)})
+        for piece in self.directory.glob(f"{key_digest(key)}.piece*.npz"):
+            piece.unlink(missing_ok=True)
+
+    def piece_path(self, key: dict, index: int) -> Path:
+        return self.directory / f"{key_digest(key)}.piece{index}.npz"
+
+    def load_piece(self, key: dict, index: int, rows: np.ndarray) -> np.ndarray | None:
+        """Scores of a finished piece `[len(rows), n_domain]`, if one was stored for exactly these rows of this table."""
+        arrays = load_arrays(self.piece_path(key, index))
+        if arrays is None or not {"values", "rows", "key"} <= arrays.keys():
+            return None
+        if str(arrays["key"]) != canonical_json(key) or not np.array_equal(arrays["rows"], rows):
+            return None
+        return arrays["values"]
+
+    def store_piece(self, key: dict, index: int, rows: np.ndarray, values: np.ndarray) -> None:
+        save_arrays_atomic(self.piece_path(key, index), values=values, rows=rows, key=np.array(canonical_json(key)))
+
+
+# ---- study rows ----
+
+def stored_result(section: str, key: Mapping, compute: Callable[[], dict], *, code: str, use_cache: bool = True) -> dict:
+    """The stored JSON result for `key`, or `compute()` stored under it: finished rows of a long table survive an interruption.
+
+    `key` must name everything the result depends on in data (model fingerprint, prompts, settings);
+    the code it depends on is added from `code` (`code_key`). Studies are seeded and deterministic,
+    so a stored row is what a rerun would compute. Without `use_cache` nothing is read or stored.
+    """
+    if not use_cache:
+        return compute()
+    key = code_key(key, code)
+    path = cache_directory(RESULTS, section) / f"{key_digest(key)}.json"
+    stored = read_json(path)
+    if stored is not None and stored.get("key") == key:
+        return stored["result"]
+    result = compute()
+    write_json_atomic(path, {"key": key, "result": result})
+    return result
+
+
+def stored_row(section: str, key: Mapping, label: str, compute: Callable[[], dict], *, code: str, use_cache: bool = True) -> dict:
+    """`stored_result` for one relation of a table; a LincorrError becomes a row {"relation": label, "skipped": reason}."""
+
+    def guarded() -> dict:
+        try:
+            return compute()
+        except LincorrError as error:
+            return {"relation": label, "skipped": str(error)}
+
+    return stored_result(section, key, guarded, code=code, use_cache=use_cache)
+
+
+# ---- converted models ----
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) in `hashes.json` so a second load skips the hashing."""
+    stat = path.stat()
+    memo_path = cache_directory() / HASHES
+    key = key_digest({"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    memo = read_json(memo_path) or {}
+    if key not in memo:
+        memo[key] = sha256_of(path)
+        write_json_atomic(memo_path, memo)
+    return memo[key]
+
+
+def converted_model_directory(name: str, fingerprint: str) -> Path:
+    """Where the conversion of a GGUF file with `fingerprint` lives.
+
+    Its key is the file's fingerprint alone, without a code digest: a conversion is transformers'
+    work on the file, and redoing it (a minute) after every change to lincorr would buy nothing.
+    """
+    return cache_directory(MODELS) / f"{name}-{key_digest({'fingerprint': fingerprint})[:16]}"
+
+
+def file_record(path: Path) -> dict:
+    stat = path.stat()
+    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_of(path)}
+
+
+def record_conversion(directory: Path, fingerprint: str, source: Path) -> None:
+    """The record of a conversion, written last: its source fingerprint and every file's size, time and checksum."""
+    files = {item.name: file_record(item) for item in sorted(directory.iterdir()) if item.is_file()}
+    write_json_atomic(directory / CONVERSION_RECORD, {"fingerprint": fingerprint, "source": str(source), "files": files})
+
+
+def conversion_state(directory: Path, fingerprint: str) -> str:
+    """"intact", "missing" (never converted, or from another file) or "damaged" (a file differs from what was written)."""
+    record = read_json(directory / CONVERSION_RECORD) or {}
+    if record.get("fingerprint") != fingerprint:
+        return "missing"
+    return "intact" if conversion_intact(directory, record) else "damaged"
+
+
+def conversion_intact(directory: Path, record: dict) -> bool:
+    """Whether every converted file is as it was written.
+
+    The size is compared on every load (one stat per file): truncation, the damage an interrupted
+    copy or a full disk leaves, always changes it. The sha256 (seconds for a gigabyte, as long as
+    the load itself) is recomputed only when the modification time differs from the record, i.e.
+    when something wrote the file after the conversion; a match then updates the record so the
+    next load is cheap again. Bit rot that keeps size and time is not caught.
+    """
+    files = record.get("files")
+    if not files:
+        return False
+    touched = False
+    for name, entry in files.items():
+        try:
+            stat = (directory / name).stat()
+        except OSError:
+            return False
+        if stat.st_size != entry["size"]:
+            return False
+        if stat.st_mtime_ns != entry["mtime_ns"]:
+            if sha256_of(directory / name) != entry["sha256"]:
+                return False
+            entry["mtime_ns"], touched = stat.st_mtime_ns, True
+    if touched:
+        write_json_atomic(directory / CONVERSION_RECORD, record)
+    return True

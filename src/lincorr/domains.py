@@ -118,13 +118,15 @@ def build_domain(
     answer_prefix: str = " ",
     keep_subwords: bool = False,
     allow_empty: bool = False,
+    one_word_per_token: bool = True,
 ) -> Domain:
     """Map `words` to first-token ids, dropping fragments and merging words that share a token.
 
     The paper keeps only first tokens that are whole words (or the first word of a phrase):
     "Brunei" -> ["Br", "unei"] is dropped because "Br" carries no meaning of its own.
     `keep_subwords=True` keeps them, for the subword analysis; `allow_empty=True` returns an
-    empty domain (for reports) instead of raising.
+    empty domain (for reports) instead of raising; `one_word_per_token=False` keeps words that share
+    a first token (for tasks, which rank tokens over the whole vocabulary and need no columns).
     """
     kept: list[DomainWord] = []
     dropped: list[Dropped] = []
@@ -142,12 +144,12 @@ def build_domain(
                 Dropped(word, f"first token {entry.token.strip()!r} is a fragment of the word")
             )
             continue
-        if entry.token_id in seen:
+        if entry.token_id in seen and one_word_per_token:
             dropped.append(
                 Dropped(word, f"shares first token {entry.token.strip()!r} with '{seen[entry.token_id]}'")
             )
             continue
-        seen[entry.token_id] = word
+        seen.setdefault(entry.token_id, word)
         kept.append(entry)
     if not kept and not allow_empty:
         raise LincorrError(

@@ -10,11 +10,11 @@ import time
 from collections.abc import Callable, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from lincorr.errors import LincorrError
 from lincorr.models import left_pad
 from lincorr.models import apply_logit_transform, position_ids_from_mask
+from lincorr.progress import progress_bar
 
 IGNORE_INDEX = -100
 SCHEDULES = ("constant", "linear")
@@ -55,7 +55,6 @@ class TrainConfig:
     max_grad_norm: float | None = 1.0
     schedule: str = "constant"
     warmup: float = 0.0
-    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs < 1 or self.batch_size < 1:
@@ -240,7 +239,7 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
     losses: list[float] = []
     steps = 0
     try:
-        with tqdm(total=total_steps, desc="fine-tune", disable=not config.progress, leave=False) as bar:
+        with progress_bar(total=total_steps, desc="fine-tune") as bar:
             for epoch in epochs:
                 loss_sum, token_sum = 0.0, 0
                 for step in epoch:

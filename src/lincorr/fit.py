@@ -6,22 +6,28 @@ import dataclasses
 import math
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import scipy.special
 
-from lincorr.collect import LogitTable, TableCache, collect_many
+from lincorr.collection import CollectSettings, LogitTable, collect
 from lincorr.errors import DataError, LincorrError
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
 from lincorr.models import LM
-from lincorr.outputs import settings_key, staged_directory, write_array, write_json, write_provenance
+from lincorr.domains import Domain
+from lincorr.outputs import settings_key, staged_directory, write_array, write_json
+from lincorr.reading import read_json
+from lincorr.results import decode, record
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
-from lincorr.relations import BoundRelation, RelationSpec, bind_relation, match_reference
+from lincorr.relations import BoundRelation, ReferenceMatch, RelationSpec, bind_relation, match_reference, relate
 
-__all__ = ["CI_METHODS", "FitConfig", "PairResult", "MIN_TEST_INPUTS", "split_sizes", "split_indices", "fit_tables", "measure_pair", "fit_relation",
-           "pairs_bootstrap_labelwise_ci", "TARGET_SCORES", "within_domain_logprobs"]
+__all__ = ["CI_METHODS", "FitConfig", "PairResult", "tops_text", "MIN_TEST_INPUTS", "split_sizes", "split_indices", "fit_tables", "fit_targets",
+           "fit_relation_tables", "measure_pair", "measure_relation", "fit_relation", "pairs_bootstrap_labelwise_ci", "TARGET_SCORES",
+           "within_domain_logprobs"]
 
 # Every r, interval and control is scored on held-out inputs; over fewer than this many a
 # correlation is mostly noise (with 2 points |r| is always 1), so such a result is refused.
@@ -81,6 +87,8 @@ class FitConfig:
 class PairResult:
     """A fitted W between two logit tables and its held-out scores."""
 
+    study: ClassVar[str] = "fit"
+
     source: LogitTable
     target: LogitTable
     source_name: str
@@ -97,6 +105,8 @@ class PairResult:
     labelwise_r_ci95: tuple[float, float]
     control_labelwise_r: np.ndarray  # [n_target], mean over W's fitted after shuffling the train pairing
     seconds: float
+    estimator: LinearMap | None = None  # the fitted map itself: `coef` is its W_ (and, standardized, W_standardized_ its W in z units)
+    reference: ReferenceMatch | None = None  # the relation's reference pairs on these two domains, matched once when it was bound
 
     def summary(self) -> dict:
         """The JSON contract of `lincorr fit --json`."""
@@ -160,16 +170,69 @@ class PairResult:
         column = self.coef[:, self.target.domain.index(target_word)]
         return [(self.source.domain.words[i], float(column[i])) for i in top_k(column, k)]
 
+    def text(self) -> str:
+        """The terminal's view of `lincorr fit`: the pair, the inputs, the estimator and every r."""
+        s = self.summary()
+        lo, hi = s["labelwise_r_ci95"]
+        return "\n".join([
+            f"model            {s['model']}",
+            f"source -> target {s['source']} ({s['n_source_domain']} words) -> {s['target']} ({s['n_target_domain']} words)",
+            f"dropped words    {len(self.source.domain.dropped)} source, {len(self.target.domain.dropped)} target"
+            " (first token a fragment or shared; listed in result.json)",
+            f"inputs           {s['n_inputs']} ({s['n_train']} train / {s['n_test']} test), {s['kind']}",
+            f"estimator        {s['estimator']}" + (f" (alpha {s['alpha']:.4g})" if s["estimator"] == "ridge" else ""),
+            f"label-wise r     {s['labelwise_r_mean']:.3f} ± {s['labelwise_r_std']:.3f}   95% CI [{lo:.3f}, {hi:.3f}] "
+            f"({s['labelwise_r_ci95_method']})",
+            *([f"                 left out: {s['n_constant_targets']} target words constant on the test inputs (r undefined)"]
+              if s["n_constant_targets"] else []),
+            f"instance-wise r  {s['instancewise_r_mean']:.3f}",
+            f"control r        {s['control_labelwise_r_mean']:.3f}   (W fitted on shuffled pairs)",
+            f"time             {s['seconds']:.1f} s",
+        ])
+
+    @classmethod
+    def load(cls, directory) -> PairResult:
+        """The pair `save` wrote into `directory`: W, b and the logits from their `.npy` files (never unpickled), the rest from result.json.
+
+        The reference is matched again from the pairs result.json kept (the dropped ones are not saved); the estimator is not
+        stored, so `estimator` is None and W is `coef`.
+        """
+        directory = Path(directory)
+        result = read_json(directory / "result.json", "saved result")
+
+        def table(side: str) -> LogitTable:
+            return LogitTable(values=np.load(directory / f"{side}_logits.npy", allow_pickle=False),
+                              inputs=tuple(read_json(directory / "inputs.json", "saved result")), template=result[f"{side}_template"],
+                              domain=decode(Domain, result[f"{side}_domain"]), kind=result["kind"], model=result["model_fingerprint"])
+
+        def numbers(values) -> np.ndarray:
+            return np.array([np.nan if value is None else value for value in values], dtype=np.float64)
+
+        low, high = (np.nan if value is None else value for value in result["labelwise_r_ci95"])
+        source, target = table("source"), table("target")
+        kept_pairs = tuple((subject, tuple(objects)) for subject, objects in result["reference_pairs"].items())
+        return cls(
+            source=source, target=target, source_name=result["source"], target_name=result["target"],
+            model_name=result["model"], config=decode(FitConfig, result["config"]),
+            coef=np.load(directory / "W.npy", allow_pickle=False), intercept=np.load(directory / "b.npy", allow_pickle=False),
+            alpha=float(result["alpha"]), train_index=np.array(result["train_index"], dtype=int),
+            test_index=np.array(result["test_index"], dtype=int), labelwise_r=numbers(result["labelwise_r"].values()),
+            instancewise_r=numbers(result["instancewise_r"]), labelwise_r_ci95=(low, high),
+            control_labelwise_r=numbers(result["control_labelwise_r"]), seconds=float(result["seconds"]),
+            reference=match_reference(kept_pairs, source.domain, target.domain) if kept_pairs else None,
+        )
+
     def save(self, directory, *, heatmap: bool = False, reference_pairs=None, extra: Mapping[str, object] | None = None) -> None:
         """W, b, logits, tokens, inputs and result.json; written whole or not at all.
 
-        `reference_pairs` ((subject, objects) pairs) orders the heatmap rows by their right target; result.json
+        The matched reference (or `reference_pairs`, (subject, objects) pairs) orders the heatmap rows by their right target; result.json
         keeps the pairs left after tokenization (source word -> right target words) for readers such as the report.
         `extra` adds keys to result.json, such as the Hit@k and reference file of `fit --references`.
         """
         from lincorr.plots import weight_heatmap
 
-        reference = match_reference(reference_pairs, self.source.domain, self.target.domain).columns if reference_pairs else {}
+        match = self.reference if reference_pairs is None else match_reference(reference_pairs, self.source.domain, self.target.domain)
+        reference = match.columns if match else {}
         with staged_directory(directory) as out:
             write_array(out / "W.npy", self.coef)
             write_array(out / "b.npy", self.intercept)
@@ -190,10 +253,14 @@ class PairResult:
                                         for row, columns in reference.items()},
                     "train_index": self.train_index.tolist(),
                     "test_index": self.test_index.tolist(),
+                    "instancewise_r": self.instancewise_r.tolist(),
+                    "control_labelwise_r": self.control_labelwise_r.tolist(),
                     **(extra or {}),
                 },
             )
-            write_provenance(out, model_fingerprint=self.source.model, settings={**settings_key(self.config), "kind": self.source.kind})
+            # The arrays and result.json are the state `load` reads: no second copy.
+            record(out, self, model_fingerprint=self.source.model, settings={**settings_key(self.config), "kind": self.source.kind},
+                   state=False)
             if heatmap:
                 weight_heatmap(
                     self.coef,
@@ -203,6 +270,15 @@ class PairResult:
                     f"{self.model_name}: W for {self.source_name} -> {self.target_name}",
                     reference=reference or None,
                 )
+
+
+def tops_text(tops: Mapping[str, Sequence[tuple[str, float]]], title: str) -> str:
+    """Rows of `PairResult.top_influenced` / `top_influencing` as the terminal shows them (empty without rows)."""
+    if not tops:
+        return ""
+    width = max(len(w) for w in tops)
+    return f"\ntop {title}:\n" + "\n".join(f"  {word:<{width}}  " + ", ".join(f"{t} ({v:+.2f})" for t, v in pairs)
+                                          for word, pairs in tops.items())
 
 
 def within_domain_logprobs(table: LogitTable) -> LogitTable:
@@ -238,51 +314,81 @@ def split_sizes(n: int, test_fraction: float) -> tuple[int, int]:
 
 
 def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitConfig(), *, source_name: str = "source",
-               target_name: str = "target", model_name: str = "") -> PairResult:
+               target_name: str = "target", model_name: str = "", reference: ReferenceMatch | None = None) -> PairResult:
     """Fit W on the train half of two tables over the same inputs and score it on the test half."""
-    if source.inputs != target.inputs:
-        raise LincorrError("source and target tables must be collected over the same inputs in the same order")
-    started = time.perf_counter()
-    if config.target_scores == "domain-logprobs":
-        target = within_domain_logprobs(target)
-    train, test = split_indices(len(source.inputs), config.test_fraction, config.seed)
-    fitted = config.linear_map().fit(source.values[train], target.values[train])
-    predicted = fitted.predict(source.values[test]).astype(np.float32)  # tables are float32; so are their predictions
-    actual = target.values[test]
+    return fit_targets(source, {target_name: target}, config, source_name=source_name, model_name=model_name,
+                       references={target_name: reference})[target_name]
 
-    # Control: the same fit after shuffling which input each training target row belongs to.
+
+def fit_targets(source: LogitTable, targets: Mapping[str, LogitTable], config: FitConfig = FitConfig(), *,
+                source_name: str = "source", model_name: str = "", references: Mapping[str, ReferenceMatch | None] | None = None,
+                evaluate_on: tuple[LogitTable, Mapping[str, LogitTable]] | None = None) -> dict[str, PairResult]:
+    """One W from `source` onto every table of `targets` at once, and each target's PairResult from its columns.
+
+    ols and ridge solve each target column on its own, so one fit against the column-concatenation
+    of the targets gives every pair's W as a slice (ridge with alpha="cv" cross-validates one
+    penalty over all of them). Scores, control and interval are each target's own. `evaluate_on`
+    (a source table and target tables of another model, same inputs and domains) is what W is
+    scored on instead of the tables it was fitted on.
+    """
+    started = time.perf_counter()
+    if any(source.inputs != target.inputs for target in targets.values()):
+        raise LincorrError("source and target tables must be collected over the same inputs in the same order")
+    fitted_on = {name: scored_target(table, config) for name, table in targets.items()}
+    evaluated_source, evaluated = (source, fitted_on) if evaluate_on is None else \
+        (evaluate_on[0], {name: scored_target(evaluate_on[1][name], config) for name in targets})
+    offsets = np.cumsum([0] + [table.values.shape[1] for table in fitted_on.values()])
+    columns = {name: slice(offsets[k], offsets[k + 1]) for k, name in enumerate(fitted_on)}
+    fit_target, actual_target = (np.hstack([table.values for table in tables.values()]) for tables in (fitted_on, evaluated))
+    train, test = split_indices(len(source.inputs), config.test_fraction, config.seed)
+    fitted = config.linear_map().fit(source.values[train], fit_target[train])
+    predicted = fitted.predict(evaluated_source.values[test]).astype(np.float32)  # tables are float32; so are their predictions
+    actual = actual_target[test]
+    control = control_labelwise_r(source.values, fit_target, evaluated_source.values[test], actual, train, config, fitted.alpha_)
+    intervals = (
+        [bootstrap_labelwise_ci(predicted[:, part], actual[:, part], n_boot=config.n_boot, seed=config.seed) for part in columns.values()]
+        if config.ci == "rows" else
+        pairs_bootstrap_intervals((source.values, fit_target), (evaluated_source.values, actual_target), train, test, config,
+                                  fitted.alpha_, list(columns.values()))
+    )
+    seconds = time.perf_counter() - started
+    results = {}
+    for (name, part), interval in zip(columns.items(), intervals):
+        estimator = fitted if len(columns) == 1 else fitted.target_columns(part)
+        results[name] = PairResult(
+            source=evaluated_source, target=evaluated[name], source_name=source_name, target_name=name, model_name=model_name,
+            config=config, coef=estimator.W_, intercept=estimator.intercept_, alpha=float(fitted.alpha_), train_index=train,
+            test_index=test, labelwise_r=labelwise_pearson(predicted[:, part], actual[:, part]),
+            instancewise_r=instancewise_pearson(predicted[:, part], actual[:, part]), labelwise_r_ci95=interval,
+            control_labelwise_r=control[part], seconds=seconds, estimator=estimator, reference=(references or {}).get(name),
+        )
+    return results
+
+
+def scored_target(table: LogitTable, config: FitConfig) -> LogitTable:
+    """The target table as W is fitted onto it: as collected, or as log-probabilities over its domain (`config.target_scores`)."""
+    return within_domain_logprobs(table) if config.target_scores == "domain-logprobs" else table
+
+
+def control_labelwise_r(source: np.ndarray, target: np.ndarray, test_source: np.ndarray, actual: np.ndarray, train: np.ndarray,
+                        config: FitConfig, alpha: float) -> np.ndarray:
+    """Label-wise r `[n_target]` of the same fit after shuffling which input each training target row belongs to, mean of `n_control`.
+
+    `source` `[n, n_source]` and `target` `[n, n_target]` are fitted on their `train` rows; `test_source` is
+    what the shuffled W predicts from, `actual` `[n_test, n_target]` what it is scored against.
+    """
     rng = np.random.default_rng(config.seed + 1)
-    control = np.mean(
+    return np.mean(
         [
             labelwise_pearson(
-                LinearMap(estimator=config.estimator, alpha=fitted.alpha_, standardize=config.standardize)
-                .fit(source.values[train], target.values[rng.permutation(train)])
-                .predict(source.values[test]).astype(np.float32),
+                LinearMap(estimator=config.estimator, alpha=alpha, standardize=config.standardize)
+                .fit(source[train], target[rng.permutation(train)])
+                .predict(test_source).astype(np.float32),
                 actual,
             )
             for _ in range(config.n_control)
         ],
         axis=0,
-    )
-
-    return PairResult(
-        source=source,
-        target=target,
-        source_name=source_name,
-        target_name=target_name,
-        model_name=model_name,
-        config=config,
-        coef=fitted.W_,
-        intercept=fitted.intercept_,
-        alpha=float(fitted.alpha_),
-        train_index=train,
-        test_index=test,
-        labelwise_r=labelwise_pearson(predicted, actual),
-        instancewise_r=instancewise_pearson(predicted, actual),
-        labelwise_r_ci95=(bootstrap_labelwise_ci(predicted, actual, n_boot=config.n_boot, seed=config.seed) if config.ci == "rows"
-                          else pairs_bootstrap_labelwise_ci(source.values, target.values, train, test, config, fitted.alpha_)),
-        control_labelwise_r=control,
-        seconds=time.perf_counter() - started,
     )
 
 
@@ -296,44 +402,69 @@ def pairs_bootstrap_labelwise_ci(source: np.ndarray, target: np.ndarray, train: 
     the second, so the interval also covers how W varies with the inputs it was fitted on.
     `source` `[n, n_source]`, `target` `[n, n_target]`; `train`, `test` are row indices.
     """
+    tables = (source, target)
+    return pairs_bootstrap_intervals(tables, tables, train, test, config, alpha, [slice(None)], level)[0]
+
+
+def pairs_bootstrap_intervals(fit_on: tuple[np.ndarray, np.ndarray], evaluate_on: tuple[np.ndarray, np.ndarray], train: np.ndarray,
+                              test: np.ndarray, config: FitConfig, alpha: float, groups: Sequence[slice],
+                              level: float = 0.95) -> list[tuple[float, float]]:
+    """`pairs_bootstrap_labelwise_ci` of each group of target columns, W fitted on `fit_on` and scored on `evaluate_on` rows.
+
+    Every resample refits all groups at once (each column is solved on its own), so a group's interval is
+    the one its columns alone would give.
+    """
     rng = np.random.default_rng(config.seed + 2)
-    means = []
+    means = []  # [n_boot][n_groups]
     for _ in range(config.n_boot):
         drawn_train, drawn_test = rng.choice(train, train.size), rng.choice(test, test.size)
-        refitted = LinearMap(estimator=config.estimator, alpha=alpha, standardize=config.standardize).fit(source[drawn_train], target[drawn_train])
-        r = labelwise_pearson(refitted.predict(source[drawn_test]).astype(np.float32), target[drawn_test])
-        means.append(np.nanmean(r) if np.isfinite(r).any() else np.nan)
+        refitted = LinearMap(estimator=config.estimator, alpha=alpha, standardize=config.standardize).fit(
+            fit_on[0][drawn_train], fit_on[1][drawn_train])
+        r = labelwise_pearson(refitted.predict(evaluate_on[0][drawn_test]).astype(np.float32), evaluate_on[1][drawn_test])
+        means.append([np.nanmean(r[group]) if np.isfinite(r[group]).any() else np.nan for group in groups])
     tail = (1 - level) / 2 * 100
-    low, high = np.nanpercentile(means, [tail, 100 - tail])
-    return float(low), float(high)
+    bounds = np.nanpercentile(np.array(means), [tail, 100 - tail], axis=0)  # [2, n_groups]
+    return [(float(low), float(high)) for low, high in bounds.T]
 
 
-def measure_pair(
+def measure_pair(lm: LM, source: Prompt, target: Prompt, inputs: Sequence[str], config: FitConfig = FitConfig(),
+                 **collection) -> PairResult:
+    """Collect both prompts over `inputs`, fit W on half, score on the other half (`measure_relation` of the two prompts)."""
+    return measure_relation(lm, relate(source, target), inputs, config, **collection)
+
+
+def measure_relation(
     lm: LM,
-    source: Prompt,
-    target: Prompt,
+    relation: BoundRelation,
     inputs: Sequence[str],
     config: FitConfig = FitConfig(),
-    *,
-    logprobs: bool = False,
-    batch_size: int | str = 128,
-    cache: TableCache | None | bool = True,
-    progress: bool = True,
+    settings: CollectSettings = CollectSettings(),
 ) -> PairResult:
-    """Collect both prompts over `inputs`, fit W on half, score on the other half."""
-    config.check_sizes(len(inputs), len(source.domain))
+    """The one way a relation is fitted on a model: collect both prompts over `inputs`, fit W on half, score on the other half.
+
+    The result keeps its fitted `LinearMap` and the relation's matched reference.
+    """
+    config.check_sizes(len(inputs), len(relation.source.domain))
     started = time.perf_counter()
-    tables = collect_many(lm, {"source": (source.template, source.domain), "target": (target.template, target.domain)}, inputs,
-                          logprobs=logprobs, batch_size=batch_size, cache=cache, progress=progress)
-    result = fit_tables(tables["source"], tables["target"], config, source_name=source.name, target_name=target.name, model_name=lm.name)
+    tables = collect(lm, {"source": relation.source, "target": relation.target}, inputs, settings)
+    result = fit_relation_tables(relation, {relation.source.name: tables["source"], relation.target.name: tables["target"]}, config,
+                                 model_name=lm.name)
     return dataclasses.replace(result, seconds=time.perf_counter() - started)
+
+
+def fit_relation_tables(relation: BoundRelation, tables: Mapping[str, LogitTable], config: FitConfig = FitConfig(), *,
+                        model_name: str = "") -> PairResult:
+    """`fit_tables` on a relation's two tables (`tables` by prompt name), named after its prompts and keeping its matched reference."""
+    source, target = relation.source.name, relation.target.name
+    return fit_tables(tables[source], tables[target], config, source_name=source, target_name=target, model_name=model_name,
+                      reference=relation.match)
 
 
 def fit_relation(lm: LM, registry, relation: RelationSpec, *, n_inputs: int = 1000,
                  fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100), keep_subwords: bool = False,
-                 progress: bool = True) -> BoundRelation:
+                 settings: CollectSettings = CollectSettings()) -> BoundRelation:
     """Bind a relation to `lm`'s tokenizer and fit its W on `n_inputs` vocabulary inputs (cached tables)."""
     bound = bind_relation(registry, relation, lm.tokenizer, keep_subwords=keep_subwords)
     fit.check_sizes(n_inputs, len(bound.source.domain))
     inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed=fit.seed)
-    return dataclasses.replace(bound, fit=measure_pair(lm, bound.source, bound.target, inputs, fit, progress=progress))
+    return dataclasses.replace(bound, fit=measure_relation(lm, bound, inputs, fit, settings))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.linalg
-from sklearn.base import BaseEstimator, RegressorMixin
+from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lincorr.errors import LincorrError
@@ -82,6 +82,21 @@ class LinearMap(RegressorMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, reset=False, dtype=np.float64)
         return X @ self.coef_.T.astype(np.float64) + self.intercept_
+
+    def target_columns(self, columns) -> LinearMap:
+        """This fitted map onto the target columns `columns` (a slice or indices) only.
+
+        Each target column is solved on its own, so this is the map fitting those columns alone
+        gives with the same penalty `alpha_`.
+        """
+        check_is_fitted(self)
+        part = clone(self)
+        part.n_features_in_, part.alpha_ = self.n_features_in_, self.alpha_
+        part.W_, part.intercept_ = self.W_[:, columns], self.intercept_[columns]
+        part.coef_ = part.W_.T
+        if self.standardize:
+            part.W_standardized_ = self.W_standardized_[:, columns]
+        return part
 
     def select_alpha(self, source: np.ndarray, target: np.ndarray, penalty_unit: float = 1) -> float:
         """The alpha with the lowest k-fold mean squared error (each alpha applied as alpha * `penalty_unit`)."""

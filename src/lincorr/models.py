@@ -15,9 +15,9 @@ from pathlib import Path
 
 import torch
 
-from lincorr.cache import cache_directory
+from lincorr.cache import conversion_state, converted_model_directory, file_sha256, record_conversion
 from lincorr.errors import DeviceError, ModelError
-from lincorr.filesystem import read_json, replaced_directory, write_json_atomic
+from lincorr.filesystem import read_json, replaced_directory
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,6 @@ DEFAULT_MODEL = "gemma-3-270m"
 GGUF_MAGIC = b"GGUF"
 # What the gguf reader raises on a file that is truncated or damaged past its magic bytes.
 GGUF_READ_ERRORS = (ValueError, KeyError, IndexError, EOFError, struct.error)
-CONVERSION_RECORD = "lincorr.json"  # in a converted model's directory: its source fingerprint and every file's size and checksum
 PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
@@ -68,7 +67,7 @@ class LM:
     model: torch.nn.Module
     tokenizer: object
     fingerprint: str
-    head_verified: bool = False  # set by collect.verify_head after one comparison with a full forward
+    head_verified: bool = False  # set by collection.forward.verify_head after one comparison with a full forward
     spec: str | None = None  # what `load_model` was given: how another process loads the same model (None for in-memory ones)
     compiled_body: torch.nn.Module | None = None  # set by `compile_forward`: the transformer body under torch.compile
 
@@ -229,26 +228,6 @@ def bundled_gguf_path(bundle: BundledModel) -> Path:
     return Path(spec.submodule_search_locations[0]) / bundle.gguf_name
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, remembered per (path, size, mtime) so a second load skips the hashing."""
-    stat = path.stat()
-    memo_path = cache_directory() / "hashes.json"
-    key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-    memo = read_json(memo_path) or {}
-    if key not in memo:
-        memo[key] = sha256_of(path)
-        write_json_atomic(memo_path, memo)
-    return memo[key]
-
-
 def check_gguf_file(path: Path) -> None:
     """Refuse a file that is not GGUF, or whose header and tensor table do not fit in it, before a conversion starts."""
     from gguf import GGUFReader
@@ -284,11 +263,11 @@ def load_gguf(path: Path, *, name: str, dtype: torch.dtype, device_map: str | No
     if not use_cache:
         tokenizer, model = read_gguf(path, dtype=dtype, device_map=device_map)
         return LM(name, model, prepare_tokenizer(tokenizer), fingerprint)
-    converted = cache_directory("models") / f"{name}-{fingerprint.split(':')[1][:16]}"
-    marker = read_json(converted / CONVERSION_RECORD) or {}
-    if marker.get("fingerprint") != fingerprint or not conversion_intact(converted, marker):
+    converted = converted_model_directory(name, fingerprint)
+    state = conversion_state(converted, fingerprint)
+    if state != "intact":
         check_gguf_file(path)
-        again = "again: the converted files differ from what was written" if marker.get("fingerprint") == fingerprint else "(about a minute, once)"
+        again = "again: the converted files differ from what was written" if state == "damaged" else "(about a minute, once)"
         log.warning("converting %s from GGUF %s; cached in %s", name, again, converted)
         convert_gguf(path, converted, fingerprint)
     started = time.perf_counter()
@@ -296,11 +275,6 @@ def load_gguf(path: Path, *, name: str, dtype: torch.dtype, device_map: str | No
     model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, device_map=device_map)
     log.info("loaded %s from the converted cache in %.1fs", name, time.perf_counter() - started)
     return LM(name, model, prepare_tokenizer(tokenizer), fingerprint)
-
-
-def file_record(path: Path) -> dict:
-    stat = path.stat()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_of(path)}
 
 
 def convert_gguf(path: Path, target: Path, fingerprint: str) -> None:
@@ -313,37 +287,7 @@ def convert_gguf(path: Path, target: Path, fingerprint: str) -> None:
         model.config.__dict__.pop("quantization_config", None)
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        files = {item.name: file_record(item) for item in sorted(staging.iterdir()) if item.is_file()}
-        write_json_atomic(staging / CONVERSION_RECORD, {"fingerprint": fingerprint, "source": str(path), "files": files})
-
-
-def conversion_intact(directory: Path, marker: dict) -> bool:
-    """Whether every converted file is as it was written.
-
-    The size is compared on every load (one stat per file): truncation, the damage an interrupted
-    copy or a full disk leaves, always changes it. The sha256 (seconds for a gigabyte, as long as
-    the load itself) is recomputed only when the modification time differs from the record, i.e.
-    when something wrote the file after the conversion; a match then updates the record so the
-    next load is cheap again. Bit rot that keeps size and time is not caught.
-    """
-    files = marker.get("files")
-    if not files:
-        return False
-    touched = False
-    for name, record in files.items():
-        try:
-            stat = (directory / name).stat()
-        except OSError:
-            return False
-        if stat.st_size != record["size"]:
-            return False
-        if stat.st_mtime_ns != record["mtime_ns"]:
-            if sha256_of(directory / name) != record["sha256"]:
-                return False
-            record["mtime_ns"], touched = stat.st_mtime_ns, True
-    if touched:
-        write_json_atomic(directory / CONVERSION_RECORD, marker)
-    return True
+        record_conversion(staging, fingerprint, path)
 
 
 def load_pretrained(spec: str, *, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool) -> LM:

@@ -6,17 +6,14 @@ import contextlib
 import dataclasses
 import csv
 import datetime
-import hashlib
-import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from lincorr import strict_json
-from lincorr.cache import cache_directory
-from lincorr.filesystem import OUTPUT_MARKER, atomic_file, check_output_directory, read_json, replaced_directory, write_json_atomic
+from lincorr.filesystem import OUTPUT_MARKER, atomic_file, check_output_directory, replaced_directory
 
 
 @contextlib.contextmanager
@@ -63,62 +60,23 @@ def write_text_atomic(path, text: str) -> None:
         out.write(text)
 
 
-def cached_result(kind: str, key: dict, compute: Callable[[], dict], *, depends_on: str) -> dict:
-    """The stored JSON result for `key`, or `compute()` stored under it: finished rows of a long table survive an interruption.
-
-    `key` must name everything the result depends on in data (model fingerprint, prompts, settings); the
-    code it depends on is added from `depends_on` (the module computing it, with all it imports from
-    lincorr). Studies are seeded and deterministic, so a stored row is what a rerun would compute.
-    """
-    from lincorr.provenance import code_digest
-
-    text = json.dumps({**key, "code": code_digest(depends_on)}, sort_keys=True, default=str)
-    key = json.loads(text)  # tuples become lists, as they come back from the file
-    path = cache_directory("results", kind) / f"{hashlib.sha256(text.encode()).hexdigest()[:32]}.json"
-    stored = read_json(path)
-    if stored is not None and stored.get("key") == key:
-        return stored["result"]
-    result = compute()
-    write_json_atomic(path, {"key": key, "result": result})
-    return result
-
-
-def stored_row(kind: str, key: dict, label: str, compute: Callable[[], dict], *, depends_on: str) -> dict:
-    """`cached_result` for one relation of a table; a LincorrError becomes a row {"relation": label, "skipped": reason}."""
-    from lincorr.errors import LincorrError
-
-    def guarded() -> dict:
-        try:
-            return compute()
-        except LincorrError as error:
-            return {"relation": label, "skipped": str(error)}
-
-    return cached_result(kind, key, guarded, depends_on=depends_on)
-
-
 def settings_key(config) -> dict:
-    """A config dataclass as a cache-key dict, without the fields that change only how progress is shown."""
-    settings = dataclasses.asdict(config)
-
-    def strip(value):
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k != "progress"}
-        return value
-
-    return strip(settings)
+    """A config dataclass as JSON-ready settings: what provenance.json records and what a stored study row is keyed by."""
+    return dataclasses.asdict(config)
 
 
-def write_provenance(directory, *, model_fingerprint=None, settings: dict | None = None) -> None:
-    """provenance.json: the command that wrote `directory` (None from Python), lincorr's version, the model's fingerprint, the settings and the time.
+def write_provenance(directory, *, study: str, model_fingerprint=None, settings: dict | None = None) -> None:
+    """provenance.json: the study, the command that wrote `directory` (None from Python), lincorr's version, the model's fingerprint, the settings and the time.
 
-    Every study's `save` writes it under the same name, so a reader (`lincorr report`) finds where a
-    result came from without knowing the study. `model_fingerprint` is a string, or a mapping
+    Every study's `save` writes it under the same name (through `results.record`), so a reader (`lincorr report`,
+    `lincorr.load_result`) finds which study wrote a directory and where its result came from. `model_fingerprint` is a string, or a mapping
     from model name to fingerprint for studies over several models.
     """
     from lincorr import __version__
     from lincorr.provenance import running_command
 
     write_json(Path(directory) / "provenance.json", {
+        "study": study,
         "command": running_command(),
         "lincorr_version": __version__,
         "model_fingerprint": model_fingerprint,

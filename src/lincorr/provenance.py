@@ -33,7 +33,7 @@ def running_command() -> str | None:
 
 
 def module_path(name: str) -> Path:
-    """The source file of a lincorr module ("lincorr.collect")."""
+    """The source file of a lincorr module ("lincorr.collection.tables")."""
     spec = importlib.util.find_spec(name)
     if spec is None or spec.origin is None:
         raise ModuleNotFoundError(name)

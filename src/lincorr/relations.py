@@ -2,7 +2,9 @@
 
 `RelationSpec` is pure data (prompt names, a label, a reference name); `bind_relation` binds it
 to one tokenizer as a `BoundRelation` (both prompts with their domains, the reference pairs and
-their domain columns), and `fit.fit_relation` adds W fitted on one model.
+their match to the domain columns), `relate` does the same for prompts of the user's own, and
+`fit.measure_relation` fits its W on one model (`fit.fit_relation` keeps that W in the relation).
+`match_reference` is the one rule that binds word pairs to a tokenizer's domains.
 `knowledge.Reference` stays what the registry stores: a named set of pairs between two domains.
 """
 
@@ -52,14 +54,19 @@ class BoundRelation:
     spec: RelationSpec
     source: Prompt
     target: Prompt
-    reference: str  # the reference's name, or USER_FILE
+    reference: str  # the reference's name, or USER_FILE ("" when it has none)
     pairs: ReferencePairs
-    columns: Mapping[int, tuple[int, ...]]  # source row -> right target columns
+    match: ReferenceMatch  # the pairs on the two domains: right target columns of each source row, and what was dropped
     fit: PairResult | None = None
 
     @property
     def label(self) -> str:
         return self.spec.label
+
+    @property
+    def columns(self) -> Mapping[int, tuple[int, ...]]:
+        """Source row -> right target columns."""
+        return self.match.columns
 
     def token_pairs(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
         """The reference as token ids: each source token with its right target tokens."""
@@ -75,6 +82,14 @@ class DroppedPair:
     object: str
     reason: str
 
+    @property
+    def duplicate(self) -> bool:
+        """Dropped only because an earlier pair already joined the same two columns."""
+        return self.reason.startswith(DUPLICATE)
+
+
+DUPLICATE = "duplicate of"
+
 
 @dataclasses.dataclass(frozen=True)
 class ReferenceMatch:
@@ -83,6 +98,14 @@ class ReferenceMatch:
     columns: Mapping[int, tuple[int, ...]]  # source row -> right target columns
     dropped: tuple[DroppedPair, ...]
     n_read: int  # (subject, object) pairs given, one per object of each subject
+    # Each given (subject, objects) entry with a row and a column, in the order given and repeats kept: its row and its
+    # objects' distinct columns, first object first (what a study that teaches pairs teaches, as often as they are given).
+    entries: tuple[tuple[int, tuple[int, ...]], ...] = ()
+
+    @property
+    def unmatched(self) -> tuple[DroppedPair, ...]:
+        """The dropped pairs with a word in no column (duplicates left out)."""
+        return tuple(pair for pair in self.dropped if not pair.duplicate)
 
     def unusable(self, relation: str, reference: str, fix: str) -> str:
         """The error when no pair is left: how many were read, the first few dropped with why, and `fix`."""
@@ -104,9 +127,11 @@ def match_reference(pairs: ReferencePairs, source_domain: Domain, target_domain:
     columns: dict[int, list[int]] = {}
     first_pair: dict[tuple[int, int], tuple[str, str]] = {}
     dropped: list[DroppedPair] = []
+    entries: list[tuple[int, tuple[int, ...]]] = []
     n_read = 0
     for subject, objects in pairs:
         row = source_domain.find(subject)
+        entry: dict[int, None] = {}
         for obj in objects:
             n_read += 1
             column = target_domain.find(obj)
@@ -114,12 +139,16 @@ def match_reference(pairs: ReferencePairs, source_domain: Domain, target_domain:
                        (("subject", subject, source_domain, row), ("object", obj, target_domain, column)) if found is None]
             if reasons:
                 dropped.append(DroppedPair(subject, obj, "; ".join(reasons)))
-            elif (row, column) in first_pair:
-                dropped.append(DroppedPair(subject, obj, "duplicate of {} -> {}".format(*first_pair[row, column])))
+                continue
+            entry[column] = None
+            if (row, column) in first_pair:
+                dropped.append(DroppedPair(subject, obj, f"{DUPLICATE} {{}} -> {{}}".format(*first_pair[row, column])))
             else:
                 first_pair[row, column] = (subject, obj)
                 columns.setdefault(row, []).append(column)
-    return ReferenceMatch({row: tuple(found) for row, found in columns.items()}, tuple(dropped), n_read)
+        if entry:
+            entries.append((row, tuple(entry)))
+    return ReferenceMatch({row: tuple(found) for row, found in columns.items()}, tuple(dropped), n_read, tuple(entries))
 
 
 def absence_reason(side: str, word: str, domain: Domain) -> str:
@@ -148,10 +177,16 @@ def bind_relation(registry, spec: RelationSpec, tokenizer, *, keep_subwords: boo
     pairs, name = (reference_pairs, USER_FILE) if reference_pairs is not None else registry_reference(registry, spec)
     if require_pairs and not pairs:
         raise DataError(f"the registry has no reference pairs for {spec.source} -> {spec.target}; see `lincorr references`")
-    match = match_reference(pairs, source.domain, target.domain)
-    if require_pairs and not match.columns:
-        raise DataError(match.unusable(spec.label, f"reference {name}", "try another model or relation"))
-    return BoundRelation(spec, source, target, name, tuple(pairs), match.columns)
+    bound = relate(source, target, pairs, reference=name, label=spec.label)
+    if require_pairs and not bound.columns:
+        raise DataError(bound.match.unusable(spec.label, f"reference {name}", "try another model or relation"))
+    return dataclasses.replace(bound, spec=spec)
+
+
+def relate(source: Prompt, target: Prompt, pairs: ReferencePairs = (), *, reference: str = "", label: str = "") -> BoundRelation:
+    """Two prompts bound to one tokenizer (the registry's or the user's own) as a relation, its `pairs` matched to their domains."""
+    spec = RelationSpec(source.name, target.name, label)
+    return BoundRelation(spec, source, target, reference, tuple(pairs), match_reference(pairs, source.domain, target.domain))
 
 
 def registry_relations(registry) -> tuple[RelationSpec, ...]:

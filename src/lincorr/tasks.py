@@ -23,11 +23,12 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from lincorr.domains import DomainWord, tokenize_word
+from lincorr.domains import build_domain, tokenize_word
 from lincorr.errors import DataError, LincorrError
 from lincorr.internals import Ablate, Patch, token_ranks
 from lincorr.knowledge import TaskSpec
 from lincorr.models import LM
+from lincorr.relations import match_reference
 from lincorr.templates import fill
 
 __all__ = [
@@ -88,22 +89,32 @@ class BoundTask:
 
 
 def bind_task(spec: TaskSpec, tokenizer) -> BoundTask:
-    """Tokenize every argument and answer as the model sees them after the prompt (with the answer prefix)."""
+    """Tokenize every argument and answer as the model sees them after the prompt (with the answer prefix).
+
+    Arguments and answers are bound by `relations.match_reference`, as reference pairs are, onto
+    domains that keep subwords and shared first tokens (a task ranks tokens over the whole
+    vocabulary, so neither is ambiguous); an answer whose first token is its argument's is left out.
+    """
+    arguments, answers = (
+        build_domain(list(dict.fromkeys(words)), tokenizer, name=f"{spec.name} {side}", answer_prefix=spec.answer_prefix,
+                     keep_subwords=True, allow_empty=True, one_word_per_token=False)
+        for side, words in (("arguments", [a for a, _ in spec.pairs]), ("answers", [x for _, xs in spec.pairs for x in xs]))
+    )
     kept, dropped = [], []
-    for argument, answers in spec.pairs:
-        first = tokenize_word(argument, tokenizer, spec.answer_prefix)
-        if first is None:
-            dropped.append((argument, "the argument tokenizes to nothing"))
+    for argument, objects in spec.pairs:
+        match = match_reference(((argument, tuple(objects)),), arguments, answers)
+        if not match.entries:
+            dropped.append((argument, "; ".join(dict.fromkeys(pair.reason for pair in match.unmatched))))
             continue
+        row, columns = match.entries[0]
         good: dict[int, str] = {}
-        for answer in answers:
-            token: DomainWord | None = tokenize_word(answer, tokenizer, spec.answer_prefix)
-            if token is not None and token.token_id != first.token_id:
-                good.setdefault(token.token_id, answer)
+        for column in columns:
+            if answers.token_ids[column] != arguments.token_ids[row]:
+                good.setdefault(answers.token_ids[column], answers.words[column])
         if not good:
-            dropped.append((argument, f"every answer starts with the argument's first token {first.token.strip()!r}"))
+            dropped.append((argument, f"every answer starts with the argument's first token {arguments.tokens[row].strip()!r}"))
             continue
-        kept.append(TaskPair(argument, tuple(a for a in answers if a in good.values()), first.token_id, tuple(good)))
+        kept.append(TaskPair(argument, tuple(a for a in objects if a in good.values()), arguments.token_ids[row], tuple(good)))
     if not kept:
         raise DataError(f"no pair of task '{spec.name}' survives this tokenizer ({len(dropped)} dropped); add pairs whose answers start differently from their arguments")
     return BoundTask(spec, tuple(kept), tuple(dropped))
@@ -158,14 +169,14 @@ class TaskScores:
 
 
 def score_prompts(lm: LM, task: BoundTask, indices: Sequence[int], prompts: Sequence[str], *, layers: Sequence[int] | None = None,
-                  interventions: Sequence[Patch | Ablate] = (), batch_size: int = 16, progress: bool = False) -> TaskScores:
+                  interventions: Sequence[Patch | Ablate] = (), batch_size: int = 16) -> TaskScores:
     """Ranks of pair `indices[i]`'s argument and answers on `prompts[i]`, from one forward per batch.
 
     `layers` are lens layers (resid[l]; all 0..L by default, the last one being the model's
     output); a pair's answer rank is the best over its answers' first tokens.
     """
     targets = torch.cat([task.argument_ids(indices)[:, None], task.answer_ids(indices)], 1)
-    ranks = token_ranks(lm, list(prompts), targets, layers, interventions=interventions, batch_size=batch_size, progress=progress)
+    ranks = token_ranks(lm, list(prompts), targets, layers, interventions=interventions, batch_size=batch_size)
     ranks = ranks.cpu().numpy()
     return TaskScores(argument_rank=ranks[:, :, 0], answer_rank=ranks[:, :, 1:].min(-1))
 

@@ -10,16 +10,20 @@ from lincorr.cli import main
 # Small and quick: ridge with a fixed penalty, a short bootstrap, a few facts learned in a few epochs.
 FIT = ["--estimator", "ridge", "--alpha", "1", "--bootstrap", "10"]
 TRAIN = ["-n", "40", "--n-facts", "3", "--epochs", "8", "--lr", "1e-2", "--train-batch-size", "4"]
-# Study directory -> how many figures its section draws.
-FIGURES = {"fit": 2, "matrix": 3, "precision": 0, "cases": 0, "resilience": 4, "scale": 3, "generalize": 1, "subwords": 1,
-           "gradcorr": 0, "predict": 0, "table5": 0, "table7": 0, "scores": 1, "ocr": 1, "lens": 1}
+# Study directory -> how many figures its section draws: one directory per result type (`lincorr.studies.RESULT_TYPES`).
+FIGURES = {"fit": 2, "matrix": 3, "precision": 1, "precision-curve": 1, "lre": 1, "cases": 1, "resilience": 4, "scale": 3, "generalize": 1,
+           "subwords": 1, "gradcorr": 1, "predict": 1, "table5": 1, "table7": 1, "widths": 1, "scores": 1, "ocr": 1, "freeze": 2,
+           "ordering": 2, "graft": 1, "extractive-predict": 1, "lens": 1, "ovector": 1, "ffn-ablate": 1, "ovector-w": 1}
+# The study each run directory's provenance.json names.
+STUDIES = {"predict": "predict-edit", "table5": "generalize-table5", "table7": "ablate-table7", "widths": "ablate-widths",
+           "scores": "extractive-scores", "ocr": "extractive-ocr", "freeze": "extractive-freeze", "ordering": "extractive-ordering",
+           "graft": "extractive-graft"}
 
 
 def write_extractive_and_lens_runs(root) -> None:
-    """Results of the inside-path studies, saved without a model: planted score grids, an OCR and logit-lens curves."""
+    """Results of the inside-path studies, saved without a model: planted score grids, the extractive studies and logit-lens curves."""
     from lincorr.studies.extractive.scores import SCORES, ScoresConfig, ScoresResult
     from lincorr.studies.vectors.arithmetic import LensResult
-    from lincorr.outputs import write_json
 
     rng = np.random.default_rng(0)
     checked = ("mlp[0]", "head[1,0]")
@@ -31,12 +35,7 @@ def write_extractive_and_lens_runs(root) -> None:
                     "implication_mean_rank_after": 2.1},
         training={"epochs": 2}, seconds_train=0.0, seconds_scores=0.0, seconds_check=0.0,
     ).save(root / "scores")
-    (root / "ocr").mkdir()
-    write_json(root / "ocr" / "ocr.json", {
-        "hop": "first", "model": "tiny-llama", "n_facts": 4, "epochs": 2, "chance_mean_rank": 2.5,
-        "fact_mean_rank_before": 2.5, "fact_mean_rank_after": 1.0, "implication_mean_rank_before": 2.5, "implication_mean_rank_after": 2.2,
-        "per_epoch": [{"epoch": e, "fact_mean_rank": f, "implication_mean_rank": i} for e, f, i in ((0, 2.5, 2.5), (1, 1.6, 2.4), (2, 1.0, 2.2))],
-    })
+    write_extractive_runs(root)
     LensResult(
         task="country_capital", model="tiny-llama", model_fingerprint="params:planted", n_pairs=4,
         argument_rr=np.array([0.9, 0.6, 0.2]), answer_rr=np.array([0.1, 0.4, 0.8]), answer_top1=np.array([0.0, 0.25, 0.75]),
@@ -45,9 +44,70 @@ def write_extractive_and_lens_runs(root) -> None:
     ).save(root / "lens")
 
 
+def query_set(words: tuple[str, ...], prompts: tuple[str, ...]):
+    """Prompts whose answers are the candidates in turn (the first token of each word is the word itself)."""
+    from lincorr.domains import Domain
+    from lincorr.studies.extractive.ocr import QuerySet
+
+    domain = Domain("candidates", words, tuple(range(len(words))), words, ("whole_word",) * len(words), ())
+    return QuerySet(prompts, tuple(i % len(words) for i in range(len(prompts))), domain)
+
+
+def write_extractive_runs(root) -> None:
+    """OCR, freezing, ordering, grafting and W's predictions, each a planted result saved by its study's `.save`."""
+    from lincorr.studies.extractive.freeze import SETTINGS, FreezeConfig, FreezeResult
+    from lincorr.studies.extractive.ocr import HOPS, HopData, OcrConfig, OcrResult
+    from lincorr.studies.extractive.origins import ORDERS, WEIGHT_SETS, GraftResult, NovelData, OrderingResult, OriginsConfig
+    from lincorr.studies.extractive.predict import PredictConfig, PredictResult
+
+    cities, names = ("Paris", "Tokyo", "Rome"), ("Alice", "Bob", "Carol")
+    facts = query_set(cities, tuple(f"{name} lives in" for name in names))
+    OcrResult("tiny-llama", OcrConfig(n_facts=3), HopData("first", names, cities, facts, query_set(("French", "Japanese"), names)), 1.0,
+              tuple({"epoch": e, "fact_mean_rank": f, "implication_mean_rank": i} for e, f, i in ((0, 1.0, 0.5), (1, 0.6, 0.4), (2, 0.0, 0.3))),
+              (2.0, 1.0), 0.0).save(root / "ocr")
+    ranks = ({"fact_mean_rank": 0.5, "implication_mean_rank": 1.0},)
+    FreezeResult("tiny-llama", FreezeConfig(n_facts=3), 2, 1, "paper", None, {hop: [0.5, -0.25] for hop in HOPS},
+                 tuple({"setting": setting, "hop": hop, **ranks[0]} for setting in SETTINGS for hop in HOPS), 1.0, 0.0).save(root / "freeze")
+    config = OriginsConfig(n_train=3, n_test=3, n_cities=3, orders=ORDERS)
+    data = NovelData(cities, ("cat", "dog", "owl"), *(facts,) * 6)
+    OrderingResult("tiny-llama", config, data, {order: ({"phase": "before", "epoch": 0, **ranks[0]}, {"phase": "facts", "epoch": 1, **ranks[0]})
+                                                for order in ORDERS},
+                   {order: ({"epoch": 0, **ranks[0]}, {"epoch": 1, "fact_mean_rank": 0.0, "implication_mean_rank": 0.5}) for order in ORDERS},
+                   0.0).save(root / "ordering")
+    components = ("mlp[0]", "mlp[1]", "mlp[2]", "head[0,0]", "head[0,1]", "head[1,0]")
+    GraftResult("tiny-llama", config, tuple({"weights": w, "impl_counterfactual": 1.0, "impl_original": 0.5, "facts_counterfactual": 0.2,
+                                            "facts_original": 0.1} for w in WEIGHT_SETS), components,
+                np.array([0.1, 0.3, 0.2, -0.1, 0.0, 0.4]), np.array([0.2, 0.5, 0.1, -0.2, 0.1, 0.3]), 1.0, 0.0).save(root / "graft")
+    PredictResult("tiny-llama", PredictConfig(n_facts=3, n_random=20), tuple(
+        {"name": name, "city": city, "language": language, "implication_rank_before": 1, "implication_rank_after": after,
+         "right_after": after == 0, "w_ref": w, "w_rank_score": score, "predicted_success": success, "predicted_language": language}
+        for name, city, language, after, w, score, success in (("Alice", "Paris", "French", 0, 0.4, 0, 0.6),
+                                                                ("Bob", "Tokyo", "Japanese", 1, -0.2, -1, 0.3),
+                                                                ("Carol", "Rome", "Italian", 0, None, None, None))),
+        0.5, 0.0).save(root / "extractive-predict")
+
+
+def write_vector_runs(root) -> None:
+    """An o-vector, an FFN ablation and the o-vector against W, planted and saved by their studies' `.save`."""
+    from lincorr.studies.vectors.arithmetic import FFNAblationResult, OVectorResult
+    from lincorr.studies.vectors.ovector_w import OVectorWResult
+
+    OVectorResult("capitals", "uppercase", "tiny-llama", "params:planted", 1, 2.0, 8, ("France", "Japan"), "France", 0.6, 0.1, 0.2,
+                  0.05, 0.5, 0.7, 0.2, 0.3, 0.1, 0.6, 0.8, 0.3, 0.01, 0.002, 3.5, 3.1, ({"layer": 0, "accuracy_with": 0.2, "rr_with": 0.3}, {"layer": 1, "accuracy_with": 0.6, "rr_with": 0.7}),
+                  "France: Paris\nJapan:", {"seed": 0}, 0.0).save(root / "ovector")
+    FFNAblationResult("capitals", "tiny-llama", "params:planted", 1, "zero", 8, 1, 0.75, 0.25, 0.75, 0.625, 0.03, "Japan:", "Japan Japan:",
+                      {"seed": 0}, 0.0).save(root / "ffn-ablate")
+    OVectorWResult("capitals", "Country->Capital", "tiny-llama", "params:planted", 1, 2.0, ("France", "Japan"), (("Paris",), ("Tokyo",)),
+                   ("Paris", "Tokyo", "Rome"), np.array([[1.0, 0.0, 0.2], [0.1, 0.9, 0.0]]), np.array([[0.8, 0.1, 0.1], [0.0, 0.7, 0.2]]),
+                   np.array([0.9, 0.8]), np.array([0.1, -0.2, 0.05, 0.3]), 0.2, 0.6, {"seed": 0}, 0.0).save(root / "ovector-w")
+
+
 def write_tiny_runs(root) -> dict:
     """One directory per study of lincorr, written by the CLI on a tiny Llama saved to disk (or by the study's `.save`)."""
-    from lincorr.studies.training.ablation import AblationResult, AblationTable
+    from lincorr.studies.training.ablation import AblationResult
+    from lincorr.studies.training.ablation_tables import AblationTable, WidthSweep
+    from lincorr.studies import load_result
+    from lincorr.studies.logits.lre import LreTable
     from lincorr.fit import FitConfig
     from lincorr.studies.training.generalization import GeneralizationConfig, generalization_table
     from lincorr.finetune import TrainConfig
@@ -75,17 +135,25 @@ def write_tiny_runs(root) -> dict:
         "gradcorr": ["gradcorr", "tiny_city", "tiny_country", "-n", "40", "--n-step-facts", "8", "--n-eval", "15", "--lr", "1e-3",
                      "--train-batch-size", "4", *FIT, "--out"],
         "predict": ["predict-edit", "tiny_city", "tiny_country", "--value", "Paris", "-n", "40", *FIT, "--out"],
+        "precision-curve": ["precision", "tiny_city", "tiny_country", "--inputs", str(inputs), "--n-curve", "40,60", "--out"],
     }
     with one_thread():
         for name, command in commands.items():
             assert main([*command, str(root / name), *shared]) == 0, name
         lm = load_model(str(model))
         config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=FitConfig(estimator="ridge", alpha=1.0, n_boot=10),
-                                      train=TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4, progress=False), progress=False)
+                                      train=TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4))
         relations = [RelationSpec("tiny_city", "tiny_country", "City->Country"), RelationSpec("tiny_country", "tiny_city", "no reference")]
         generalization_table(lm, load_registry([registry]), relations, config).save(root / "table5")
+    precision = load_result(root / "precision")
+    LreTable(precision.model_name, precision.n_inputs, precision.rows, {row.label: "factual" for row in precision.rows},
+             (("word_first_letter", "fewer than 10 subjects keep a right object"),), 1.0).save(root / "lre")
     AblationTable(tuple(AblationResult("city->country", mapping, seed, rate, 0.0, 0.01, 1.0, 1.0, 1.0, 10, 128, 100, 1.0,
                                        {"vocabulary": "tiny-llama", "seed": seed})
                         for mapping, rate in (("real", 0.6), ("shuffled", 0.1)) for seed in (0, 1))).save(root / "table7")
+    WidthSweep(tuple(AblationResult("city->country", mapping, seed, rate * width / 64, 0.0, 0.01, 1.0, 1.0, 1.0, 10, 128, 100, 1.0,
+                                    {"vocabulary": "tiny-llama", "seed": seed, "embedding_width": width, "explained_variance": width / 64})
+                     for width in (16, 32) for mapping, rate in (("real", 0.6), ("shuffled", 0.1)) for seed in (0, 1))).save(root / "widths")
     write_extractive_and_lens_runs(root)
+    write_vector_runs(root)
     return {name: root / name for name in FIGURES}

@@ -9,11 +9,11 @@ import os
 import sys
 from pathlib import Path
 
-from lincorr import collect
+from lincorr.collection import pieces
 from lincorr.cli import main
 
 rank = os.environ.get("RANK", "0")
-real_run_piece = collect.run_piece
+real_run_piece = pieces.run_piece
 ran = [0]
 
 
@@ -24,7 +24,7 @@ def counted_run_piece(*args, **kwargs):
     return real_run_piece(*args, **kwargs)
 
 
-collect.run_piece = counted_run_piece
+pieces.run_piece = counted_run_piece
 if "LINCORR_TEST_COUNT_DIR" in os.environ:
     atexit.register(lambda: (Path(os.environ["LINCORR_TEST_COUNT_DIR"]) / f"rank{rank}").write_text(str(ran[0])))
 sys.exit(main(sys.argv[1:]))

@@ -25,6 +25,7 @@ from lincorr.cli.studies import add_study_commands
 from lincorr.cli.options import CommandParser, check_output_directories, check_user_files
 from lincorr.cli.training import add_training_commands
 from lincorr.errors import LincorrError, StorageError, UsageError
+from lincorr.progress import quiet
 
 # What the machine, not lincorr, refused: a full disk or quota, a read-only disk, a missing permission.
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
@@ -69,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         check_output_directories(args)
         check_user_files(args)
-        args.handler(args)
+        with quiet(getattr(args, "quiet", False)):  # progress bars are decided here, once
+            args.handler(args)
         finished = True
     except LincorrError as error:
         finished = True
@@ -109,7 +111,7 @@ def join_run(args):
 def serve_run(args, team) -> None:
     """Ranks other than 0 collect the pieces of logit tables rank 0 hands them, loading models as this command does."""
     from lincorr.cli.options import load_lm
-    from lincorr.collect import serve_collection
+    from lincorr.collection import serve_collection
 
     serve_collection(team, lambda spec: load_lm(args, spec))
 

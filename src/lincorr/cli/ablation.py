@@ -18,12 +18,8 @@ from lincorr.cli.options import (
     positive_number,
     print_json,
     save_and_print,
-    show_progress,
 )
 from lincorr.errors import UsageError
-
-SUMMARY_FIELDS = ("relation", "mapping", "seed", "generalization_rate", "rate_before", "random_baseline", "source_learned_rate", "n_test", "seconds")
-
 
 def add_ablation_command(commands) -> None:
     ablate = add_command(commands, "ablate", "the vocabulary ablation of §6 (Table 7)")
@@ -52,7 +48,8 @@ def add_ablation_command(commands) -> None:
 
 
 def run_ablate(args) -> None:
-    from lincorr.studies.training.ablation import AblationConfig, ablate, run_table7, run_width_sweep, vocabulary_from_model
+    from lincorr.studies.training.ablation import AblationConfig, ablate, vocabulary_from_model
+    from lincorr.studies.training.ablation_tables import run_table7, run_width_sweep
     from lincorr.relations import RelationSpec
 
     if args.table7 and args.embedding_width:
@@ -60,25 +57,22 @@ def run_ablate(args) -> None:
 
     config = AblationConfig(
         stage1_epochs=args.stage1_epochs, stage2_epochs=args.stage2_epochs, batch_size=args.train_batch_size or None,
-        learning_rate=args.lr, hidden_size=args.hidden_size, softmax_over=args.softmax, progress=show_progress(args),
+        learning_rate=args.lr, hidden_size=args.hidden_size, softmax_over=args.softmax,
     )
     registry = checked_registry(args, (args.source, args.target))
     lm = load_lm(args)
     vocabulary = vocabulary_from_model(lm.model, name=lm.name)
     if args.table7:
         table = run_table7(vocabulary, lm.tokenizer, seeds=tuple(args.seeds), config=config, registry=registry)
-        save_and_print(args, table, table.markdown, payload=table.rows)
+        save_and_print(args, table)
         return
     if args.embedding_width:
         sweep = run_width_sweep(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), widths=tuple(args.embedding_width),
                                 seeds=tuple(args.seeds), config=config, registry=registry)
-        save_and_print(args, sweep, sweep.markdown, payload=sweep.rows)
+        save_and_print(args, sweep)
         return
     result = ablate(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), mapping=args.mapping, seed=args.seed, config=config, registry=registry)
-    summary = result.summary()
     if args.json:
-        print_json(summary)
-        return
-    for key in SUMMARY_FIELDS:
-        value = summary[key]
-        print(f"{key:<20} {value:.4f}" if isinstance(value, float) else f"{key:<20} {value}")
+        print_json(result.summary())
+    else:
+        print(result.text())

@@ -20,7 +20,7 @@ from lincorr.cli.options import (
     add_references_option,
     checked_registry,
     choose_inputs,
-    collection_settings,
+    collect_settings,
     custom_sides,
     fit_config,
     load_lm,
@@ -60,13 +60,15 @@ def add_core_commands(commands) -> None:
 
 
 def measure(args, reference_file=None):
-    """Check the options, load the model, resolve both prompts, pick inputs, and measure the pair.
+    """Check the options, load the model, bind both prompts and their reference pairs, pick inputs, and measure the pair.
 
-    `reference_file` (a `relations.ReferenceFile`) is checked against both tokenized domains before
-    any logit is collected.
+    The pairs (`reference_file`, a `relations.ReferenceFile`, else the registry's for two registry
+    prompts) are matched to both tokenized domains once, and a file with no usable pair is refused
+    before any logit is collected; the result keeps the match.
     """
-    from lincorr.fit import measure_pair
-    from lincorr.studies.logits.precision import checked_reference
+    from lincorr.fit import measure_relation
+    from lincorr.relations import USER_FILE, relate
+    from lincorr.studies.logits.precision import require_usable
 
     config = fit_config(args)
     custom = custom_sides(args)
@@ -74,22 +76,24 @@ def measure(args, reference_file=None):
     lm = load_lm(args)
     source = resolve_prompt(args, "source", lm.tokenizer)
     target = resolve_prompt(args, "target", lm.tokenizer)
+    pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_pairs(args)
+    relation = relate(source, target, pairs, reference=reference)
     if reference_file is not None:
-        checked_reference(reference_file.pairs, source.domain, target.domain, label=f"{source.name}->{target.name}",
-                          reference_file=reference_file)
-    return measure_pair(lm, source, target, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
+        require_usable(relation.match, label=relation.label, reference_file=reference_file)
+    return measure_relation(lm, relation, choose_inputs(args, lm.tokenizer), config, collect_settings(args))
 
 
 def registry_pairs(args):
-    """Reference pairs for a registry prompt pair (None for custom prompts or unrelated pairs)."""
+    """The registry's reference pairs for a registry prompt pair and the reference's name (none for custom prompts or unrelated pairs)."""
     if custom_sides(args):
-        return None
+        return (), ""
     registry = load_registry_from(args)
     reference = registry.reference_for(registry.prompt(args.source), registry.prompt(args.target))
-    return reference.pairs if reference else None
+    return (reference.pairs, reference.name) if reference else ((), "")
 
 
 def run_fit(args) -> None:
+    from lincorr.fit import tops_text
     from lincorr.studies.logits.precision import precision_of
     from lincorr.relations import USER_FILE
 
@@ -97,12 +101,11 @@ def run_fit(args) -> None:
         raise UsageError("--heatmap writes into --save-dir; give a directory with --save-dir")
     reference_file = read_references(args)
     result = measure(args, reference_file)
-    precision = precision_of(result, reference_file.pairs, reference=USER_FILE, reference_file=reference_file) if reference_file else None
+    precision = precision_of(result, reference=USER_FILE, reference_file=reference_file) if reference_file else None
     tops = {w: result.top_influenced(w, args.top_k) for w in args.top}
     influencing = {w: result.top_influencing(w, args.top_k) for w in args.top_influencing}
     if args.save_dir:
-        result.save(args.save_dir, heatmap=args.heatmap, reference_pairs=reference_file.pairs if reference_file else registry_pairs(args),
-                    extra={"precision": precision.summary()} if precision else None)
+        result.save(args.save_dir, heatmap=args.heatmap, extra={"precision": precision.summary()} if precision else None)
     if args.json:
         payload = result.summary()
         if precision:
@@ -113,11 +116,8 @@ def run_fit(args) -> None:
             payload["top_influencing"] = {w: [[s, round(v, 6)] for s, v in pairs] for w, pairs in influencing.items()}
         print_json(payload)
         return
-    print_result(result)
-    if precision:
-        print_precision(precision)
-    print_tops(tops, "influenced targets")
-    print_tops(influencing, "influencing sources")
+    print("\n".join(part for part in (result.text(), precision.hits_text() if precision else "", tops_text(tops, "influenced targets"),
+                                      tops_text(influencing, "influencing sources")) if part))
     if args.save_dir:
         print(f"\nwrote {args.save_dir}/")
 
@@ -125,57 +125,17 @@ def run_fit(args) -> None:
 def run_demo(args) -> None:
     import dataclasses
 
-    from lincorr.fit import fit_tables
+    from lincorr.fit import fit_tables, tops_text
     from lincorr.report import build_report
 
     result = measure(args)
     tops = {w: result.top_influenced(w, 5) for w in DEMO_CITIES}
-    result.save(args.out, heatmap=True, reference_pairs=registry_pairs(args))
+    result.save(args.out, heatmap=True)
     report = build_report([args.out], title="lincorr demo: City->Country").save(Path(args.out) / "report.html")
-    print_result(result)
+    print(result.text())
     if result.config.estimator != "ols":
         paper = fit_tables(result.source, result.target, dataclasses.replace(result.config, estimator="ols"))
         print(f"paper's ols      label-wise r {paper.summary()['labelwise_r_mean']:.3f} on the same tables")
-    print_tops(tops, "countries W links to")
+    print(tops_text(tops, "countries W links to"))
     print(f"\nwrote {args.out}/W.png, {args.out}/result.json and the arrays behind them")
     print(f"interactive report: {report} (open it in a browser)")
-
-
-def print_result(result) -> None:
-    s = result.summary()
-    lo, hi = s["labelwise_r_ci95"]
-    lines = [
-        f"model            {s['model']}",
-        f"source -> target {s['source']} ({s['n_source_domain']} words) -> {s['target']} ({s['n_target_domain']} words)",
-        f"dropped words    {len(result.source.domain.dropped)} source, {len(result.target.domain.dropped)} target"
-        " (first token a fragment or shared; listed in result.json)",
-        f"inputs           {s['n_inputs']} ({s['n_train']} train / {s['n_test']} test), {s['kind']}",
-        f"estimator        {s['estimator']}" + (f" (alpha {s['alpha']:.4g})" if s["estimator"] == "ridge" else ""),
-        f"label-wise r     {s['labelwise_r_mean']:.3f} ± {s['labelwise_r_std']:.3f}   95% CI [{lo:.3f}, {hi:.3f}] "
-        f"({s['labelwise_r_ci95_method']})",
-        *([f"                 left out: {s['n_constant_targets']} target words constant on the test inputs (r undefined)"]
-          if s["n_constant_targets"] else []),
-        f"instance-wise r  {s['instancewise_r_mean']:.3f}",
-        f"control r        {s['control_labelwise_r_mean']:.3f}   (W fitted on shuffled pairs)",
-        f"time             {s['seconds']:.1f} s",
-    ]
-    print("\n".join(lines))
-
-
-def print_precision(precision) -> None:
-    """Hit@k of W against the user's reference pairs, then what the reference gave (`PrecisionResult.reference_report`)."""
-    def rates(hits: dict) -> str:
-        return " / ".join(f"{value:.2f}" for value in hits.values())
-
-    print(f"Hit@1/3/5        influenced {rates(precision.hit_influenced)}, influencing {rates(precision.hit_influencing)}"
-          f"   (chance@1 {precision.chance_influenced[1]:.2f} / {precision.chance_influencing[1]:.2f})")
-    print("\n".join(precision.reference_report()))
-
-
-def print_tops(tops: dict, title: str) -> None:
-    if not tops:
-        return
-    print(f"\ntop {title}:")
-    width = max(len(w) for w in tops)
-    for word, pairs in tops.items():
-        print(f"  {word:<{width}}  " + ", ".join(f"{t} ({v:+.2f})" for t, v in pairs))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from lincorr.cli.options import (
     COUNT,
     NON_NEGATIVE,
+    add_collect_settings,
     add_command,
     add_json_option,
     add_model_options,
@@ -17,11 +18,11 @@ from lincorr.cli.options import (
     add_quiet_option,
     add_registry_option,
     add_seed_option,
+    collect_settings,
     load_lm,
     load_registry_from,
     positive_number,
     save_and_print,
-    show_progress,
 )
 
 PRESETS = ("small", "paper")
@@ -79,7 +80,8 @@ def add_extractive_command(commands) -> None:
                     "predict.json, predict.csv and predict.png")
     add_n_facts(predict)
     add_n_inputs_option(predict, "vocabulary inputs W is fitted on")
-    predict.set_defaults(handler=study_handler("predict", "run_predict", predict_config))
+    add_collect_settings(predict)
+    predict.set_defaults(handler=study_handler("predict", "run_predict", predict_config, collects=True))
 
 
 def add_n_facts(parser) -> None:
@@ -113,9 +115,10 @@ def train_config(args, base=None):
     return dataclasses.replace(preset, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None})
 
 
-def study_handler(module: str, function: str, make_config):
-    """A handler running `lincorr.studies.extractive.<module>.<function>(lm, registry, make_config(args), progress=...)`.
+def study_handler(module: str, function: str, make_config, *, collects: bool = False):
+    """A handler running `lincorr.studies.extractive.<module>.<function>(lm, registry, make_config(args))`.
 
+    A study that `collects` logit tables also gets the `CollectSettings` of the collection options.
     The registry's extractive data is checked before the model loads; the study module is imported
     only when its command runs.
     """
@@ -129,8 +132,9 @@ def study_handler(module: str, function: str, make_config):
         load_world(registry)
         config = make_config(args)
         run = getattr(import_module(f"lincorr.studies.extractive.{module}"), function)
-        result = run(load_lm(args), registry, config, progress=show_progress(args))
-        save_and_print(args, result, result.format_table)
+        settings = (collect_settings(args),) if collects else ()
+        result = run(load_lm(args), registry, config, *settings)
+        save_and_print(args, result)
 
     return handle
 

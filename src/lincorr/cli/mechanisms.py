@@ -11,6 +11,7 @@ import sys
 from lincorr.cli.options import (
     COUNT,
     NON_NEGATIVE,
+    add_collect_settings,
     add_command,
     add_json_option,
     add_model_options,
@@ -20,12 +21,12 @@ from lincorr.cli.options import (
     add_registry_option,
     add_seed_option,
     checked_registry,
+    collect_settings,
     finite_number_that,
     load_lm,
     load_registry_from,
     positive_number,
     save_and_print,
-    show_progress,
 )
 from lincorr.errors import UsageError
 from lincorr.studies.vectors.arithmetic import OVECTOR_SCALE
@@ -81,6 +82,7 @@ def add_mechanism_commands(commands) -> None:
     add_vector_options(compare)
     add_n_inputs_option(compare, "vocabulary inputs W (ridge, cross-validated penalty) is fitted on")
     compare.add_argument("--n-shuffles", type=COUNT, default=1000, help="row shuffles of W in the control")
+    add_collect_settings(compare, taken=("batch_size",))  # --batch-size is the o-vector runs'; W's tables keep the default
     compare.set_defaults(handler=run_ovector_w)
 
 
@@ -103,11 +105,13 @@ def layer_or_crossing(given: int | None, args, lm, task) -> int:
 
     if given is not None:
         return given
-    block = lens(lm, task, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args)).crossing_block
+    block = lens(lm, task, seed=args.seed, batch_size=args.batch_size).crossing_block
     if block is None:
         raise UsageError(f"the logit lens finds no crossing for task '{task.name}' on this model (see `lincorr lens {task.name}`); "
                          "pass the layer yourself")
-    if show_progress(args):
+    from lincorr.progress import shown
+
+    if shown():
         print(f"lincorr: using block {block}, where the logit lens finds the crossing (lincorr lens {task.name})", file=sys.stderr)
     return block
 
@@ -116,9 +120,8 @@ def run_lens(args) -> None:
     from lincorr.studies.vectors.arithmetic import lens
 
     task = checked_task(args, args.task)
-    result = lens(load_lm(args), task, n_pairs=args.n_pairs, seed=args.seed, floor=args.floor, batch_size=args.batch_size,
-                  progress=show_progress(args))
-    save_and_print(args, result, result.format_table)
+    result = lens(load_lm(args), task, n_pairs=args.n_pairs, seed=args.seed, floor=args.floor, batch_size=args.batch_size)
+    save_and_print(args, result)
 
 
 def run_ovector(args) -> None:
@@ -129,8 +132,8 @@ def run_ovector(args) -> None:
     lm = load_lm(args)
     result = ovector(lm, task, layer_or_crossing(args.layer, args, lm, task), control=control, scale=args.scale, n_source=args.n_source,
                      n_pairs=args.n_pairs, sweep=args.sweep, transfer_from=args.transfer_from, seed=args.seed,
-                     batch_size=args.batch_size, progress=show_progress(args))
-    save_and_print(args, result, result.format_table)
+                     batch_size=args.batch_size)
+    save_and_print(args, result)
 
 
 def run_ffn_ablate(args) -> None:
@@ -139,8 +142,8 @@ def run_ffn_ablate(args) -> None:
     task = checked_task(args, args.task)
     lm = load_lm(args)
     result = ffn_ablate(lm, task, layer_or_crossing(args.from_layer, args, lm, task), "mean" if args.mean else "zero", n_pairs=args.n_pairs,
-                        n_reference=args.n_reference, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args))
-    save_and_print(args, result, result.format_table)
+                        n_reference=args.n_reference, seed=args.seed, batch_size=args.batch_size)
+    save_and_print(args, result)
 
 
 def run_ovector_w(args) -> None:
@@ -150,5 +153,6 @@ def run_ovector_w(args) -> None:
     task = checked_task(args, args.task)
     lm = load_lm(args)
     result = ovector_w(lm, registry, task, layer_or_crossing(args.layer, args, lm, task), scale=args.scale, n_source=args.n_source, n_inputs=args.n_inputs,
-                       n_shuffles=args.n_shuffles, seed=args.seed, batch_size=args.batch_size, progress=show_progress(args))
-    save_and_print(args, result, result.format_table)
+                       n_shuffles=args.n_shuffles, seed=args.seed, batch_size=args.batch_size,
+                       settings=collect_settings(args))
+    save_and_print(args, result)

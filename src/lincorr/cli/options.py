@@ -7,8 +7,8 @@ action objects between commands, so one command's default would leak into anothe
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
-import sys
 from collections.abc import Callable, Iterable, Sequence
 
 from lincorr import strict_json
@@ -30,10 +30,10 @@ class CommandParser(argparse.ArgumentParser):
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Ends each option's help with its default, except unset options and off switches, whose help says what happens."""
+    """Ends each option's help with its default, except unset options and switches (`--logprobs`, `--no-cache`), whose help says what happens."""
 
     def _get_help_string(self, action):
-        if action.default is None or action.default is False or action.default == []:
+        if action.default is None or action.nargs == 0 or action.default == []:
             return action.help
         return super()._get_help_string(action)
 
@@ -186,21 +186,34 @@ def add_references_option(parser) -> None:
 
 
 def add_collection_options(parser) -> None:
-    """Which inputs X, how their logits are collected, and the registry they are read with."""
-    group = parser.add_argument_group("inputs and collection")
+    """Which inputs X, the registry they are read with, and how their logits are collected (`add_collect_settings`)."""
+    group = parser.add_argument_group("inputs")
     add_n_inputs_option(group, "number of vocabulary-sampled inputs X")
     add_seed_option(group, "seed of the input sample and the train/test split")
     group.add_argument("--inputs", default=None, metavar="FILE", help="file with one input X per line (instead of a vocabulary sample)")
-    group.add_argument("--batch-size", type=batch_size_option, default=128,
-                       help="prompts per forward pass, or auto: on a GPU the largest batch that fits (measured, at most "
-                            "65,536 tokens), on a CPU 128 (part of a cached table's key: it changes logits by ~1e-5)")
-    group.add_argument("--logprobs", action="store_true", help="log-softmax over the full vocabulary instead of raw logits")
-    group.add_argument("--no-cache", action="store_true", help="recompute logit tables instead of reusing cached ones")
-    group.add_argument("--compile", action="store_true",
-                       help="collect through torch.compile: about 1.1x faster on a CPU after a 1-2 minute compile; "
-                            "for sweeps of many tables (compiled tables are cached apart)")
     add_registry_option(group)
     add_quiet_option(group)
+    add_collect_settings(parser)
+
+
+def add_collect_settings(parser, *, taken: Sequence[str] = ()) -> None:
+    """One option per field of `collection.CollectSettings` (--batch-size, --logprobs, --no-cache, --compile), its default and help from there.
+
+    `taken`: fields whose option the command already uses for something else; their tables keep the default.
+    """
+    from lincorr.collection import CollectSettings
+
+    group = parser.add_argument_group("collection of logit tables")
+    fields = [field for field in dataclasses.fields(CollectSettings) if field.name not in taken]
+    parser.set_defaults(collect_fields=tuple(field.name for field in fields))
+    for field in fields:
+        option, help_text = field.metadata["option"], field.metadata["help"]
+        if field.default is True:
+            group.add_argument(option, dest=field.name, action="store_false", help=help_text)
+        elif field.default is False:
+            group.add_argument(option, dest=field.name, action="store_true", help=help_text)
+        else:
+            group.add_argument(option, dest=field.name, type=SETTING_TYPES[field.name], default=field.default, help=help_text)
 
 
 def add_fit_options(parser, *, estimator: str = "ols", reason: str = "", bootstrap: int = 1000,
@@ -219,12 +232,10 @@ def add_fit_options(parser, *, estimator: str = "ols", reason: str = "", bootstr
                             "(one fit per resample: try --bootstrap 200)")
 
 
+SETTING_TYPES = {"batch_size": batch_size_option}  # how the command line spells the CollectSettings fields that are not switches
+
+
 # ---- what handlers do with them ----
-
-def show_progress(args) -> bool:
-    """Progress bars only for a person watching a terminal, never in logs or pipes."""
-    return not args.quiet and sys.stderr.isatty()
-
 
 def print_json(payload) -> None:
     """Strict JSON on one line: an undefined number is null, explained under "undefined"."""
@@ -263,14 +274,16 @@ def check_user_files(args) -> None:
         raise InputError(f"--finetune-text file {args.finetune_text} is empty; give it the passages to fine-tune on")
 
 
-def save_and_print(args, result, text: Callable[[], str] | None, *, payload: Callable[[], object] | None = None) -> None:
-    """How a study ends: `result` saves itself into --out when given; then its JSON (its summary, or `payload()`) with --json, else `text()`."""
+def save_and_print(args, result, *, text: Callable[[], str] | None = None, payload: Callable[[], object] | None = None,
+                   show: bool = True) -> None:
+    """How a study ends: `result` saves itself into --out when given; then its JSON (`summary()`, or `payload()`) with --json,
+    else (unless `show` is False) its text (`text()`, or the `text` given) and where it was saved."""
     if args.out:
         result.save(args.out)
     if args.json:
         print_json(payload() if payload else result.summary())
-    elif text is not None:
-        print(text())
+    elif show:
+        print((text() if text else result.text()) + wrote(args))
 
 
 def wrote(args) -> str:
@@ -281,12 +294,11 @@ def wrote(args) -> str:
 def load_lm(args, spec: str | None = None):
     """The model of --model, or `spec`, with this command's device, dtype and trust settings; the cache is checked first."""
     from lincorr.cache import check_cache
-    from lincorr.models import compile_forward, load_model
+    from lincorr.models import load_model
 
     check_cache()
-    lm = load_model(spec or args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
-                    trust_remote_code=args.trust_remote_code)
-    return compile_forward(lm) if getattr(args, "compile", False) else lm
+    return load_model(spec or args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
+                      trust_remote_code=args.trust_remote_code)
 
 
 def read_once(args, name: str, read: Callable[[], object]):
@@ -379,6 +391,8 @@ def read_references(args):
     return read_once(args, "references", lambda: read_reference_file(args.references))
 
 
-def collection_settings(args) -> dict:
-    """Keyword arguments of the collecting studies, from the collection options."""
-    return {"logprobs": args.logprobs, "batch_size": args.batch_size, "cache": not args.no_cache, "progress": show_progress(args)}
+def collect_settings(args):
+    """The `CollectSettings` of the collection options (`add_collect_settings`)."""
+    from lincorr.collection import CollectSettings
+
+    return CollectSettings(**{name: getattr(args, name) for name in args.collect_fields})

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from lincorr.cli.options import (
+    add_collect_settings,
     add_command,
     add_json_option,
     add_model_options,
     add_out_option,
     add_quiet_option,
     add_registry_option,
+    collect_settings,
     load_lm,
     load_registry_from,
     print_json,
     save_and_print,
-    show_progress,
     wrote,
 )
 from lincorr.errors import UsageError
@@ -30,6 +31,7 @@ def add_reproduce_command(commands) -> None:
     add_out_option(parser, "reproduction.json, claims.md and provenance.json")
     for add_options in (add_json_option, add_model_options, add_registry_option, add_quiet_option):
         add_options(parser)
+    add_collect_settings(parser)
     parser.set_defaults(handler=run_reproduce)
 
 
@@ -53,5 +55,5 @@ def run_reproduce(args) -> None:
         return
     paper.chosen(args.only)  # a misspelt id fails now, not after the model loads
     result = reproduce(args.paper, load_lm(args), only=args.only, budget=args.budget, registry=load_registry_from(args),
-                       progress=show_progress(args))
+                       settings=collect_settings(args))
     save_and_print(args, result, lambda: result.text() + wrote(args))

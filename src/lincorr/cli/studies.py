@@ -1,4 +1,4 @@
-"""The studies over the registry: `matrix`, `precision`, `cases`, `resilience` and `scale`."""
+"""The studies over the registry: `matrix`, `precision`, `lre`, `cases`, `resilience` and `scale`."""
 
 from __future__ import annotations
 
@@ -20,18 +20,15 @@ from lincorr.cli.options import (
     add_references_option,
     checked_registry,
     choose_inputs,
-    collection_settings,
+    collect_settings,
     custom_sides,
     fit_config,
     load_lm,
     load_registry_from,
     positive_number,
-    print_json,
     read_references,
     resolve_prompt,
     save_and_print,
-    show_progress,
-    wrote,
 )
 from lincorr.errors import DataError, InputError, UsageError
 
@@ -72,6 +69,19 @@ def add_study_commands(commands) -> None:
                                 "(e.g. 1000,2000,5000,10000); the tables are collected once, at the largest N, which replaces -n")
     # --estimator picks the headline numbers; the other fits are reported beside them.
     precision.set_defaults(handler=run_precision)
+
+    lre = study("lre", "W precision (Table 2's Hit@Top-N, ols and ridge-std) on the 47 LRE relations, by relation type",
+                writes="lre.json, .csv and .md")
+    lre.add_argument("--relations", default=None, metavar="NAME,...",
+                     help="LRE relations by file name, e.g. country_capital_city,city_in_country (default: all 47)")
+    lre.add_argument("--max-subjects", type=COUNT, default=None, metavar="K",
+                     help="at most K subjects per relation, drawn with --seed (ols needs more training inputs than subjects; "
+                          "default: all)")
+    lre.add_argument("--types", default=None, metavar="TYPE,...", help="only relations of these types: factual, commonsense, linguistic, bias")
+    add_model_options(lre, help_text=MODEL_HELP)
+    add_collection_options(lre)
+    add_fit_options(lre, estimator="ols", choices=("ols", "ridge-std"), reason="both are reported; this one is listed first")
+    lre.set_defaults(handler=run_lre)
 
     cases = study("cases", "top influenced / influencing words of W (Tables 3, 15, 16, 17)", writes="cases.md, cases.csv and cases.json")
     add_prompt_pair(cases, optional=True)
@@ -160,19 +170,8 @@ def run_matrix(args) -> None:
     grid = chosen_grid(args)
     config = fit_config(args)
     lm = load_lm(args)
-    result = measure_matrix(lm, load_registry_from(args), grid, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
-
-    def text() -> str:
-        return "\n".join([
-            f"{result.model_name}: {grid.title}, {result.n_inputs} inputs, {config.estimator}; label-wise r (row = source, column = target)",
-            result.format_table("labelwise_r"),
-            *(f"skipped {name}: {reason}" for name, reason in result.skipped),
-            *([f"left out: {int(result.n_constant_targets.sum())} target words constant on the test inputs (r undefined), "
-               "per cell in pairs.csv and the JSON"] if result.n_constant_targets.any() else []),
-            f"\ncollection {result.seconds_collect:.1f} s, fits {result.seconds_fit:.1f} s" + (f"; wrote {args.out}/" if args.out else ""),
-        ])
-
-    save_and_print(args, result, text)
+    result = measure_matrix(lm, load_registry_from(args), grid, choose_inputs(args, lm.tokenizer), config, settings=collect_settings(args))
+    save_and_print(args, result)
 
 
 def run_precision(args) -> None:
@@ -205,25 +204,16 @@ def run_precision(args) -> None:
     lm = load_lm(args)
     table = precision_table(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_file=reference_file,
                             custom_prompts={getattr(args, side): resolve_prompt(args, side, lm.tokenizer) for side in custom},
-                            **collection_settings(args))
+                            settings=collect_settings(args))
     # A single relation without its headline estimator is a failure: say why, and write nothing.
     if single and not any(row.estimator == configs[0].label for row in table.rows):
         raise DataError("; ".join(reason for _, reason in table.skipped) or "no result")
-    if args.out:
-        table.save(args.out)
-    if args.json:
-        print_json(single_precision_payload(table, configs[0].label) if single else table.summary())
-        return
-    print(f"{table.model_name}, {table.n_inputs} inputs; Hit@Top-N of W against reference pairs (chance@1 = a random ranking)")
-    print("headline: " + ("the paper's setting, ols on half of 10,000 vocabulary inputs (raw logits)" if args.paper
-                          else f"{configs[0].label}") + "; ridge-std = lincorr's fit (ridge on z-scored columns onto the target's "
-          "log-probabilities over its domain), ols = the paper's, ridge = ridge on raw logits with a cross-validated penalty")
-    print(table.format_table() + wrote(args))
+    save_and_print(args, table, payload=table.headline_summary if single else None)
 
 
 def run_precision_curve(args) -> None:
     from lincorr.fit import split_sizes
-    from lincorr.studies.logits.precision import precision_curve
+    from lincorr.studies.logits.precision_curve import precision_curve
     from lincorr.relations import RelationSpec
 
     if args.table2 or args.all_references or not (args.source and args.target):
@@ -239,15 +229,29 @@ def run_precision_curve(args) -> None:
         split_sizes(n, args.test_fraction)  # every N must leave enough test inputs
     lm = load_lm(args)
     curve = precision_curve(lm, registry, RelationSpec(args.source, args.target), choose_inputs(args, lm.tokenizer), args.n_curve,
-                            configs, reference_file=reference_file, **collection_settings(args))
-    save_and_print(args, curve, lambda: curve.format_table() + wrote(args))
+                            configs, reference_file=reference_file, settings=collect_settings(args))
+    save_and_print(args, curve)
 
 
-def single_precision_payload(table, estimator: str) -> dict:
-    """One relation: the numbers of `estimator` at the top level, both estimators' under by_estimator."""
-    by_estimator = {row.estimator: row.summary() for row in table.rows}
-    skipped = [{"relation": label, "reason": reason} for label, reason in table.skipped]
-    return {**by_estimator[estimator], "by_estimator": by_estimator, "skipped": skipped}
+def run_lre(args) -> None:
+    from lincorr.knowledge.lre import lre_relations
+    from lincorr.studies.logits.lre import LRE_FITS, lre_precision
+    from lincorr.studies.logits.precision import precision_fits
+
+    if args.registry:
+        raise UsageError("lre reads the bundled LRE relations, not registry files; drop --registry")
+    relations = lre_relations(names=split_names(args.relations, "--relations") if args.relations else ())
+    if args.types:
+        types = split_names(args.types, "--types")
+        known = sorted({relation.relation_type for relation in lre_relations()})
+        if unknown := [name for name in types if name not in known]:
+            raise UsageError(f"unknown LRE relation type {', '.join(unknown)}; use one of {', '.join(known)}")
+        relations = tuple(relation for relation in relations if relation.relation_type in types)
+    configs = [config for config in precision_fits(fit_config(args), args.estimator) if config.label in LRE_FITS]
+    lm = load_lm(args)
+    table = lre_precision(lm, relations, choose_inputs(args, lm.tokenizer), configs, max_subjects=args.max_subjects,
+                          settings=collect_settings(args))
+    save_and_print(args, table)
 
 
 def run_cases(args) -> None:
@@ -265,8 +269,8 @@ def run_cases(args) -> None:
     registry = checked_registry(args, {n for spec in specs for n in (spec.relation.source, spec.relation.target)})
     config = fit_config(args)
     lm = load_lm(args)
-    tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), config, **collection_settings(args))
-    save_and_print(args, tables, tables.markdown)
+    tables = measure_cases(lm, registry, specs, choose_inputs(args, lm.tokenizer), config, settings=collect_settings(args))
+    save_and_print(args, tables)
 
 
 def run_resilience(args) -> None:
@@ -280,20 +284,13 @@ def run_resilience(args) -> None:
     fit_lm = load_lm(args)
     training = None
     if args.finetune_text:
-        train = TrainConfig(learning_rate=args.lr, epochs=args.epochs, batch_size=args.train_batch_size, seed=args.seed,
-                            progress=show_progress(args))
+        train = TrainConfig(learning_rate=args.lr, epochs=args.epochs, batch_size=args.train_batch_size, seed=args.seed)
         eval_lm, training = finetune_on_text(fit_lm, args.finetune_text, train)
     else:
         eval_lm = load_lm(args, args.eval_model)
     result = measure_resilience(fit_lm, eval_lm, load_registry_from(args), grid, choose_inputs(args, fit_lm.tokenizer), config,
-                                training=training, **collection_settings(args))
-
-    def text() -> str:
-        trained = (f"fine-tuned on {training['n_examples']} passages of {training['text_file']}: {training['steps']} steps, "
-                   f"loss per epoch {', '.join(f'{v:.3f}' for v in training['losses'])}, {training['seconds']:.0f} s\n\n") if training else ""
-        return trained + result.format_table() + wrote(args)
-
-    save_and_print(args, result, text)
+                                training=training, settings=collect_settings(args))
+    save_and_print(args, result)
 
 
 def run_scale(args) -> None:
@@ -310,5 +307,5 @@ def run_scale(args) -> None:
         relations.append(RelationSpec(source, target))
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
     result = measure_scale(split_names(args.models, "--models"), registry, relations, args.n_inputs, precision_configs(args),
-                           seed=args.seed, load=lambda spec: load_lm(args, spec), **collection_settings(args))
-    save_and_print(args, result, lambda: result.format_table() + wrote(args))
+                           seed=args.seed, load=lambda spec: load_lm(args, spec), settings=collect_settings(args))
+    save_and_print(args, result)

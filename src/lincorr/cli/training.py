@@ -1,6 +1,7 @@
 """The training studies of §4.1, §5 and Appendix K (`generalize`, `diagnose`, `gradcorr`, `subwords`) and `predict-edit`.
 
-W is fitted on a vocabulary sample here, so these commands take -n but none of the collection options.
+W is fitted on a vocabulary sample here, so these commands take -n (not --inputs) and the collection options
+(--batch-size, --logprobs, --no-cache, --compile) of the tables W is fitted on.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from lincorr.cli.options import (
     COUNT,
     NON_NEGATIVE,
     RIDGE_REASON,
+    add_collect_settings,
     add_command,
     add_fit_options,
     add_json_option,
@@ -22,12 +24,12 @@ from lincorr.cli.options import (
     add_registry_option,
     add_seed_option,
     checked_registry,
+    collect_settings,
     finite_number,
     fit_config,
     load_lm,
     positive_number,
     save_and_print,
-    show_progress,
     whole_number,
 )
 from lincorr.errors import UsageError
@@ -54,6 +56,7 @@ def add_training_commands(commands) -> None:
         add_quiet_option(parser)
         add_model_options(parser)
         add_fit_options(parser, estimator="ridge", reason=RIDGE_REASON, bootstrap=100)
+        add_collect_settings(parser)
         return parser
 
     generalize = study("generalize", "teach fresh entities source facts; does the target answer follow (Table 5)?",
@@ -130,7 +133,7 @@ def training_config(args, study_default):
     train = PAPER_PRESET.apply(study_default) if args.paper else study_default
     overrides = {"learning_rate": args.lr, "epochs": getattr(args, "epochs", None), "batch_size": args.train_batch_size}
     return dataclasses.replace(train, **{k: v for k, v in overrides.items() if v is not None}, blocks_only=train.blocks_only and not args.full,
-                               seed=args.seed, progress=show_progress(args))
+                               seed=args.seed)
 
 
 def generalization_config(args):
@@ -138,36 +141,26 @@ def generalization_config(args):
 
     return GeneralizationConfig(
         n_facts=args.n_facts, seeds=tuple(range(args.seed, args.seed + args.n_seeds)), n_inputs=args.n_inputs, fit=fit_config(args),
-        train=training_config(args, DEFAULT_TRAIN), margin=args.margin, until_learned=not args.all_epochs, progress=show_progress(args),
+        train=training_config(args, DEFAULT_TRAIN), margin=args.margin, until_learned=not args.all_epochs,
     )
 
 
 def run_generalize(args) -> None:
-    from lincorr.studies.training.generalization import generalization_table, run_generalization
+    from lincorr.studies.training.generalization import GeneralizationTable, generalization_table, run_generalization
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
 
     config = generalization_config(args)
     if not args.table5:
         registry = checked_registry(args, (args.source, args.target))
-        result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config)
-        save_and_print(args, result, result.format_table)
+        result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
+        save_and_print(args, result)
         return
     relations = paper_table("table5").relations()
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
-    table = generalization_table(load_lm(args), registry, relations, config,
-                                 on_row=None if args.json else lambda row: print(table5_line(row), flush=True))
-    save_and_print(args, table, None)  # the rows were printed as they finished
-
-
-def table5_line(row: dict) -> str:
-    """One Table-5 row: ours (with spread, before, chance, learned) beside the paper's."""
-    if "skipped" in row:
-        return f"{row['relation']:<22} skipped: {row['skipped']}"
-    return (f"{row['relation']:<22} {row['generalization_rate']:6.1%} ± {row['generalization_rate_std']:5.1%}  before {row['rate_before']:5.1%}  "
-            f"random {row['random_baseline']:5.1%}  learned {row['source_learned_rate']:6.1%}  "
-            f"epochs {'/'.join(map(str, row['epochs_run_per_seed']))}  "
-            f"paper {row['paper_generalization_rate']:6.2%} ({row['paper_random_baseline']:.2%})")
+    table = generalization_table(load_lm(args), registry, relations, config, collect_settings(args),
+                                 on_row=None if args.json else lambda row: print(GeneralizationTable.row_line(row), flush=True))
+    save_and_print(args, table, show=False)  # the rows were printed as they finished
 
 
 def run_diagnose(args) -> None:
@@ -176,18 +169,8 @@ def run_diagnose(args) -> None:
 
     config = generalization_config(args)
     registry = checked_registry(args, (args.source, args.target))
-    result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config)
-
-    def text() -> str:
-        return "\n".join([
-            result.format_table(), "", result.diagnosis_markdown(max_rows=args.rows),
-            "\ngeneralization rate by W[s, ref] (learned facts, quantile bins):",
-            *(f"  W[s,ref] in [{row['w_ref_low']:+.3f}, {row['w_ref_high']:+.3f}]  n={row['n']:3d}  rate {row['generalization_rate']:.1%}"
-              for row in result.weight_curve()),
-        ])
-
-    save_and_print(args, result, text,
-                   payload=lambda: {**result.summary(), "facts": result.diagnosis_rows(), "weight_curve": result.weight_curve()})
+    result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
+    save_and_print(args, result, text=lambda: result.diagnosis_text(max_rows=args.rows), payload=result.diagnosis_summary)
 
 
 def run_subwords(args) -> None:
@@ -196,12 +179,12 @@ def run_subwords(args) -> None:
 
     config = generalization_config(args)
     registry = checked_registry(args, (args.source, args.target))
-    result = subword_study(load_lm(args), registry, RelationSpec(args.source, args.target), config)
-    save_and_print(args, result, result.markdown)
+    result = subword_study(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
+    save_and_print(args, result)
 
 
 def run_gradcorr(args) -> None:
-    from lincorr.studies.training.gradients import GradientConfig, gradient_table
+    from lincorr.studies.training.gradients import GradientConfig, GradientTable, gradient_table
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
 
@@ -212,17 +195,15 @@ def run_gradcorr(args) -> None:
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
     config = GradientConfig(
         n_inputs=args.n_inputs, n_step_facts=args.n_step_facts, n_eval=args.n_eval, fit=fit_config(args),
-        train=training_config(args, GradientConfig.train), seed=args.seed, progress=show_progress(args),
+        train=training_config(args, GradientConfig.train), seed=args.seed,
     )
 
     def report(row: dict) -> None:
-        done = (f"skipped: {row['skipped']}" if "skipped" in row else
-                f"gradient r {row['gradient_r']:.2f} (control {row['control_r']:.2f}); centred {row['centred_gradient_r']:.2f} "
-                f"(control {row['centred_control_r']:.2f}, p {row['centred_p_value']:.2g})")
-        print(f"{row['relation']}: {done}", file=sys.stderr, flush=True)
+        print(GradientTable.row_line(row), file=sys.stderr, flush=True)
 
-    table = gradient_table(load_lm(args), registry, relations, config, on_row=report if args.table4 and not args.quiet else None)
-    save_and_print(args, table, table.markdown)
+    table = gradient_table(load_lm(args), registry, relations, config, collect_settings(args),
+                           on_row=report if args.table4 and not args.quiet else None)
+    save_and_print(args, table)
 
 
 def run_predict_edit(args) -> None:
@@ -236,19 +217,6 @@ def run_predict_edit(args) -> None:
     result = predict_relation_edit(
         load_lm(args), registry, RelationSpec(args.source, args.target), args.value, subject=args.subject, seed=args.seed,
         n_inputs=args.n_inputs, fit=config, margin=DEFAULT_MARGIN if args.margin is None else args.margin, delta=args.delta,
-        progress=show_progress(args),
+        settings=collect_settings(args),
     )
-    save_and_print(args, result, lambda: edit_prediction_text(result, args.value))
-
-
-def edit_prediction_text(result, value: str) -> str:
-    prediction = result.prediction
-    verdict = {True: "the reference answer (generalization)", False: "not a reference answer (hallucination)", None: "no reference known"}
-    return "\n".join([
-        f"edit: {result.source_template.replace('{}', result.subject)} {value}",
-        f"now:  {result.target_template.replace('{}', result.subject)} {prediction.current_target}",
-        f"predicted after the edit: {prediction.predicted_target} (confidence {prediction.confidence:.2f}, "
-        f"runner-up {prediction.runner_up}, margin {prediction.margin:.2f} logits)",
-        f"that is {verdict[prediction.predicts_reference]}; reference: {', '.join(prediction.references) or '-'}; "
-        f"P(reference) {prediction.success_probability:.2f}",
-    ])
+    save_and_print(args, result)

@@ -17,7 +17,7 @@ def decode(lm: LM, hidden: torch.Tensor, token_ids: torch.Tensor | None = None) 
     return lm.head_logits(layout(lm).final_norm()(hidden), token_ids)
 
 
-def resid_stack(lm: LM, prompts, layers: Sequence[int] | None, batch_size: int, progress: bool,
+def resid_stack(lm: LM, prompts, layers: Sequence[int] | None, batch_size: int,
                 interventions: Sequence[Patch | Ablate] = ()) -> torch.Tensor:
     """`resid[l]` at the last position for each requested l (all 0..L by default): `[batch, n_layers, d_model]`.
 
@@ -25,8 +25,7 @@ def resid_stack(lm: LM, prompts, layers: Sequence[int] | None, batch_size: int, 
     """
     layers = range(layout(lm).n_layers + 1) if layers is None else layers
     components = [resid(layer) for layer in layers]
-    trace = run(lm, prompts, capture=components, interventions=interventions, token_ids=NO_TOKENS, batch_size=batch_size,
-                progress=progress)
+    trace = run(lm, prompts, capture=components, interventions=interventions, token_ids=NO_TOKENS, batch_size=batch_size)
     return torch.stack([trace[c] for c in components], 1)
 
 
@@ -39,14 +38,13 @@ def logit_lens(
     *,
     interventions: Sequence[Patch | Ablate] = (),
     batch_size: int = 32,
-    progress: bool = False,
 ) -> torch.Tensor:
     """Last-position logits of `resid[l]` for every requested l: `[batch, n_layers, k]` (n_layers = L + 1 by default).
 
     `token_ids` restricts the head to those rows (e.g. a domain); None gives the full vocabulary.
     The entry for `resid[L]` is the model's own last-position logits (under `interventions`, as `run` applies them).
     """
-    return decode(lm, resid_stack(lm, prompts, layers, batch_size, progress, interventions), token_ids)
+    return decode(lm, resid_stack(lm, prompts, layers, batch_size, interventions), token_ids)
 
 
 @torch.inference_mode()
@@ -59,14 +57,13 @@ def token_ranks(
     interventions: Sequence[Patch | Ablate] = (),
     chunk: int = 16384,
     batch_size: int = 32,
-    progress: bool = False,
 ) -> torch.Tensor:
     """Rank over the full vocabulary of each prompt's token per lens layer: `[batch, n_layers]`, 0 = top.
 
     `token_ids` is one id per prompt, `[batch]`, or k per prompt, `[batch, k]` (ranks `[batch, n_layers, k]`,
     all from the same forward). `interventions` apply as in `run`. Ranking as in `hidden_ranks`.
     """
-    return hidden_ranks(lm, resid_stack(lm, prompts, layers, batch_size, progress, interventions), token_ids,
+    return hidden_ranks(lm, resid_stack(lm, prompts, layers, batch_size, interventions), token_ids,
                         chunk=chunk, batch_size=batch_size)
 
 

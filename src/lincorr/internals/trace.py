@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from lincorr.models import left_pad, tokenize_prompts
 from lincorr.errors import LincorrError
 from lincorr.internals.arch import Component, Layout, as_component, check_component, layout
 from lincorr.models import LM
+from lincorr.progress import progress_bar
 
 # "last", "all", one offset or a list of offsets: negative offsets count from each row's end
 # (-1 = last token), non-negative ones from its first real token (0 = BOS where the model uses one).
@@ -97,7 +97,6 @@ def run(
     token_ids: torch.Tensor | None = None,
     grad: bool = False,
     batch_size: int = 32,
-    progress: bool = False,
 ) -> Trace:
     """Run prompts (strings, or token-id rows) with interventions applied, capturing components.
 
@@ -133,7 +132,7 @@ def run(
         for component in captures:
             handles.append(hook_site(parts, component, capture_edit(parts, component, positions, flight, stores[component], grad)))
         with torch.enable_grad() if grad else torch.inference_mode():
-            for batch in tqdm(batches, desc="internals", unit="batch", disable=not progress, leave=False):
+            for batch in progress_bar(batches, desc="internals", unit="batch"):
                 ids, batch_mask = left_pad([rows[i] for i in batch], lm.tokenizer.pad_token_id)
                 flight.index, flight.lengths = torch.tensor(batch), batch_mask.sum(1)
                 logits.append(lm.head_logits(lm.last_hidden(ids, batch_mask), token_ids))
@@ -162,13 +161,12 @@ def mean_activation(
     *,
     position: Positions = "last",
     batch_size: int = 32,
-    progress: bool = False,
 ) -> torch.Tensor:
     """Mean of `component` over the prompts at `position`: `[d]` (`[n_positions, d]` for a list), for `Ablate(how="mean")`."""
     if position == "all":
         raise LincorrError("mean_activation over 'all' positions would average padding; use 'last' or explicit offsets")
     captured = run(lm, prompts, capture=[component], positions=position, token_ids=NO_TOKENS,
-                   batch_size=batch_size, progress=progress)[component]
+                   batch_size=batch_size)[component]
     return captured.float().mean(0).to(captured.dtype)
 
 

@@ -204,3 +204,29 @@ def outcome_figure(weights: Sequence[float], generalized: Sequence[bool], labels
                    hovertemplate="W[s, ref] bin centre: %{x:.4f}\ngeneralization rate: %{y:.2f} (%{customdata} facts)"),
     ], _layout(title, 420, xaxis={"title": {"text": "W[s, reference]"}},
                yaxis={"title": {"text": "generalized (1) or not (0)"}, "range": [-0.1, 1.1]}))
+
+
+def grouped_bar_figure(categories: Sequence[str], series: Mapping[str, Sequence[float]], title: str, *, y_name: str,
+                       y_range: tuple[float, float] | None = None, reference_line: tuple[str, float] | None = None) -> go.Figure:
+    """One group of bars per category, one bar per series, in the order given; NaN leaves a gap."""
+    figure = go.Figure([
+        go.Bar(x=list(categories), y=[np.nan if v is None else v for v in values], name=name,
+               hovertemplate=f"%{{x}}\n%{{fullData.name}}\n{y_name}: %{{y:.3f}}")
+        for name, values in series.items()
+    ], _layout(title, 380 + _turned_room(categories) // 2, barmode="group", xaxis=_category_axis(""),
+               yaxis={"title": {"text": y_name}, **({"range": list(y_range)} if y_range else {})}))
+    if reference_line is not None:
+        figure.add_hline(y=reference_line[1], line_dash="dash", line_color="grey", annotation_text=reference_line[0])
+    return figure
+
+
+def scatter_figure(x: Sequence[float], y: Sequence[float], labels: Sequence[str], title: str, *, x_name: str, y_name: str,
+                   groups: Sequence[str] | None = None) -> go.Figure:
+    """One point per item (its label on hover), coloured by `groups` where given."""
+    groups = list(groups) if groups is not None else [""] * len(x)
+    return go.Figure([
+        go.Scatter(x=[v for v, g in zip(x, groups) if g == group], y=[v for v, g in zip(y, groups) if g == group],
+                   text=[label for label, g in zip(labels, groups) if g == group], mode="markers", name=group or "items",
+                   marker={"size": 8, "opacity": 0.7}, hovertemplate=f"%{{text}}\n{x_name}: %{{x:.4g}}\n{y_name}: %{{y:.4g}}")
+        for group in dict.fromkeys(groups)
+    ], _layout(title, 420, xaxis={"title": {"text": x_name}}, yaxis={"title": {"text": y_name}}))

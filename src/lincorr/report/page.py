@@ -2,8 +2,10 @@
 
 The page needs no network when opened: plotly.js is inlined once in the head and every
 figure's data sits in the page. Tables sort by a click on a column header (a few lines of
-inline script); everything a user typed (words, prompts, paths) is HTML-escaped, on the page
-and inside its figures (`figures.to_html`).
+inline script). The page is a Jinja2 template (templates/page.html) with autoescaping on, so
+everything a user typed (words, prompts, paths) is HTML-escaped by construction; the only markup
+passed in unescaped is plotly.js, the style sheet, the sorting script and each figure's div, whose
+strings `figures.to_html` escapes itself.
 
 `lincorr report` writes the page only where it cannot replace what it shows: never inside a run
 directory it reads (`check_report_file`).
@@ -14,14 +16,15 @@ from __future__ import annotations
 import base64
 import dataclasses
 import datetime
-import html
 import json
 import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
+import jinja2
 import plotly.graph_objects as go
+from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
 from lincorr.errors import OutputError
@@ -72,6 +75,8 @@ class Picture:
 
 
 Block = Figure | Table | KeyNumbers | Picture
+TEMPLATE = jinja2.Environment(loader=jinja2.PackageLoader("lincorr.report", "templates"), autoescape=True,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True).get_template("page.html")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,19 +124,9 @@ class Report:
         from lincorr import __version__
 
         anchors = unique_anchors([section.title for section in self.sections])
-        contents = "".join(f'<li><a href="#{a}">{escape(s.title)}</a> <span class="study">{escape(s.study)}</span></li>'
-                           for a, s in zip(anchors, self.sections))
-        body = "".join(section_html(section, anchor) for section, anchor in zip(self.sections, anchors))
-        return (
-            f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{escape(self.title)}</title><style>{STYLE}</style>"
-            f'<script>window.PlotlyConfig = {{MathJaxConfig: "local"}};</script><script>{get_plotlyjs()}</script>'
-            f"<script>{SORT_SCRIPT}</script></head><body>"
-            f'<header><h1>{escape(self.title)}</h1><p class="meta">{len(self.sections)} run(s), {self.figures} figure(s); '
-            f"made by lincorr {escape(__version__)} at {escape(self.created_at)}. Hover a cell for its numbers, drag to zoom, "
-            f"double-click to reset; click a column heading to sort.</p>"
-            f'<nav><h2>Contents</h2><ol>{contents}</ol></nav></header><main>{body}</main></body></html>\n'
-        )
+        views = [section_view(section, anchor) for section, anchor in zip(self.sections, anchors)]
+        return TEMPLATE.render(report=self, sections=views, version=__version__, style=Markup(STYLE), plotlyjs=Markup(get_plotlyjs()),
+                               sort_script=Markup(SORT_SCRIPT)) + "\n"
 
     def save(self, path) -> Path:
         """Write the page to `path` (through a temporary file) and return the path; an OutputError where it cannot go.
@@ -164,10 +159,6 @@ def check_report_file(path, run_dirs: Sequence = ()) -> Path:
     return path
 
 
-def escape(value) -> str:
-    return html.escape(str(value), quote=True)
-
-
 def unique_anchors(titles: Sequence[str]) -> list[str]:
     """URL-fragment ids from titles, numbered so that two runs of the same study never share one."""
     anchors = []
@@ -177,73 +168,46 @@ def unique_anchors(titles: Sequence[str]) -> list[str]:
     return anchors
 
 
-def section_html(section: Section, anchor: str) -> str:
-    blocks = []
-    for k, block in enumerate(section.blocks):
-        if isinstance(block, Figure):
-            blocks.append(figure_html(block, f"{anchor}-figure-{k}"))
-        elif isinstance(block, Table):
-            blocks.append(table_html(block))
-        elif isinstance(block, Picture):
-            blocks.append(picture_html(block))
-        else:
-            blocks.append(key_numbers_html(block))
-    return (f'<section id="{anchor}" data-study="{escape(section.study)}"><h2>{escape(section.title)}</h2>'
-            f"{provenance_html(section)}{''.join(blocks)}</section>")
-
-
-def provenance_html(section: Section) -> str:
-    p = section.provenance
-    fingerprint = p.model_fingerprint
+def section_view(section: Section, anchor: str) -> dict:
+    """What the template shows of one section: its anchor, provenance in words, and each block ready to fill in."""
+    fingerprint = section.provenance.model_fingerprint
     if isinstance(fingerprint, dict):
         fingerprint = "; ".join(f"{model}: {value}" for model, value in fingerprint.items())
-    rows = [
-        ("command", f"<code>{escape(p.command)}</code>" if p.command else "not recorded (saved from Python, or before lincorr recorded commands)"),
-        ("directory", f"<code>{escape(section.directory)}</code>"),
-        ("model", escape(p.model or "not recorded")),
-        ("model fingerprint", f"<code>{escape(fingerprint)}</code>" if fingerprint else "not recorded"),
-        ("lincorr version", escape(p.lincorr_version or "not recorded")),
-        ("written", escape(p.written_at or "not recorded")),
-    ]
-    settings = (f"<details><summary>settings</summary><pre>{escape(json.dumps(p.settings, indent=2, ensure_ascii=False))}</pre></details>"
-                if p.settings else "<p>settings: not recorded</p>")
-    return ('<div class="provenance"><dl>' + "".join(f"<dt>{name}</dt><dd>{value}</dd>" for name, value in rows) + f"</dl>{settings}</div>")
+    settings = section.provenance.settings
+    return {"section": section, "anchor": anchor, "fingerprint": fingerprint,
+            "settings": json.dumps(settings, indent=2, ensure_ascii=False) if settings else "",
+            "blocks": [block_view(block, f"{anchor}-figure-{k}") for k, block in enumerate(section.blocks)]}
 
 
-def figure_html(block: Figure, div_id: str) -> str:
-    plot = figures.to_html(block.figure, div_id)
-    note = f'<p class="note">{escape(block.note)}</p>' if block.note else ""
-    return f'<figure class="plot">{plot}{note}</figure>'
+def block_view(block: Block, div_id: str) -> dict:
+    if isinstance(block, Figure):
+        # The one piece of markup a section holds: plotly's div and script, every string in it escaped by `figures.to_html`.
+        return {"kind": "figure", "html": Markup(figures.to_html(block.figure, div_id)), "note": block.note}
+    if isinstance(block, Table):
+        return {"kind": "table", "table": block, "rows": [[cell_view(v, c) for v, c in zip(row, block.columns)] for row in block.rows]}
+    if isinstance(block, Picture):
+        return {"kind": "picture", "name": block.name, "data": base64.b64encode(block.png).decode("ascii")}
+    return {"kind": "numbers", "pairs": block.items}
 
 
-def cell_html(value, column: Column) -> str:
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    """A table cell as shown: its text, its class, and for a number the value it sorts by."""
+
+    text: str
+    css: str = ""
+    value: str | None = None
+
+
+def cell_view(value, column: Column) -> Cell:
     if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "<td></td>"
+        return Cell("")
     if isinstance(value, bool):
-        return f"<td>{'yes' if value else 'no'}</td>"
+        return Cell("yes" if value else "no")
     if isinstance(value, str):
         # Long text (a reason a row was skipped) wraps; words and labels stay on one line.
-        return f'<td class="text">{escape(value)}</td>' if len(value) > 40 else f"<td>{escape(value)}</td>"
-    text = str(value) if isinstance(value, int) else format(value, column.number_format)
-    return f'<td class="number" data-value="{float(value)!r}">{text}</td>'
-
-
-def table_html(table: Table) -> str:
-    head = "".join(f'<th title="sort">{escape(c.name)}</th>' for c in table.columns)
-    rows = "".join("<tr>" + "".join(cell_html(v, c) for v, c in zip(row, table.columns)) + "</tr>" for row in table.rows)
-    note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
-    return (f'<div class="table"><h3>{escape(table.title)}</h3><table class="sortable"><thead><tr>{head}</tr></thead>'
-            f"<tbody>{rows}</tbody></table>{note}</div>")
-
-
-def picture_html(block: Picture) -> str:
-    data = base64.b64encode(block.png).decode("ascii")
-    return (f'<figure class="picture"><img alt="{escape(block.name)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{escape(block.name)}</figcaption></figure>")
-
-
-def key_numbers_html(block: KeyNumbers) -> str:
-    return '<dl class="numbers">' + "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in block.items) + "</dl>"
+        return Cell(value, "text" if len(value) > 40 else "")
+    return Cell(str(value) if isinstance(value, int) else format(value, column.number_format), "number", repr(float(value)))
 
 
 STYLE = """

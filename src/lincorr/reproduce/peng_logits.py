@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from lincorr.collect import collect_tables
+from lincorr.collection import collect
 from lincorr.fit import FitConfig, fit_tables
 from lincorr.paper import paper_table
 from lincorr.prompts import registry_prompts
@@ -36,7 +36,7 @@ def precision(ctx: Context) -> Measured:
     """Table 2: Hit@Top-N of W, the paper's ols and lincorr's ridge-std, tested as Hit@1 above chance per relation."""
     relations = ctx.chosen({r.label: r for r in paper_table("table2").relations()})
     table = precision_table(ctx.lm, ctx.registry, relations, ctx.inputs(), precision_fits(FitConfig(n_boot=100), PAPER_FIT),
-                            **ctx.collect_options())
+                            settings=ctx.collect)
     by_fit = {fit: [row for row in table.rows if row.estimator == fit] for fit in (PAPER_FIT, OURS_FIT)}
     if not by_fit[PAPER_FIT]:
         raise NotApplicable("no relation of Table 2 could be judged on this model: " + "; ".join(r for _, r in table.skipped))
@@ -75,11 +75,11 @@ def matrix(ctx: Context) -> Measured:
     """Fig. 3: a family's matrix (ols); the label-wise r of each off-diagonal cell's target words tested against W fitted on shuffled pairs."""
     config = FitConfig(estimator=ctx.settings.get("estimator", PAPER_FIT), alpha="cv", n_boot=10, n_control=1)
     inputs = ctx.inputs()
-    result = measure_matrix(ctx.lm, ctx.registry, family_grid(ctx), inputs, config, **ctx.collect_options())
+    result = measure_matrix(ctx.lm, ctx.registry, family_grid(ctx), inputs, config, ctx.collect)
     positions = [(i, j) for i, row in enumerate(result.grid.cells) for j, cell in enumerate(row) if cell and cell[0] != cell[1]]
     cells = [result.grid.cells[i][j] for i, j in positions]
     prompts, _ = registry_prompts(ctx.registry, result.grid.prompt_names(), ctx.lm.tokenizer)
-    tables = collect_tables(ctx.lm, prompts, inputs, **ctx.collect_options())
+    tables = collect(ctx.lm, prompts, inputs, ctx.collect)
     fits = [fit_tables(tables[s], tables[t], config) for s, t in cells]
     r = [fit.labelwise_r_mean for fit in fits]
     control = [float(np.nanmean(fit.control_labelwise_r)) for fit in fits]
@@ -104,7 +104,7 @@ def cases(ctx: Context) -> Measured:
     """Tables 3, 15-17: top influenced/influencing words of W (ols); the rows with known right answers tested against chance."""
     specs = paper_cases(str(ctx.settings["table"]))
     inputs = ctx.inputs()
-    tables = measure_cases(ctx.lm, ctx.registry, specs, inputs, FitConfig(estimator=PAPER_FIT, n_boot=10), **ctx.collect_options())
+    tables = measure_cases(ctx.lm, ctx.registry, specs, inputs, FitConfig(estimator=PAPER_FIT, n_boot=10), ctx.collect)
     hits, chances, shown = 0, [], {}
     for spec, table in zip(specs, tables.tables):
         bound = bind_relation(ctx.registry, RelationSpec(spec.relation.source, spec.relation.target), ctx.lm.tokenizer, require_pairs=False)

@@ -26,8 +26,8 @@ def gradients(ctx: Context) -> Measured:
     """Table 4: one optimiser step on source facts; dS @ W against dT, tested with each input's changes centred (a common shift cannot pass)."""
     relations = ctx.chosen({r.label: r for r in paper_table("table4").relations()})
     config = GradientConfig(n_inputs=int(ctx.settings["n_inputs"]), n_step_facts=int(ctx.settings.get("n_step_facts", 32)),
-                            n_eval=int(ctx.settings.get("n_eval", 200)), progress=ctx.progress)
-    table = gradient_table(ctx.lm, ctx.registry, relations, config)
+                            n_eval=int(ctx.settings.get("n_eval", 200)))
+    table = gradient_table(ctx.lm, ctx.registry, relations, config, ctx.collect)
     if not table.rows:
         raise NotApplicable("no relation of Table 4 can be expressed on this model: " + "; ".join(r for _, r in table.skipped))
     ours = {row.label: {"logit_r": round(row.logit_r, 3), "gradient_r": round(row.gradient_r, 3), "control_r": round(row.control_r, 3),
@@ -44,10 +44,10 @@ def generalization_runs(ctx: Context, preset: str) -> list:
     """The generalization study of each chosen Table 5 relation, trained with `preset`; shared by the claims of one reproduction."""
     relations = ctx.chosen({r.label: r for r in paper_table("table5").relations()})
     config = GeneralizationConfig(n_facts=int(ctx.settings.get("n_facts", 16)), seeds=tuple(ctx.settings.get("seeds", (0, 1, 2))),
-                                  n_inputs=int(ctx.settings["n_inputs"]), train=PRESETS[preset], progress=ctx.progress)
+                                  n_inputs=int(ctx.settings["n_inputs"]), train=PRESETS[preset])
     key = ("generalization", preset, tuple(r.label for r in relations), config)
     if key not in ctx.shared:
-        ctx.shared[key] = [run_generalization(ctx.lm, ctx.registry, relation, config) for relation in relations]
+        ctx.shared[key] = [run_generalization(ctx.lm, ctx.registry, relation, config, ctx.collect) for relation in relations]
     return ctx.shared[key]
 
 
@@ -101,7 +101,7 @@ def ablation(ctx: Context) -> Measured:
     """Table 7: frozen embeddings, mean pooling, one fresh block; the real mapping generalizes more than the shuffled one (Fisher)."""
     vocabulary = vocabulary_from_model(ctx.lm.model, ctx.lm.name)
     relation = RelationSpec("city", "country")
-    config = AblationConfig(progress=ctx.progress)
+    config = AblationConfig()
     runs = {mapping: [ablate(vocabulary, ctx.lm.tokenizer, relation, mapping=mapping, seed=seed, config=config, registry=ctx.registry)
                       for seed in ctx.settings.get("seeds", (0, 1, 2))] for mapping in ("real", "shuffled")}
     hits = {mapping: sum(round(r.generalization_rate * r.n_test) for r in results) for mapping, results in runs.items()}
@@ -120,8 +120,8 @@ def hits_at_5(row: dict) -> int:
 def subwords(ctx: Context) -> Measured:
     """Table 18: W's Hit@Top-5 is higher for whole-word targets than for subword ones (Fisher)."""
     config = GeneralizationConfig(n_facts=int(ctx.settings.get("n_facts", 16)), seeds=tuple(ctx.settings.get("seeds", (0, 1, 2))),
-                                  n_inputs=int(ctx.settings["n_inputs"]), progress=ctx.progress)
-    result = subword_study(ctx.lm, ctx.registry, RelationSpec("city", "country"), config)
+                                  n_inputs=int(ctx.settings["n_inputs"]))
+    result = subword_study(ctx.lm, ctx.registry, RelationSpec("city", "country"), config, ctx.collect)
     rows = {row["category"]: row for row in result.rows}
     ours = {c: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if k != "category"} for c, row in rows.items()}
     whole, sub = rows["whole_word"], rows["subword"]

@@ -1,6 +1,6 @@
 """Running a paper's claims on one model: each step at the chosen budget, tested, stored at once, and the claim table.
 
-A finished claim is stored in the cache (`outputs.cached_result`) under the model fingerprint,
+A finished claim is stored in the cache (`cache.stored_result`) under the model fingerprint,
 the claim id, the budget, its settings and the code digest of its step's module, so an
 interrupted reproduction resumes where it stopped and a change to the code behind a claim
 measures it again. `ReproductionResult.stale_claims` says which claims of a saved reproduction
@@ -16,18 +16,20 @@ import time
 from pathlib import Path
 from typing import ClassVar
 
-from tqdm.auto import tqdm
-
+from lincorr.cache import stored_result
+from lincorr.collection import CollectSettings
 from lincorr.errors import InputError, LincorrError
 from lincorr.filesystem import read_json
 from lincorr.knowledge import load_registry
 from lincorr.models import LM, load_model
-from lincorr.outputs import cached_result, staged_directory, write_json, write_provenance, write_text_atomic
+from lincorr.outputs import staged_directory, write_json, write_text_atomic
+from lincorr.progress import progress_bar
 from lincorr.provenance import code_digest
 from lincorr.reproduce.claims import BUDGETS, Claim, load_paper
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS, step_module
 from lincorr.reproduce.verdicts import verdict
+from lincorr.results import record
 
 RESULT_FILE = "reproduction.json"
 
@@ -111,7 +113,7 @@ class ReproductionResult:
     def save(self, directory) -> None:
         """reproduction.json (the summary), claims.md and provenance.json."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings={"paper": self.paper, "budget": self.budget})
+            record(out, self, model_fingerprint=self.model_fingerprint, settings={"paper": self.paper, "budget": self.budget}, state=False)
             write_json(out / RESULT_FILE, self.summary())
             write_text_atomic(out / "claims.md", self.markdown())
 
@@ -150,9 +152,10 @@ def measure_claim(claim: Claim, ctx: Context) -> dict:
 
 
 def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, budget: str = "quick", registry=None,
-              progress: bool = False) -> ReproductionResult:
+              settings: CollectSettings = CollectSettings()) -> ReproductionResult:
     """Every claim of `paper` ("peng") on a model (an LM or a model spec) at `budget` ("quick" or "paper"), or those named in `only`.
 
+    `settings` say how the logit tables are collected; without their cache every claim is measured again.
     Each finished claim is stored at once; a rerun finds it and measures only what is missing or whose code changed.
     """
     if budget not in BUDGETS:
@@ -163,16 +166,16 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     registry = registry or load_registry()
     shared: dict = {}
     results = []
-    for claim in tqdm(chosen, desc=f"reproduce {paper}", unit="claim", disable=not progress):
-        settings = claim.settings_for(budget) if claim.step else None
+    for claim in progress_bar(chosen, desc=f"reproduce {paper}", unit="claim"):
+        claim_settings = claim.settings_for(budget) if claim.step else None
         if claim.step is None:
             results.append(unmeasured(claim, claim.not_applicable))
             continue
-        if settings is None:
+        if claim_settings is None:
             results.append(unmeasured(claim, f"not run at --budget {budget} (too long for a first look); run --budget paper"))
             continue
-        ctx = Context(lm, registry, settings, progress, shared)
-        key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(settings)}
-        row = cached_result("reproduce", key, lambda: measure_claim(claim, ctx), depends_on=step_module(claim.step))
+        ctx = Context(lm, registry, claim_settings, settings, shared)
+        key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key()}
+        row = stored_result("reproduce", key, lambda: measure_claim(claim, ctx), code=step_module(claim.step), use_cache=settings.use_cache)
         results.append(ClaimResult.from_summary(row))
     return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, tuple(results))

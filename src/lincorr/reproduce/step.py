@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.models import LM
@@ -26,16 +27,12 @@ class Context:
     lm: LM
     registry: object
     settings: Mapping[str, object]
-    progress: bool = False
+    collect: CollectSettings = CollectSettings()  # how the logit-table studies collect
     shared: dict = dataclasses.field(default_factory=dict)  # what several claims of one reproduction compute once (a training run)
 
     def inputs(self, n: int | None = None) -> list[str]:
         """N vocabulary inputs (the settings' n_inputs by default), the same list for every claim at that N."""
         return sample_vocab_inputs(self.lm.tokenizer, int(n or self.settings["n_inputs"]), INPUT_SEED)
-
-    def collect_options(self) -> dict:
-        """How the logit-table studies collect: cached, the default batch size, progress as asked."""
-        return {"batch_size": 128, "cache": True, "progress": self.progress}
 
     def chosen(self, labels_of: Mapping[str, object]) -> list:
         """The values of `labels_of` whose label the settings' `relations` names (all when it names none), in its order."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import ClassVar
 import time
 
 import numpy as np
@@ -29,14 +30,15 @@ import torch
 from lincorr.errors import LincorrError
 from lincorr.paper import published_values
 from lincorr.studies.extractive.ocr import (
-    HOPS, SMALL_TRAIN, Templates, chance_mean_rank, hop_data, load_world, mean_rank, saved_figure, snapshot, train_model,
+    HOPS, FactsConfig, chance_mean_rank, hop_data, load_world, mean_rank, saved_figure, snapshot, train_model,
     training_settings,
 )
 from lincorr.studies.extractive.scores import linearized_scores, score_components
-from lincorr.finetune import TrainConfig, layer_index
+from lincorr.finetune import layer_index
 from lincorr.internals import layout
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 
 __all__ = ["SETTINGS", "SPLITS", "FreezeConfig", "FreezeResult", "reset_blocks", "paper_split", "choose_split", "run_freeze"]
 
@@ -44,13 +46,9 @@ SETTINGS = ("none", "all", "early_post", "late_post", "early_pre", "late_pre")
 SPLITS = ("paper", "scores")
 PAPER = published_values("feng_table2")
 @dataclasses.dataclass(frozen=True)
-class FreezeConfig:
-    """Dataset size and seed, training (as `extractive.OcrConfig`), and the split: the paper's rule, the scores', or a block."""
+class FreezeConfig(FactsConfig):
+    """The facts and their training (`FactsConfig`), and the split: the paper's rule, the scores', or a block."""
 
-    n_facts: int = 20
-    seed: int = 0
-    train: TrainConfig = SMALL_TRAIN
-    templates: Templates = Templates()
     split: str = "paper"  # "paper": the first 3/4 of the blocks are early-middle; "scores": chosen from informative scores
     split_layer: int | None = None  # a block given by hand, overriding `split`
     batch_size: int = 32
@@ -86,8 +84,10 @@ def choose_split(first: np.ndarray, second: np.ndarray) -> int | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class FreezeResult:
+class FreezeResult(Stored):
     """Table 2: mean ranks per setting and hop, the split, and the per-block informative mass it was chosen from."""
+
+    study: ClassVar[str] = "extractive-freeze"
 
     model_name: str
     config: FreezeConfig
@@ -117,7 +117,7 @@ class FreezeResult:
             "seconds": self.seconds,
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Table 2 with the paper's OLMo-7B numbers in brackets."""
         lines = [f"Table 2 on {self.model_name}: split at block {self.split_layer} of {self.n_layers} (chance {self.chance:.2f}); "
                  f"paper ({PAPER.model}) in brackets",
@@ -147,13 +147,14 @@ class FreezeResult:
     def save(self, directory) -> None:
         """freeze.json (summary), freeze.csv (the rows), freeze.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "freeze.json", self.summary())
             write_csv(out / "freeze.csv", ["setting", "hop", "fact_mean_rank", "implication_mean_rank"],
                       [[r["setting"], r["hop"], r["fact_mean_rank"], r["implication_mean_rank"]] for r in self.rows])
             self.plot(out / "freeze.png")
 
 
-def run_freeze(lm: LM, registry, config: FreezeConfig = FreezeConfig(), *, progress: bool = False) -> FreezeResult:
+def run_freeze(lm: LM, registry, config: FreezeConfig = FreezeConfig()) -> FreezeResult:
     """Table 2 for both hops: train, split the blocks (the paper's rule by default), reset (post) and freeze (pre)."""
     started = time.perf_counter()
     n_layers = layout(lm).n_layers
@@ -162,12 +163,11 @@ def run_freeze(lm: LM, registry, config: FreezeConfig = FreezeConfig(), *, progr
     if config.split_layer is not None and not 0 < config.split_layer < n_layers:
         raise LincorrError(f"split_layer must be in 1..{n_layers - 1} for this {n_layers}-block model")
     world = load_world(registry)
-    train = dataclasses.replace(config.train, progress=progress)
     data, tuned, informative = {}, {}, {}
     components = score_components(lm)
     for hop in HOPS:
         data[hop] = hop_data(world, lm.tokenizer, hop, config.n_facts, config.seed, config.templates)
-        tuned[hop], _ = train_model(lm, data[hop].facts.facts(), train, name=f"{lm.name}+{hop}-hop facts")
+        tuned[hop], _ = train_model(lm, data[hop].facts.facts(), config.train, name=f"{lm.name}+{hop}-hop facts")
         scores = linearized_scores(lm, tuned[hop], data[hop].implications, components=components, upstream=False,
                                    batch_size=config.batch_size)["informative"]
         informative[hop] = np.bincount([c.layer for c in components], weights=scores, minlength=n_layers)
@@ -185,9 +185,9 @@ def run_freeze(lm: LM, registry, config: FreezeConfig = FreezeConfig(), *, progr
             "none": lambda: tuned[hop], "all": lambda: lm,
             "early_post": lambda: reset_blocks(tuned[hop], lm, early), "late_post": lambda: reset_blocks(tuned[hop], lm, late),
             # Pre: only the other blocks train (the layer range is intersected with the training's own filters).
-            "early_pre": lambda: train_model(lm, facts, dataclasses.replace(train, layers=(split, n_layers)),
+            "early_pre": lambda: train_model(lm, facts, dataclasses.replace(config.train, layers=(split, n_layers)),
                                              name=f"{lm.name}+{hop}-hop facts, early frozen")[0],
-            "late_pre": lambda: train_model(lm, facts, dataclasses.replace(train, layers=(0, split)),
+            "late_pre": lambda: train_model(lm, facts, dataclasses.replace(config.train, layers=(0, split)),
                                             name=f"{lm.name}+{hop}-hop facts, late frozen")[0],
         }
         for setting in SETTINGS:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from typing import ClassVar
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -36,13 +37,14 @@ from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.internals import run
 from lincorr.models import LM
 from lincorr.names import pseudo_names
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.templates import fill, validate_template
 
 __all__ = [
     "HOPS", "PAPER_TRAIN", "SMALL_TRAIN", "Templates", "World", "QuerySet", "HopData", "load_world",
     "usable_cities", "made_up_names", "hop_data", "ranks", "mean_rank", "chance_mean_rank", "token_report", "train_model",
-    "snapshot", "train_and_measure", "OcrConfig", "OcrResult", "run_ocr", "training_settings", "saved_figure",
+    "snapshot", "train_and_measure", "FactsConfig", "OcrConfig", "OcrResult", "run_ocr", "training_settings", "saved_figure",
 ]
 
 HOPS = ("first", "second")
@@ -250,14 +252,21 @@ def training_settings(config: TrainConfig) -> dict:
 
 
 @dataclasses.dataclass(frozen=True)
-class OcrConfig:
-    """Which update, how many facts, the pairing seed, and how to train (`SMALL_TRAIN` or the paper's `PAPER_TRAIN`)."""
+class FactsConfig:
+    """What every study that teaches made-up facts shares: how many, the pairing seed, how to train (`SMALL_TRAIN` or the
+    paper's `PAPER_TRAIN`) and the templates."""
 
-    hop: str = "first"
     n_facts: int = 20
     seed: int = 0
     train: TrainConfig = SMALL_TRAIN
     templates: Templates = Templates()
+
+
+@dataclasses.dataclass(frozen=True)
+class OcrConfig(FactsConfig):
+    """The facts and their training (`FactsConfig`), and which update: the first hop's or the second's."""
+
+    hop: str = "first"
 
     def __post_init__(self) -> None:
         if self.hop not in HOPS:
@@ -267,8 +276,10 @@ class OcrConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class OcrResult:
+class OcrResult(Stored):
     """Mean ranks of facts and implications before training and after every epoch (Fig. 2)."""
+
+    study: ClassVar[str] = "extractive-ocr"
 
     model_name: str
     config: OcrConfig
@@ -292,7 +303,7 @@ class OcrResult:
             "templates": dataclasses.asdict(self.config.templates), "seconds": self.seconds,
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Mean ranks per epoch, one line each."""
         lines = [f"{self.config.hop}-hop OCR on {self.model_name}: {self.config.n_facts} facts, chance {self.chance:.2f}",
                  f"{'epoch':>5}  {'facts':>6}  {'implications':>12}"]
@@ -315,6 +326,7 @@ class OcrResult:
     def save(self, directory) -> None:
         """ocr.json (summary and the dataset), per_epoch.csv, ocr.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "ocr.json", {**self.summary(), "facts": self.data.facts.rows(), "implications": self.data.implications.rows()})
             write_csv(out / "per_epoch.csv", ["epoch", "fact_mean_rank", "implication_mean_rank"],
                       [[r["epoch"], r["fact_mean_rank"], r["implication_mean_rank"]] for r in self.per_epoch])
@@ -337,9 +349,9 @@ def train_and_measure(lm: LM, data: HopData, config: TrainConfig) -> tuple[LM, t
     return tuned, tuple(per_epoch), losses
 
 
-def run_ocr(lm: LM, registry, config: OcrConfig = OcrConfig(), *, progress: bool = False) -> OcrResult:
+def run_ocr(lm: LM, registry, config: OcrConfig = OcrConfig()) -> OcrResult:
     """Fine-tune on the hop's facts only and measure both mean ranks before training and after every epoch."""
     started = time.perf_counter()
     data = hop_data(load_world(registry), lm.tokenizer, config.hop, config.n_facts, config.seed, config.templates)
-    _, per_epoch, losses = train_and_measure(lm, data, dataclasses.replace(config.train, progress=progress))
+    _, per_epoch, losses = train_and_measure(lm, data, config.train)
     return OcrResult(lm.name, config, data, chance_mean_rank(data.facts), per_epoch, losses, time.perf_counter() - started)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from typing import ClassVar
 import time
 from collections.abc import Sequence
 
@@ -39,7 +40,8 @@ from lincorr.finetune import Fact, TrainConfig
 from lincorr.metrics import pearson, pearson_permutation_p
 from lincorr.models import LM
 from lincorr.names import pseudo_names
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.templates import fill
 
 __all__ = [
@@ -139,8 +141,10 @@ def _measured(lm: LM, facts: QuerySet, implications: QuerySet, **fields) -> dict
 
 
 @dataclasses.dataclass(frozen=True)
-class OrderingResult:
+class OrderingResult(Stored):
     """Fig. 4: per order, mean ranks through continued training (training sets) and test fine-tuning (test sets)."""
+
+    study: ClassVar[str] = "extractive-ordering"
 
     model_name: str
     config: OriginsConfig
@@ -170,7 +174,7 @@ class OrderingResult:
                 "templates": {"fact": self.config.templates.novel_fact, "implication": self.config.templates.novel_implication},
                 "seconds": self.seconds}
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Per order: training-set ranks after continued training, test ranks before and after test fine-tuning."""
         lines = [f"Data ordering on {self.model_name} (chance {chance_mean_rank(self.data.test_facts):.2f})",
                  f"{'order':<26} {'train facts':>11} {'train impl':>10} {'test facts':>14} {'test impl':>14}"]
@@ -198,6 +202,7 @@ class OrderingResult:
     def save(self, directory) -> None:
         """ordering.json (summary), ordering.csv (every curve point), ordering.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "ordering.json", self.summary())
             rows = [[order, "continued", r.get("phase", ""), r["epoch"], r["fact_mean_rank"], r["implication_mean_rank"]]
                     for order in self.config.orders for r in self.continued[order]]
@@ -213,12 +218,10 @@ def _train_measuring(lm: LM, facts: list[Fact], config: TrainConfig, name: str, 
         measure(snapshot(model, lm.tokenizer, name), **fields, epoch=epoch)))[0]
 
 
-def run_ordering(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, progress: bool = False) -> OrderingResult:
+def run_ordering(lm: LM, registry, config: OriginsConfig = OriginsConfig()) -> OrderingResult:
     """Fig. 4: continued training in each order, then fine-tuning on the test facts, measuring after every epoch."""
     started = time.perf_counter()
     data = config.data(registry, lm.tokenizer)
-    continued_config = dataclasses.replace(config.continued, progress=progress)
-    train_config = dataclasses.replace(config.train, progress=progress)
 
     def on_train(model: LM, **fields) -> dict:
         return _measured(model, data.train_facts, data.train_implications, **fields)
@@ -231,10 +234,10 @@ def run_ordering(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, p
     for order in config.orders:
         curve, model = [before], lm
         for phase, examples in ordering_phases(data, order):
-            model = _train_measuring(model, examples, continued_config, f"{lm.name}+{order}", on_train, curve, phase=phase)
+            model = _train_measuring(model, examples, config.continued, f"{lm.name}+{order}", on_train, curve, phase=phase)
         continued[order] = curve
         test[order] = [on_test(model, epoch=0)]
-        _train_measuring(model, data.test_facts.facts(), train_config, f"{lm.name}+{order}+test facts", on_test, test[order])
+        _train_measuring(model, data.test_facts.facts(), config.train, f"{lm.name}+{order}+test facts", on_test, test[order])
         del model
     return OrderingResult(lm.name, config, data, continued, test, time.perf_counter() - started)
 
@@ -250,8 +253,10 @@ def graft_weights(base: LM, plus: LM, minus: LM, name: str) -> LM:
 
 
 @dataclasses.dataclass(frozen=True)
-class GraftResult:
+class GraftResult(Stored):
     """Table 3 (mean ranks of Impl F', Impl F and F' per weight set) and Fig. 6 (downstream against informative scores)."""
+
+    study: ClassVar[str] = "extractive-graft"
 
     model_name: str
     config: OriginsConfig
@@ -286,7 +291,7 @@ class GraftResult:
                 "continued_training": training_settings(self.config.continued), "test_training": training_settings(self.config.train),
                 "seconds": self.seconds}
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Table 3 with the paper's OLMo-7B numbers in brackets where it has them, and Fig. 6's correlations."""
         lines = [f"Table 3 on {self.model_name} (chance {self.chance:.2f}); paper ({PAPER_TABLE3.model}) in brackets",
                  f"{'weights':<12} {'Impl F_cf':>14} {'Impl F':>14} {'F_cf':>14} {'F':>6}"]
@@ -314,20 +319,19 @@ class GraftResult:
     def save(self, directory) -> None:
         """graft.json (summary), graft_scores.csv (both scores per component), graft.png (Fig. 6)."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "graft.json", self.summary())
             write_csv(out / "graft_scores.csv", ["component", "downstream", "informative"],
                       [[c, float(d), float(i)] for c, d, i in zip(self.components, self.downstream, self.informative)])
             self.plot(out / "graft.png")
 
 
-def run_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, progress: bool = False) -> GraftResult:
+def run_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig()) -> GraftResult:
     """Table 3 and Fig. 6: train the four weight sets, graft, measure; then score both updates."""
     started = time.perf_counter()
     data = config.data(registry, lm.tokenizer)
-    continued = dataclasses.replace(config.continued, progress=progress)
-
     def trained(base: LM, examples: QuerySet, name: str) -> LM:
-        return train_model(base, examples.facts(), continued, name=name)[0]
+        return train_model(base, examples.facts(), config.continued, name=name)[0]
 
     rows = {}
 
@@ -355,7 +359,7 @@ def run_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, prog
     measure("W_ImplF", w_impl)
     measure("W~_graft", graft_weights(w_cf, w_impl, lm, "W~_graft"))
     del w_impl, w_cf
-    tested = train_model(w_f_impl, data.test_facts.facts(), dataclasses.replace(config.train, progress=progress), name="W_F,ImplF+test")[0]
+    tested = train_model(w_f_impl, data.test_facts.facts(), config.train, name="W_F,ImplF+test")[0]
     downstream = linearized_scores(w_f_impl, tested, data.test_implications, components=components, upstream=False,
                                    batch_size=config.batch_size)["downstream"]
     rows = tuple(rows[name] for name in WEIGHT_SETS)

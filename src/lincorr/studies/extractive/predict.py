@@ -19,20 +19,21 @@ the AUCs of random scores (their mean and 95% range over `n_random` draws).
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 import time
 
 import numpy as np
 
-from lincorr.collect import entity_logits
+from lincorr.collection import CollectSettings, entity_logits
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.studies.extractive.ocr import (
-    SMALL_TRAIN, Templates, hop_data, load_world, ranks, saved_figure, train_model, training_settings,
+    FactsConfig, hop_data, load_world, ranks, saved_figure, train_model, training_settings,
 )
 from lincorr.studies.training.generalization import DEFAULT_MARGIN, predict_from_logits
-from lincorr.finetune import TrainConfig
 from lincorr.metrics import roc_auc
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.relations import RelationSpec
 
 __all__ = ["PREDICTORS", "PredictConfig", "PredictResult", "run_predict"]
@@ -41,13 +42,9 @@ PREDICTORS = ("w_ref", "w_rank_score", "predicted_success")
 
 
 @dataclasses.dataclass(frozen=True)
-class PredictConfig:
-    """The first-hop dataset and training (as the OCR study), and how W is fitted."""
+class PredictConfig(FactsConfig):
+    """The first-hop facts and their training (`FactsConfig`), and how W is fitted."""
 
-    n_facts: int = 20
-    seed: int = 0
-    train: TrainConfig = SMALL_TRAIN
-    templates: Templates = Templates()
     relation: RelationSpec = RelationSpec("city", "language", "City->Language", "extractive/city->language")
     n_inputs: int = 1000
     fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100)
@@ -56,8 +53,10 @@ class PredictConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class PredictResult:
+class PredictResult(Stored):
     """Per fact: the scores W gives before training and whether the implication came out right after it."""
+
+    study: ClassVar[str] = "extractive-predict"
 
     model_name: str
     config: PredictConfig
@@ -92,7 +91,7 @@ class PredictResult:
                 "margin": self.config.margin, "training": training_settings(self.config.train), "seed": self.config.seed,
                 "facts": [dict(r) for r in self.rows], "seconds": self.seconds}
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """The AUCs beside the random baseline."""
         s, auc = self.summary(), self.aucs()
         lines = [f"W ({self.config.relation.label}, label-wise r {self.labelwise_r_mean:.2f}) as a predictor of first-hop OCR on "
@@ -115,17 +114,18 @@ class PredictResult:
     def save(self, directory) -> None:
         """predict.json (summary with every fact), predict.csv, predict.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "predict.json", self.summary())
             header = list(self.rows[0])
             write_csv(out / "predict.csv", header, [[r[k] for k in header] for r in self.rows])
             self.plot(out / "predict.png")
 
 
-def run_predict(lm: LM, registry, config: PredictConfig = PredictConfig(), *, progress: bool = False) -> PredictResult:
+def run_predict(lm: LM, registry, config: PredictConfig = PredictConfig(), settings: CollectSettings = CollectSettings()) -> PredictResult:
     """Fit W on the untrained model, score every first-hop fact with it, train as the OCR study, and compare."""
     started = time.perf_counter()
     data = hop_data(load_world(registry), lm.tokenizer, "first", config.n_facts, config.seed, config.templates)
-    bound = fit_relation(lm, registry, config.relation, n_inputs=config.n_inputs, fit=config.fit, progress=progress)
+    bound = fit_relation(lm, registry, config.relation, n_inputs=config.n_inputs, fit=config.fit, settings=settings)
     coef = bound.fit.coef
     target_words = bound.target.domain.words
     # The candidates W can see: the dataset's languages that are columns of the language domain.
@@ -133,7 +133,7 @@ def run_predict(lm: LM, registry, config: PredictConfig = PredictConfig(), *, pr
     source_before = entity_logits(lm, bound.source, data.names)
     target_before = entity_logits(lm, bound.target, data.names).astype(np.float64)
     before = ranks(lm, data.implications)
-    tuned, _ = train_model(lm, data.facts.facts(), dataclasses.replace(config.train, progress=progress), name=f"{lm.name}+first-hop facts")
+    tuned, _ = train_model(lm, data.facts.facts(), config.train, name=f"{lm.name}+first-hop facts")
     after = ranks(tuned, data.implications)
     del tuned
     rows = []

@@ -39,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+from typing import ClassVar
 import time
 from collections.abc import Iterator, Sequence
 
@@ -53,7 +54,8 @@ from lincorr.internals import Component, Patch, component_parameters, head, head
 from lincorr.internals.trace import NO_TOKENS
 from lincorr.metrics import pearson
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 
 __all__ = [
     "SCORES", "ScoresConfig", "ScoresResult", "score_components", "checked_components", "linearized_scores", "exact_scores", "rewards",
@@ -168,7 +170,7 @@ def _chunks(queries: QuerySet, batch_size: int) -> list[tuple[list[str], torch.T
 
 
 def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components: Sequence[Component | str] | None = None,
-                      upstream: bool = True, batch_size: int = 32, progress: bool = False) -> dict[str, np.ndarray]:
+                      upstream: bool = True, batch_size: int = 32) -> dict[str, np.ndarray]:
     """Eqs. 4-6 averaged over `queries`: {"informative", "downstream", "upstream"} each `[n_components]`.
 
     `components` default to `score_components(original)`; `upstream=False` skips the per-split
@@ -216,7 +218,7 @@ def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components:
             for w in weights
         ], dtype=torch.float64)
     scores = {"informative": informative, "downstream": downstream,
-              "upstream": (_upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size, progress)
+              "upstream": (_upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size)
                            if upstream else torch.full((len(components),), float("nan"), dtype=torch.float64))}
     return {key: (value / len(queries)).numpy() for key, value in scores.items()}
 
@@ -239,7 +241,7 @@ def _split_points(original: LM, components: Sequence[Component]) -> list[tuple[l
     return points
 
 
-def _upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size, progress) -> torch.Tensor:
+def _upstream(original, tuned, queries, components, weights, saved, y_star, token_ids, batch_size) -> torch.Tensor:
     upstream = torch.zeros(len(components), dtype=torch.float64)
     hybrid = _model_copy(original)
     chunks = _chunks(queries, batch_size)
@@ -347,8 +349,10 @@ class ScoresConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScoresResult:
+class ScoresResult(Stored):
     """The three linearised scores per layer and component (Fig. 3) and the check against their exact versions."""
+
+    study: ClassVar[str] = "extractive-scores"
 
     model_name: str
     config: ScoresConfig
@@ -387,7 +391,7 @@ class ScoresResult:
         order = np.argsort(-np.nan_to_num(grid, nan=-np.inf), axis=None)[:k]
         return [(f"head[{i},{j - 1}]" if j else f"mlp[{i}]", float(grid[i, j])) for i, j in zip(*np.unravel_index(order, grid.shape))]
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """The top components of each score and the linearisation check."""
         r = self.linearization_r()
         lines = [f"{self.config.update.hop}-hop extractive scores on {self.model_name} (implication mean rank "
@@ -427,6 +431,7 @@ class ScoresResult:
     def save(self, directory) -> None:
         """scores.json (summary), scores.csv (one row per layer, component and score), scores.png, linearization.png."""
         with staged_directory(directory) as out:
+            record(out, self, settings=settings_key(self.config))
             write_json(out / "scores.json", self.summary())
             rows = [[key, layer, name, float(self.grids[key][layer, j])]
                     for key in SCORES for layer in range(self.grids[key].shape[0]) for j, name in enumerate(self.component_names)]
@@ -437,7 +442,7 @@ class ScoresResult:
 
 
 def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked: int = 12, upstream: bool = True,
-                       batch_size: int = 32, progress: bool = False) -> tuple[list[Component], dict, list[Component], dict, dict, float, float]:
+                       batch_size: int = 32) -> tuple[list[Component], dict, list[Component], dict, dict, float, float]:
     """Linearised scores of every component and exact ones of `checked_components(n_checked)`.
 
     Returns (components, scores, checked, linearised scores of the checked, exact scores of the checked, seconds
@@ -445,7 +450,7 @@ def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked:
     """
     started = time.perf_counter()
     components = score_components(original)
-    scores = linearized_scores(original, tuned, queries, components=components, upstream=upstream, batch_size=batch_size, progress=progress)
+    scores = linearized_scores(original, tuned, queries, components=components, upstream=upstream, batch_size=batch_size)
     seconds_scores = time.perf_counter() - started
     checked = checked_components(original, n_checked)
     index = {c: i for i, c in enumerate(components)}
@@ -454,15 +459,15 @@ def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked:
     return components, scores, checked, linear, exact, seconds_scores, time.perf_counter() - started - seconds_scores
 
 
-def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig(), *, progress: bool = False) -> ScoresResult:
+def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig()) -> ScoresResult:
     """Fine-tune on the update's facts, then score every MLP and head on the implications and check a subset by intervention."""
     update = config.update
     data = hop_data(load_world(registry), lm.tokenizer, update.hop, update.n_facts, update.seed, update.templates)
     started = time.perf_counter()
-    tuned, per_epoch, _ = train_and_measure(lm, data, dataclasses.replace(update.train, progress=progress))
+    tuned, per_epoch, _ = train_and_measure(lm, data, update.train)
     seconds_train = time.perf_counter() - started
     components, scores, checked, linear, exact, seconds_scores, seconds_check = scores_from_models(
-        lm, tuned, data.implications, n_checked=config.n_checked, batch_size=config.batch_size, progress=progress)
+        lm, tuned, data.implications, n_checked=config.n_checked, batch_size=config.batch_size)
     mean_ranks = {f"{kind}_mean_rank_{when}": row[f"{kind}_mean_rank"] for kind in ("fact", "implication")
                   for when, row in (("before", per_epoch[0]), ("after", per_epoch[-1]))}
     n_heads = layout(lm).n_heads

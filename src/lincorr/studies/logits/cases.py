@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 from collections.abc import Sequence
 
+from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
-from lincorr.fit import FitConfig, PairResult, measure_pair
-from lincorr.outputs import settings_key, staged_directory, write_csv, write_json, write_provenance
+from lincorr.fit import FitConfig, PairResult, measure_relation
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, bind_relation
 
@@ -65,7 +68,7 @@ class CaseTable:
             else f"top-{self.k} {self.source} words influencing each {self.target} word"
         return f"{self.source} -> {self.target}: {side} ({self.model_name}, {self.estimator})"
 
-    def markdown(self) -> str:
+    def text(self) -> str:
         """A Markdown table; words the reference calls right are in bold."""
         row_side, other_side = (self.source, self.target) if self.direction == "influenced" else (self.target, self.source)
         lines = [f"**{self.title}**", "", f"| {row_side} | {self.direction} {other_side} |", "|---|---|"]
@@ -115,38 +118,41 @@ def right_answers(reference_pairs, word: str, influenced: bool) -> tuple[str, ..
 
 
 @dataclasses.dataclass(frozen=True)
-class CaseTables:
+class CaseTables(Stored):
     """Several case tables shown and saved together (the rows of one paper table, or one table of your own)."""
+
+    study: ClassVar[str] = "cases"
 
     tables: tuple[CaseTable, ...]
     model_fingerprint: str = ""
     config: FitConfig | None = None  # the fit behind every table
 
-    def markdown(self) -> str:
+    def text(self) -> str:
         """One Markdown table after another."""
-        return "\n\n".join(t.markdown() for t in self.tables)
+        return "\n\n".join(t.text() for t in self.tables)
 
-    def summary(self) -> list[dict]:
-        """JSON: each table's summary."""
-        return [t.summary() for t in self.tables]
+    def summary(self) -> dict:
+        """JSON: each table's summary, under "tables"."""
+        return {"tables": [t.summary() for t in self.tables]}
 
     def save(self, directory) -> None:
         """cases.md (one table after another), cases.csv (one line per row word and rank), cases.json and provenance.json."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
-            (out / "cases.md").write_text(self.markdown() + "\n", encoding="utf-8")
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
+            (out / "cases.md").write_text(self.text() + "\n", encoding="utf-8")
             write_csv(out / "cases.csv", ["source", "target", "direction", "row_word", "rank", "word", "weight", "right"], [
                 [t.source, t.target, t.direction, row.word, rank, word, weight, word in row.right]
                 for t in self.tables for row in t.rows for rank, (word, weight) in enumerate(row.top, 1)
             ])
-            write_json(out / "cases.json", self.summary())
+            write_json(out / "cases.json", self.summary()["tables"])
 
 
-def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str], config, **collect_options) -> CaseTables:
+def measure_cases(lm, registry, specs: Sequence[CaseSpec], inputs: Sequence[str], config,
+                  settings: CollectSettings = CollectSettings()) -> CaseTables:
     """Fit each spec's prompt pair (tables are cached and shared) and build its case table, marking reference answers."""
     tables = []
     for spec in specs:
         relation = bind_relation(registry, spec.relation, lm.tokenizer, require_pairs=False)
-        pair = measure_pair(lm, relation.source, relation.target, inputs, config, **collect_options)
+        pair = measure_relation(lm, relation, inputs, config, settings)
         tables.append(case_table(pair, spec.direction, words=spec.words, k=spec.k, reference_pairs=relation.pairs or None))
     return CaseTables(tuple(tables), lm.fingerprint, config)

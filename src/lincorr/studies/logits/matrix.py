@@ -11,16 +11,18 @@ import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
-from lincorr.collect import LogitTable, collect_tables
+from lincorr.collection import CollectSettings, LogitTable, collect
 from lincorr.errors import LincorrError
-from lincorr.fit import FitConfig, split_indices
-from lincorr.metrics import instancewise_pearson, labelwise_pearson, summarize
+from lincorr.fit import FitConfig, PairResult, fit_targets
+from lincorr.metrics import summarize
 from lincorr.models import LM
-from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json
 from lincorr.prompts import Prompt, registry_prompts
+from lincorr.results import Stored, record
 
 __all__ = ["METRICS", "Grid", "GridScores", "MatrixResult", "score_grid", "prepare_grid", "measure_matrix", "matrix_from_tables"]
 
@@ -96,13 +98,17 @@ class Grid:
 
 @dataclasses.dataclass(frozen=True)
 class GridScores:
-    """Per cell, `[n_rows, n_cols]`: mean and std over target labels of label-wise r, and mean instance-wise r."""
+    """Per cell, `[n_rows, n_cols]`: mean and std over target labels of label-wise r, and mean instance-wise r.
+
+    `pairs` holds every filled cell's whole `PairResult` (its W, interval and control), by (source, target).
+    """
 
     labelwise_r: np.ndarray
     labelwise_std: np.ndarray
     instancewise_r: np.ndarray
     source_alpha: dict[str, float]  # the penalty each source's shared fit used (0 for ols)
     n_constant_targets: np.ndarray  # target words per cell left out of the label-wise mean (r undefined)
+    pairs: Mapping[tuple[str, str], PairResult] = dataclasses.field(default_factory=dict)
 
 
 def score_grid(
@@ -110,36 +116,32 @@ def score_grid(
 ) -> GridScores:
     """Fit W on the train split of `fit_on` and score it on the test split of `evaluate_on` (default the same tables).
 
-    With ridge and alpha="cv" the penalty is cross-validated once per source over all of its
-    targets together (shared, like the factorisation), not per pair.
+    Each source is fitted once onto all of its targets (`fit.fit_targets`), so with ridge and
+    alpha="cv" the penalty is cross-validated once per source over all of its targets together
+    (shared, like the factorisation), not per pair. Every other setting of `config` (target scores,
+    interval, control) applies to each cell as it does to one pair.
     """
     evaluate_on = fit_on if evaluate_on is None else evaluate_on
     shape = (len(grid.row_labels), len(grid.column_labels))
     scores = {metric: np.full(shape, np.nan) for metric in METRICS}
     n_constant = np.zeros(shape, dtype=int)
     alphas: dict[str, float] = {}
-    n_inputs = len(next(iter(fit_on.values())).inputs)
-    train, test = split_indices(n_inputs, config.test_fraction, config.seed)
+    pairs: dict[tuple[str, str], PairResult] = {}
     for source in grid.source_names():
         where = [(i, j, cell[1]) for i, row in enumerate(grid.cells) for j, cell in enumerate(row) if cell and cell[0] == source]
         targets = list(dict.fromkeys(target for _, _, target in where))
         for name in [source, *targets]:
             check_comparable(fit_on[name], evaluate_on[name], name)
-        fitted = config.linear_map().fit(
-            fit_on[source].values[train], np.hstack([fit_on[t].values[train] for t in targets])
-        )
-        alphas[source] = float(fitted.alpha_)
-        predicted = fitted.predict(evaluate_on[source].values[test]).astype(np.float32)  # as the tables
-        offsets = np.cumsum([0] + [len(fit_on[t].domain) for t in targets])
-        columns = {t: slice(offsets[k], offsets[k + 1]) for k, t in enumerate(targets)}
+        fitted = fit_targets(fit_on[source], {t: fit_on[t] for t in targets}, config, source_name=source,
+                             evaluate_on=None if evaluate_on is fit_on else (evaluate_on[source], {t: evaluate_on[t] for t in targets}))
+        alphas[source] = next(iter(fitted.values())).alpha
         for i, j, target in where:
-            guess, actual = predicted[:, columns[target]], evaluate_on[target].values[test]
-            labelwise = labelwise_pearson(guess, actual)
-            spread = summarize(labelwise)
+            pair = pairs[source, target] = fitted[target]
+            spread = summarize(pair.labelwise_r)
             scores["labelwise_r"][i, j], scores["labelwise_std"][i, j] = spread["mean"], spread["std"]
-            n_constant[i, j] = int(np.isnan(labelwise).sum())
-            scores["instancewise_r"][i, j] = np.nanmean(instancewise_pearson(guess, actual))
-    return GridScores(scores["labelwise_r"], scores["labelwise_std"], scores["instancewise_r"], alphas, n_constant)
+            n_constant[i, j] = pair.n_constant_targets
+            scores["instancewise_r"][i, j] = np.nanmean(pair.instancewise_r)
+    return GridScores(scores["labelwise_r"], scores["labelwise_std"], scores["instancewise_r"], alphas, n_constant, pairs)
 
 
 def check_comparable(fitted: LogitTable, evaluated: LogitTable, name: str) -> None:
@@ -153,8 +155,10 @@ def check_comparable(fitted: LogitTable, evaluated: LogitTable, name: str) -> No
 
 
 @dataclasses.dataclass(frozen=True)
-class MatrixResult:
+class MatrixResult(Stored):
     """Scores of every cell of a grid; each matrix is `[n_rows, n_cols]`, NaN in empty cells."""
+
+    study: ClassVar[str] = "matrix"
 
     grid: Grid
     model_name: str
@@ -231,8 +235,8 @@ class MatrixResult:
         from lincorr.plots import matrix_heatmap
 
         write_json(out / "matrix.json", {**self.summary(), "templates": dict(self.templates), "config": dataclasses.asdict(self.config)})
-        write_provenance(out, model_fingerprint=self.model_fingerprint,
-                         settings={**settings_key(self.config), "kind": self.kind, "n_inputs": self.n_inputs})
+        record(out, self, model_fingerprint=self.model_fingerprint,
+               settings={**settings_key(self.config), "kind": self.kind, "n_inputs": self.n_inputs})
         write_csv(out / "pairs.csv", ["source", "target", *METRICS, "n_constant_targets"], [list(p.values()) for p in self.pairs()])
         model = f"{self.model_name} on {self.evaluated_on}" if self.evaluated_on else self.model_name
         for metric, limits, label, description in (
@@ -249,8 +253,20 @@ class MatrixResult:
                 limits=limits, colour_label=label, row_axis=self.grid.row_axis, column_axis=self.grid.column_axis,
             )
 
-    def format_table(self, metric: str = "labelwise_r") -> str:
-        """The matrix as aligned text, one row per source, two decimals."""
+    def text(self) -> str:
+        """The label-wise r matrix for the terminal, what was skipped or left out, and the time taken."""
+        return "\n".join([
+            f"{self.model_name}: {self.grid.title}, {self.n_inputs} inputs, {self.config.estimator}; "
+            "label-wise r (row = source, column = target)",
+            self.aligned("labelwise_r"),
+            *(f"skipped {name}: {reason}" for name, reason in self.skipped),
+            *([f"left out: {int(self.n_constant_targets.sum())} target words constant on the test inputs (r undefined), "
+               "per cell in pairs.csv and the JSON"] if self.n_constant_targets.any() else []),
+            f"\ncollection {self.seconds_collect:.1f} s, fits {self.seconds_fit:.1f} s",
+        ])
+
+    def aligned(self, metric: str = "labelwise_r") -> str:
+        """One matrix as aligned text, one row per source, two decimals."""
         values = self.matrix(metric)
         width = max(len(label) for label in self.grid.row_labels)
         columns = [label[:6] for label in self.grid.column_labels]
@@ -279,12 +295,12 @@ def measure_matrix(
     grid: Grid,
     inputs: Sequence[str],
     config: FitConfig = FitConfig(),
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> MatrixResult:
-    """Collect every prompt of `grid` once over `inputs` (`collect_options` as in `collect_tables`), then fit and score all of its cells."""
+    """Collect every prompt of `grid` once over `inputs` (as `settings` say), then fit and score all of its cells."""
     grid, prompts, skipped = prepare_grid(registry, grid, lm.tokenizer, len(inputs), config)
     started = time.perf_counter()
-    tables = collect_tables(lm, prompts, inputs, **collect_options)
+    tables = collect(lm, prompts, inputs, settings)
     return matrix_from_tables(grid, tables, config, model_name=lm.name, skipped=skipped, seconds_collect=time.perf_counter() - started)
 
 

@@ -5,21 +5,23 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
-from lincorr.collect import LogitTable, collect_tables
+from lincorr.collection import CollectSettings, LogitTable, collect
 from lincorr.domains import Domain
 from lincorr.errors import DataError, LincorrError
-from lincorr.fit import FitConfig, PairResult, fit_tables
-from lincorr.linear import column_scales
+from lincorr.fit import FitConfig, PairResult, fit_relation_tables
 from lincorr.metrics import chance_hit_at_k, hit_at_k, invert_reference
 from lincorr.models import LM
-from lincorr.outputs import settings_key, staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
 from lincorr.paper import paper_table
 from lincorr.prompts import Prompt, registry_prompts
+from lincorr.results import Stored, record
 from lincorr.relations import (
     USER_FILE,
+    BoundRelation,
     DroppedPair,
     ReferenceFile,
     ReferenceMatch,
@@ -27,9 +29,11 @@ from lincorr.relations import (
     RelationSpec,
     match_reference,
     registry_reference,
+    relate,
 )
 
-__all__ = ["KS", "MIN_PAIRS", "PAPER_N_INPUTS", "PRECISION_FITS", "STANDARDIZED_PENALTY", "precision_fits", "PrecisionCurve", "PrecisionResult", "PrecisionTable", "checked_reference", "precision_curve", "precision_of",
+__all__ = ["KS", "MIN_PAIRS", "PAPER_N_INPUTS", "PRECISION_FITS", "STANDARDIZED_PENALTY", "precision_fits", "PrecisionResult", "PrecisionTable", "checked_reference", "judged_relation", "precision_of", "rates_text",
+           "require_usable",
            "precision_from_tables", "precision_table"]
 
 
@@ -111,11 +115,21 @@ class PrecisionResult:
         lines += [f"  - {pair.subject} -> {pair.object}: {pair.reason}" for pair in self.dropped_pairs]
         return lines + [f"warning: {warning}" for warning in self.warnings()]
 
+    def hits_text(self) -> str:
+        """Hit@k in both directions with chance, then what the reference gave (`reference_report`): the lines `fit --references` adds."""
+        return "\n".join([f"Hit@1/3/5        influenced {rates_text(self.hit_influenced)}, influencing "
+                          f"{rates_text(self.hit_influencing)}   (chance@1 {self.chance_influenced[1]:.2f} / "
+                          f"{self.chance_influencing[1]:.2f})", *self.reference_report()])
+
 
 def checked_reference(reference_pairs: ReferencePairs, source: Domain, target: Domain, *, label: str, reference: str = "",
                       reference_file: ReferenceFile | None = None) -> ReferenceMatch:
     """The pairs on the two tokenized domains, known before any logit is collected; a LincorrError saying why when none is usable."""
-    match = match_reference(reference_pairs, source, target)
+    return require_usable(match_reference(reference_pairs, source, target), label=label, reference=reference, reference_file=reference_file)
+
+
+def require_usable(match: ReferenceMatch, *, label: str, reference: str = "", reference_file: ReferenceFile | None = None) -> ReferenceMatch:
+    """`match` when at least one of its pairs judges W; else a DataError saying how many were read, which were dropped and why."""
     if not match.columns:
         if reference_file is not None:
             where = f"reference file {reference_file.path}"
@@ -128,13 +142,17 @@ def checked_reference(reference_pairs: ReferencePairs, source: Domain, target: D
     return match
 
 
-def precision_of(pair: PairResult, reference_pairs: ReferencePairs, *, ks: Sequence[int] = KS, label: str = "",
+def precision_of(pair: PairResult, reference_pairs: ReferencePairs | None = None, *, ks: Sequence[int] = KS, label: str = "",
                  reference: str = "", reference_file: ReferenceFile | None = None) -> PrecisionResult:
-    """Hit@Top-k of a fitted pair's W against (subject, objects) pairs; `reference_file` is recorded when they came from one."""
+    """Hit@Top-k of a fitted pair's W against its matched reference (or against `reference_pairs`, (subject, objects) pairs).
+
+    `reference_file` is recorded when the pairs came from one.
+    """
     label = label or f"{pair.source_name}->{pair.target_name}"
-    match = checked_reference(reference_pairs, pair.source.domain, pair.target.domain, label=label, reference=reference,
-                              reference_file=reference_file)
-    right = match.columns
+    if reference_pairs is None and pair.reference is None:
+        raise LincorrError(f"{label} has no reference pairs to judge W by; bind the relation with its pairs or pass them")
+    match = pair.reference if reference_pairs is None else match_reference(reference_pairs, pair.source.domain, pair.target.domain)
+    right = require_usable(match, label=label, reference=reference, reference_file=reference_file).columns
     influencing = invert_reference(right)
     weights = ranked_weights(pair)
     return PrecisionResult(
@@ -177,34 +195,27 @@ def ranked_weights(pair: PairResult) -> np.ndarray:
     """The W whose largest entries are read as its answers `[n_source, n_target]`.
 
     A standardized fit is read in standard units (target standard deviations per source one,
-    with the scales of the training rows), so that a target word whose logit merely varies
-    more over the inputs does not top every row; any other fit as it is.
+    with the scales of the training rows: the fitted map's `W_standardized_`), so that a target
+    word whose logit merely varies more over the inputs does not top every row; any other fit as it is.
     """
-    if not pair.config.standardize:
-        return pair.coef
-    source_scale, target_scale = (column_scales(table.values[pair.train_index].astype(np.float64))[1]
-                                  for table in (pair.source, pair.target))  # the target as fitted, domain log-probs included
-    return pair.coef * source_scale[:, None] / target_scale[None, :]
+    return pair.estimator.W_standardized_ if pair.config.standardize else pair.coef
 
 
-def precision_from_tables(
-    source: LogitTable, target: LogitTable, reference_pairs: ReferencePairs, configs: Sequence[FitConfig], *,
-    label: str = "", source_name: str = "source", target_name: str = "target", model_name: str = "", reference: str = "",
-    reference_file: ReferenceFile | None = None,
-) -> tuple[PrecisionResult, ...]:
-    """One PrecisionResult per estimator config, all fitted on the same two tables."""
+def precision_from_tables(relation: BoundRelation, tables: Mapping[str, LogitTable], configs: Sequence[FitConfig], *,
+                          model_name: str = "", reference_file: ReferenceFile | None = None) -> tuple[PrecisionResult, ...]:
+    """One PrecisionResult per estimator config, each W fitted on the relation's two `tables` (by prompt name)."""
     return tuple(
-        precision_of(
-            fit_tables(source, target, config, source_name=source_name, target_name=target_name, model_name=model_name),
-            reference_pairs, label=label, reference=reference, reference_file=reference_file,
-        )
+        precision_of(fit_relation_tables(relation, tables, config, model_name=model_name), label=relation.label,
+                     reference=relation.reference, reference_file=reference_file)
         for config in configs
     )
 
 
 @dataclasses.dataclass(frozen=True)
-class PrecisionTable:
+class PrecisionTable(Stored):
     """Precision rows for several relations and estimators on one model, and the relations that could not be judged."""
+
+    study: ClassVar[str] = "precision"
 
     model_name: str
     n_inputs: int
@@ -263,10 +274,22 @@ class PrecisionTable:
         lines += [f"\nnot judged: {label} ({reason})" for label, reason in self.skipped]
         return "\n".join(lines)
 
-    def format_table(self) -> str:
-        """Aligned text for the terminal."""
+    def headline_summary(self) -> dict:
+        """One relation: the numbers of the headline fit (the first) at the top level, every fit's under by_estimator."""
+        by_estimator = {row.estimator: row.summary() for row in self.rows}
+        skipped = [{"relation": label, "reason": reason} for label, reason in self.skipped]
+        return {**by_estimator[self.configs[0].label], "by_estimator": by_estimator, "skipped": skipped}
+
+    def text(self) -> str:
+        """Aligned text for the terminal: which fit is the headline, then one line per relation and fit."""
+        headline = self.configs[0].label if self.configs else ""
+        if headline == "ols" and self.n_inputs == PAPER_N_INPUTS:
+            headline = "the paper's setting, ols on half of 10,000 vocabulary inputs"
         width = max([len(row.label) for row in self.rows] + [8])
-        lines = [f"{'relation':<{width}}  estimator  r      influenced @1/@3/@5  influencing @1/@3/@5  chance@1     n pairs"]
+        lines = [f"{self.model_name}, {self.n_inputs} inputs; Hit@Top-N of W against reference pairs (chance@1 = a random ranking)",
+                 f"headline: {headline}; ridge-std = lincorr's fit (ridge on z-scored columns onto the target's log-probabilities over "
+                 "its domain), ols = the paper's, ridge = ridge on raw logits with a cross-validated penalty",
+                 f"{'relation':<{width}}  estimator  r      influenced @1/@3/@5  influencing @1/@3/@5  chance@1     n pairs"]
         for row in self.rows:
             lines.append(
                 f"{row.label:<{width}}  {row.estimator:<9}  {row.labelwise_r_mean:5.2f}  {rates_text(row.hit_influenced):<19}  "
@@ -280,7 +303,7 @@ class PrecisionTable:
     def save(self, directory) -> None:
         """precision.json, precision.csv, precision.md and provenance.json; written whole or not at all."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings())
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings())
             write_json(out / "precision.json", self.summary())
             header = ["label", "source", "target", "reference", "estimator", "alpha", "labelwise_r_mean",
                       *(f"hit_influenced_{k}" for k in KS), *(f"hit_influencing_{k}" for k in KS),
@@ -317,13 +340,13 @@ def precision_table(
     *,
     reference_file: ReferenceFile | None = None,
     custom_prompts: Mapping[str, Prompt] | None = None,
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> PrecisionTable:
     """Hit@Top-N for each relation and estimator; every prompt is collected once.
 
     `reference_file` replaces the registry's reference for every relation (a user's own pairs);
     `custom_prompts` (name -> a prompt of the user's own) stand in for registry prompts of that
-    name; `collect_options` go to `collect_logits`.
+    name; `settings` say how the tables are collected.
     A relation (or one estimator of it) is skipped, with the reason, when a prompt has no domain
     for this tokenizer, no reference pair is usable on the tokenized domains, or ols has too few
     inputs. The reference is checked before any logit is collected, and a relation left with no
@@ -335,144 +358,33 @@ def precision_table(
     prompts, missing = registry_prompts(registry, [name for name in names if name not in custom], lm.tokenizer)
     prompts.update(custom)
     skipped = [(r.label, reason) for r in relations for name, reason in missing if name in (r.source, r.target)]
-    judged: list[tuple[RelationSpec, ReferencePairs, str]] = []
-    for relation in (r for r in relations if r.source in prompts and r.target in prompts):
-        pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_reference(registry, relation)
-        if not pairs:
-            skipped.append((relation.label, f"the registry has no reference between {relation.source} and {relation.target}"))
-            continue
+    judged: list[BoundRelation] = []
+    for spec in (r for r in relations if r.source in prompts and r.target in prompts):
         try:
-            checked_reference(pairs, prompts[relation.source].domain, prompts[relation.target].domain, label=relation.label,
-                              reference=reference, reference_file=reference_file)
+            judged.append(judged_relation(registry, spec, prompts[spec.source], prompts[spec.target], reference_file))
         except LincorrError as error:
-            skipped.append((relation.label, str(error)))
-            continue
-        judged.append((relation, pairs, reference))
-    needed = dict.fromkeys(name for relation, _, _ in judged for name in (relation.source, relation.target))
-    tables = collect_tables(lm, {name: prompts[name] for name in needed}, inputs, **collect_options)
+            skipped.append((spec.label, str(error)))
+    needed = dict.fromkeys(name for relation in judged for name in (relation.source.name, relation.target.name))
+    tables = collect(lm, {name: prompts[name] for name in needed}, inputs, settings)
     rows: list[PrecisionResult] = []
-    for relation, pairs, reference in judged:
+    for relation in judged:
         for config in configs:
             try:
-                rows.extend(precision_from_tables(
-                    tables[relation.source], tables[relation.target], pairs, [config], label=relation.label,
-                    source_name=relation.source, target_name=relation.target, model_name=lm.name, reference=reference,
-                    reference_file=reference_file,
-                ))
+                rows.extend(precision_from_tables(relation, tables, [config], model_name=lm.name, reference_file=reference_file))
             except LincorrError as error:
                 skipped.append((f"{relation.label} ({config.label})", str(error)))
     return PrecisionTable(lm.name, len(inputs), tuple(rows), tuple(skipped), time.perf_counter() - started, lm.fingerprint, tuple(configs),
                           reference_file)
 
 
-@dataclasses.dataclass(frozen=True)
-class PrecisionCurve:
-    """How Hit@Top-N of one relation changes with the number of inputs N, for each estimator.
+def judged_relation(registry, spec: RelationSpec, source: Prompt, target: Prompt, reference_file: ReferenceFile | None) -> BoundRelation:
+    """The relation bound to its prompts with the pairs it is judged by (the user's file, else the registry's), matched once.
 
-    Every N uses the first N inputs of one list (a vocabulary sample is a prefix-stable seeded
-    order, so these are the inputs a run with `-n N` would draw), and every table is collected
-    once, at the largest N.
+    A LincorrError says why when there are no pairs or none survives the tokenizer, before any logit is collected.
     """
-
-    label: str
-    model_name: str
-    ns: tuple[int, ...]
-    rows: tuple[PrecisionResult, ...]  # one per (N, estimator) that could be fitted
-    skipped: tuple[tuple[str, str], ...]  # ("N=1000 (ols)", reason)
-    seconds: float
-    model_fingerprint: str = ""
-    configs: tuple[FitConfig, ...] = ()
-
-    def summary(self) -> dict:
-        """JSON: the Ns, one entry per (N, estimator) with the `PrecisionResult.summary()` numbers, and what was skipped."""
-        return {"label": self.label, "model": self.model_name, "ns": list(self.ns), "rows": [row.summary() for row in self.rows],
-                "skipped": [{"setting": setting, "reason": reason} for setting, reason in self.skipped], "seconds": self.seconds}
-
-    def format_table(self) -> str:
-        """Aligned text: one line per N and estimator."""
-        lines = [f"{self.label} on {self.model_name}: Hit@Top-N of W against the reference as the inputs grow",
-                 "      N  estimator  r      influenced @1/@3/@5  influencing @1/@3/@5  chance@1"]
-        for row in self.rows:
-            lines.append(f"{row.n_inputs:7d}  {row.estimator:<9}  {row.labelwise_r_mean:5.2f}  {rates_text(row.hit_influenced):<19}  "
-                         f"{rates_text(row.hit_influencing):<20}  {row.chance_influenced[1]:.2f}/{row.chance_influencing[1]:.2f}")
-        lines += [f"not fitted: {setting}: {reason}" for setting, reason in self.skipped]
-        return "\n".join(lines)
-
-    def save(self, directory) -> None:
-        """precision_curve.json, precision_curve.csv and precision_curve.png (Hit@1 against N); written whole or not at all."""
-        from lincorr.plots import layer_curves
-
-        with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint,
-                             settings={"ns": list(self.ns), "fits": [settings_key(c) for c in self.configs]})
-            write_json(out / "precision_curve.json", self.summary())
-            write_csv(out / "precision_curve.csv",
-                      ["n_inputs", "estimator", "alpha", "labelwise_r_mean", *(f"hit_influenced_{k}" for k in KS),
-                       *(f"hit_influencing_{k}" for k in KS), "chance_influenced_1", "chance_influencing_1"],
-                      [[r.n_inputs, r.estimator, r.alpha, r.labelwise_r_mean, *(r.hit_influenced[k] for k in KS),
-                        *(r.hit_influencing[k] for k in KS), r.chance_influenced[1], r.chance_influencing[1]] for r in self.rows])
-            curves, dashed, colours = {}, [], {}
-            for number, estimator in enumerate(dict.fromkeys(row.estimator for row in self.rows)):
-                rows = [row for row in self.rows if row.estimator == estimator]
-                curves[f"{estimator}, influenced"] = ([r.n_inputs for r in rows], [r.hit_influenced[1] for r in rows])
-                curves[f"{estimator}, influencing"] = ([r.n_inputs for r in rows], [r.hit_influencing[1] for r in rows])
-                dashed.append(f"{estimator}, influencing")
-                colours[f"{estimator}, influenced"] = colours[f"{estimator}, influencing"] = f"C{number}"
-            if self.rows:
-                chance = self.rows[0]
-                curves["chance (influenced)"] = (list(self.ns), [chance.chance_influenced[1]] * len(self.ns))
-                dashed.append("chance (influenced)")
-                colours["chance (influenced)"] = "grey"
-            layer_curves(curves, out / "precision_curve.png", f"{self.label} on {self.model_name}: Hit@1 of W against N "
-                         "(solid: influenced, dashed: influencing)", y_label="Hit@1", x_label="inputs N (half fit W)", dashed=dashed,
-                         colours=colours)
-
-
-def precision_curve(
-    lm: LM,
-    registry,
-    relation: RelationSpec,
-    inputs: Sequence[str],
-    ns: Sequence[int],
-    configs: Sequence[FitConfig],
-    *,
-    reference_file: ReferenceFile | None = None,
-    **collect_options,
-) -> PrecisionCurve:
-    """Hit@Top-N of `relation` with W fitted on the first N of `inputs`, for each N in `ns` and each estimator config.
-
-    `inputs` must hold at least max(ns) inputs; both prompts are collected once over the first
-    max(ns) (`collect_options` go to `collect_logits`). An (N, estimator) that cannot be fitted
-    (ols with fewer training inputs than source words) is skipped with the reason.
-    """
-    ns = tuple(sorted(set(ns)))
-    if len(inputs) < ns[-1]:
-        raise LincorrError(f"the N curve needs {ns[-1]} inputs and the input list has {len(inputs)}; lower the largest N or give more inputs")
-    started = time.perf_counter()
-    prompts, missing = registry_prompts(registry, (relation.source, relation.target), lm.tokenizer)
-    if missing:
-        raise LincorrError("; ".join(reason for _, reason in missing))
-    pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_reference(registry, relation)
+    pairs, reference = (reference_file.pairs, USER_FILE) if reference_file is not None else registry_reference(registry, spec)
     if not pairs:
-        raise LincorrError(f"the registry has no reference between {relation.source} and {relation.target}; pass --references FILE")
-    checked_reference(pairs, prompts[relation.source].domain, prompts[relation.target].domain, label=relation.label,
-                      reference=reference, reference_file=reference_file)
-    tables = collect_tables(lm, prompts, list(inputs[:ns[-1]]), **collect_options)
-    rows, skipped = [], []
-    for n in ns:
-        source, target = (first_inputs(tables[name], n) for name in (relation.source, relation.target))
-        for config in configs:
-            try:
-                config.check_sizes(n, len(source.domain))
-                rows.extend(precision_from_tables(source, target, pairs, [config], label=relation.label, source_name=relation.source,
-                                                  target_name=relation.target, model_name=lm.name, reference=reference,
-                                                  reference_file=reference_file))
-            except LincorrError as error:
-                skipped.append((f"N={n} ({config.label})", str(error)))
-    return PrecisionCurve(relation.label, lm.name, ns, tuple(rows), tuple(skipped), time.perf_counter() - started, lm.fingerprint,
-                          tuple(configs))
-
-
-def first_inputs(table: LogitTable, n: int) -> LogitTable:
-    """The table over its first `n` inputs only."""
-    return dataclasses.replace(table, values=table.values[:n], inputs=table.inputs[:n])
+        raise DataError(f"the registry has no reference between {spec.source} and {spec.target}; pass --references FILE")
+    relation = relate(source, target, pairs, reference=reference, label=spec.label)
+    require_usable(relation.match, label=spec.label, reference=reference, reference_file=reference_file)
+    return relation

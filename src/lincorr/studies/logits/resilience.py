@@ -10,17 +10,19 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
 from lincorr.errors import LincorrError
 from lincorr.reading import read_text
 from lincorr.fit import FitConfig
-from lincorr.collect import collect_tables
+from lincorr.collection import CollectSettings, collect
 from lincorr.studies.logits.matrix import Grid, MatrixResult, matrix_from_tables, prepare_grid
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.models import LM, wrap_model
-from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 
 __all__ = ["ResilienceResult", "check_same_tokenizer", "measure_resilience", "text_facts", "finetune_on_text"]
 
@@ -38,8 +40,10 @@ def check_same_tokenizer(a: LM, b: LM) -> None:
 
 
 @dataclasses.dataclass(frozen=True)
-class ResilienceResult:
+class ResilienceResult(Stored):
     """Three matrices over one grid: A's W on A, A's W on B's logits, and B's own W on B."""
+
+    study: ClassVar[str] = "resilience"
 
     fit_on_fit: MatrixResult
     fit_on_eval: MatrixResult
@@ -97,10 +101,10 @@ class ResilienceResult:
                 (out / name).mkdir()
                 getattr(self, name).write_into(out / name)
             write_json(out / "resilience.json", self.summary())
-            write_provenance(out, model_fingerprint={self.fit_on_fit.model_name: self.fit_on_fit.model_fingerprint,
-                                                     self.eval_on_eval.model_name: self.eval_on_eval.model_fingerprint},
-                             settings={**settings_key(self.fit_on_fit.config), "n_inputs": self.fit_on_fit.n_inputs,
-                                       "kind": self.fit_on_fit.kind, "training": self.training})
+            record(out, self, model_fingerprint={self.fit_on_fit.model_name: self.fit_on_fit.model_fingerprint,
+                                                 self.eval_on_eval.model_name: self.eval_on_eval.model_fingerprint},
+                   settings={**settings_key(self.fit_on_fit.config), "n_inputs": self.fit_on_fit.n_inputs,
+                             "kind": self.fit_on_fit.kind, "training": self.training})
             rows = self.pairs()
             write_csv(out / "pairs.csv", list(rows[0]), [list(r.values()) for r in rows])
             write_csv(out / "difference.csv", ["source", *grid.column_labels],
@@ -111,11 +115,14 @@ class ResilienceResult:
                 colour_label="difference in label-wise r", row_axis=grid.row_axis, column_axis=grid.column_axis,
             )
 
-    def format_table(self, max_pairs: int = 15) -> str:
-        """Mean scores, then the pairs (all of them when few, else the largest drops)."""
+    def text(self, max_pairs: int = 15) -> str:
+        """How B was made (when fine-tuned here), mean scores, then the pairs (all of them when few, else the largest drops)."""
         fit, evaluated = self.fit_on_fit.model_name, self.fit_on_eval.evaluated_on
         means = self.means()
+        training = self.training
         lines = [
+            *([f"fine-tuned on {training['n_examples']} passages of {training['text_file']}: {training['steps']} steps, "
+               f"loss per epoch {', '.join(f'{v:.3f}' for v in training['losses'])}, {training['seconds']:.0f} s\n"] if training else []),
             f"W fitted on {fit}, evaluated on {evaluated} ({self.fit_on_fit.n_inputs} inputs, {self.fit_on_fit.config.estimator})",
             f"mean label-wise r over off-diagonal pairs: {fit} on itself {means['r_fit_on_fit']:.3f}   "
             f"{fit}'s W on {evaluated} {means['r_fit_on_eval']:.3f}   {evaluated} refitted {means['r_eval_on_eval']:.3f}",
@@ -141,15 +148,15 @@ def measure_resilience(
     config: FitConfig = FitConfig(),
     *,
     training: dict | None = None,
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> ResilienceResult:
     """Collect the grid's prompts on both models and score A's W on A, A's W on B, and B's W on B."""
     check_same_tokenizer(fit_lm, eval_lm)
     grid, prompts, skipped = prepare_grid(registry, grid, fit_lm.tokenizer, len(inputs), config)
     started = time.perf_counter()
-    on_fit = collect_tables(fit_lm, prompts, inputs, **collect_options)
+    on_fit = collect(fit_lm, prompts, inputs, settings)
     seconds_fit_model = time.perf_counter() - started
-    on_eval = collect_tables(eval_lm, prompts, inputs, **collect_options)
+    on_eval = collect(eval_lm, prompts, inputs, settings)
     seconds_eval_model = time.perf_counter() - started - seconds_fit_model
     return ResilienceResult(
         fit_on_fit=matrix_from_tables(grid, on_fit, config, model_name=fit_lm.name, seconds_collect=seconds_fit_model, skipped=skipped),

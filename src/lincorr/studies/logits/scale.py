@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import ClassVar
 
+from lincorr.collection import CollectSettings
 from lincorr.fit import FitConfig
 from lincorr.studies.logits.precision import KS, PrecisionTable, precision_table
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.models import LM, load_model
-from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import staged_directory, write_csv, write_json
 from lincorr.relations import RelationSpec
+from lincorr.results import Stored, record
 
 __all__ = ["DEFAULT_RELATIONS", "ScalePoint", "ScaleResult", "measure_scale"]
 
@@ -29,8 +32,10 @@ class ScalePoint:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScaleResult:
+class ScaleResult(Stored):
     """Precision tables of several models, smallest first."""
+
+    study: ClassVar[str] = "scale"
 
     points: tuple[ScalePoint, ...]
 
@@ -61,7 +66,7 @@ class ScaleResult:
                            for p in self.points],
                 "rows": self.rows()}
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text: one line per model, relation and estimator."""
         lines = [f"{'model':<24} {'params':>8}  {'relation':<16} {'estimator':<9} {'r':>5}  influenced @1/@3/@5  influencing @1/@3/@5"]
         for point in self.points:
@@ -80,8 +85,8 @@ class ScaleResult:
         labels = [f"{p.model_name}\n{p.n_parameters / 1e6:.0f}M" for p in self.points]
         with staged_directory(directory) as out:
             # Every model is measured with the same settings; only the models differ.
-            write_provenance(out, model_fingerprint={p.model_name: p.table.model_fingerprint for p in self.points},
-                             settings=self.points[0].table.settings() if self.points else None)
+            record(out, self, model_fingerprint={p.model_name: p.table.model_fingerprint for p in self.points},
+                   settings=self.points[0].table.settings() if self.points else None)
             write_json(out / "scale.json", self.summary())
             header = ["model", "n_parameters", "label", "estimator", "labelwise_r_mean",
                       *(f"hit_influenced_{k}" for k in KS), *(f"hit_influencing_{k}" for k in KS)]
@@ -104,7 +109,7 @@ def measure_scale(
     *,
     seed: int = 0,
     load: Callable[[str], LM] = load_model,
-    **collect_options,
+    settings: CollectSettings = CollectSettings(),
 ) -> ScaleResult:
     """Load each model in turn (one in memory at a time), sample its own inputs, and measure the relations.
 
@@ -115,7 +120,7 @@ def measure_scale(
     for spec in model_specs:
         lm = load(spec)
         inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed)
-        table = precision_table(lm, registry, relations, inputs, configs, **collect_options)
+        table = precision_table(lm, registry, relations, inputs, configs, settings=settings)
         points.append(ScalePoint(lm.name, sum(p.numel() for p in lm.model.parameters()), table))
         del lm
     return ScaleResult(tuple(sorted(points, key=lambda p: p.n_parameters)))

@@ -12,10 +12,12 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
+from typing import ClassVar
 
 import numpy as np
 
-from lincorr.collect import entity_logits
+from lincorr.cache import stored_row
+from lincorr.collection import CollectSettings, entity_logits
 from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
@@ -24,10 +26,11 @@ from scipy.special import softmax
 from lincorr.metrics import chance_top1, rate, roc_auc
 from lincorr.models import LM, wrap_model
 from lincorr.names import pseudo_names
-from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_provenance, write_text_atomic
+from lincorr.outputs import settings_key, staged_directory, write_json, write_text_atomic
 from lincorr.paper import paper_table
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, study_key
+from lincorr.results import Stored, record
 from lincorr.templates import fill
 
 __all__ = [
@@ -42,7 +45,7 @@ DEFAULT_MARGIN = 5.0
 # 60x the paper's 5e-6: on gemma-3-270m, 5e-5 for 3 epochs learned 1-3 of 16 facts and 3e-4 for 6 epochs 15 of 16.
 # Training stops once every taught fact is learned (`GeneralizationConfig.until_learned`); `epochs` is the cap: at
 # 8 epochs, country facts were learned only 73% of the time. Gradients are clipped at norm 1 (TrainConfig's default).
-DEFAULT_TRAIN = TrainConfig(learning_rate=3e-4, epochs=24, batch_size=4, blocks_only=True, progress=False)
+DEFAULT_TRAIN = TrainConfig(learning_rate=3e-4, epochs=24, batch_size=4, blocks_only=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +89,6 @@ class GeneralizationConfig:
     keep_subwords: bool = False
     until_learned: bool = True  # stop training after the first epoch at which every taught source answer is the top-1
     balance_categories: bool = False  # draw the taught answers evenly over the token categories of their references
-    progress: bool = True
 
     def __post_init__(self) -> None:
         if self.n_facts < 1 or not self.seeds:
@@ -174,8 +176,10 @@ def predict_edit(lm: LM, relation: BoundRelation, value: str, subject: str, *, m
 
 
 @dataclasses.dataclass(frozen=True)
-class EditPredictionResult:
+class EditPredictionResult(Stored):
     """An `EditPrediction` for one subject with what it came from: the model, the relation's prompts and W's held-out fit."""
+
+    study: ClassVar[str] = "predict-edit"
 
     model_name: str
     source: str
@@ -198,17 +202,30 @@ class EditPredictionResult:
         """prediction.json (the summary) and provenance.json."""
         with staged_directory(directory) as out:
             write_json(out / "prediction.json", self.summary())
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=dict(self.settings))
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=dict(self.settings))
+
+    def text(self) -> str:
+        """The edit, the target answer now, and the one W predicts after the edit."""
+        prediction = self.prediction
+        verdict = {True: "the reference answer (generalization)", False: "not a reference answer (hallucination)", None: "no reference known"}
+        return "\n".join([
+            f"edit: {fill(self.source_template, self.subject)} {prediction.source_answer}",
+            f"now:  {fill(self.target_template, self.subject)} {prediction.current_target}",
+            f"predicted after the edit: {prediction.predicted_target} (confidence {prediction.confidence:.2f}, "
+            f"runner-up {prediction.runner_up}, margin {prediction.margin:.2f} logits)",
+            f"that is {verdict[prediction.predicts_reference]}; reference: {', '.join(prediction.references) or '-'}; "
+            f"P(reference) {prediction.success_probability:.2f}",
+        ])
 
 
 def predict_relation_edit(lm: LM, registry, relation: RelationSpec, value: str, *, subject: str | None = None, seed: int = 0,
                           n_inputs: int = 1000, fit: FitConfig = GeneralizationConfig().fit, margin: float = DEFAULT_MARGIN,
-                          delta: float | None = None, progress: bool = False) -> EditPredictionResult:
+                          delta: float | None = None, settings: CollectSettings = CollectSettings()) -> EditPredictionResult:
     """Fit W for `relation` on `n_inputs` vocabulary inputs and `predict_edit` teaching "source(subject) = value".
 
     Without a `subject`, a fresh made-up name drawn with `seed` is edited.
     """
-    bound = fit_relation(lm, registry, relation, n_inputs=n_inputs, fit=fit, progress=progress)
+    bound = fit_relation(lm, registry, relation, n_inputs=n_inputs, fit=fit, settings=settings)
     # Offset as in `planned_facts`: the name is one a study with the same seed would teach.
     subject = subject or pseudo_names(1, lm.tokenizer, seed + 10_000)[0]
     prediction = predict_edit(lm, bound, value, subject, margin=margin, delta=delta)
@@ -352,8 +369,10 @@ def planned_facts(relation: BoundRelation, n_facts: int, seed: int, tokenizer, *
 
 
 @dataclasses.dataclass(frozen=True)
-class GeneralizationResult:
+class GeneralizationResult(Stored):
     """Every edited fact of every seed, the W they were judged by, and timings."""
+
+    study: ClassVar[str] = "generalize"
 
     label: str
     model_name: str
@@ -467,7 +486,20 @@ class GeneralizationResult:
         figure.savefig(path, dpi=120)
         plt.close(figure)
 
-    def format_table(self) -> str:
+    def diagnosis_text(self, max_rows: int = 20) -> str:
+        """`lincorr diagnose`: the headline numbers, Table 6 and the generalization rate by W[s, ref]."""
+        return "\n".join([
+            self.text(), "", self.diagnosis_markdown(max_rows=max_rows),
+            "\ngeneralization rate by W[s, ref] (learned facts, quantile bins):",
+            *(f"  W[s,ref] in [{row['w_ref_low']:+.3f}, {row['w_ref_high']:+.3f}]  n={row['n']:3d}  rate {row['generalization_rate']:.1%}"
+              for row in self.weight_curve()),
+        ])
+
+    def diagnosis_summary(self) -> dict:
+        """`lincorr diagnose --json`: the summary with every fact and the Fig. 5 bins."""
+        return {**self.summary(), "facts": self.diagnosis_rows(), "weight_curve": self.weight_curve()}
+
+    def text(self) -> str:
         """The headline numbers, one per line."""
         s = self.summary()
         lines = [f"{self.label} on {self.model_name}: {s['n_facts']} facts x {len(s['seeds'])} seeds"]
@@ -481,7 +513,7 @@ class GeneralizationResult:
     def save(self, directory) -> None:
         """result.json (summary, config, Fig. 5 bins), facts.json (every outcome), table6.md, fig5.png and provenance.json."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config))
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config))
             write_json(out / "result.json", {**self.summary(), "weight_curve": self.weight_curve(), "config": dataclasses.asdict(self.config),
                                              "losses": [list(l) for l in self.losses]})
             write_json(out / "facts.json", self.diagnosis_rows())
@@ -490,7 +522,8 @@ class GeneralizationResult:
 
 
 def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
-                       config: GeneralizationConfig = GeneralizationConfig()) -> GeneralizationResult:
+                       config: GeneralizationConfig = GeneralizationConfig(), settings: CollectSettings = CollectSettings()
+                       ) -> GeneralizationResult:
     """Teach fresh entities source facts (one training run per seed) and read their target answers before and after.
 
     A `RelationSpec` is bound and its W fitted here; a `BoundRelation` with a fit is used as it is.
@@ -498,7 +531,7 @@ def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
     started = time.perf_counter()
     if isinstance(relation, RelationSpec):
         relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=config.keep_subwords,
-                                progress=config.progress)
+                                settings=settings)
     seconds_fit = time.perf_counter() - started
     outcomes, target_before, losses, seconds_train = [], [], [], 0.0
     for seed in config.seeds:
@@ -526,16 +559,33 @@ def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
 
 
 @dataclasses.dataclass(frozen=True)
-class GeneralizationTable:
+class GeneralizationTable(Stored):
     """Table 5: one `GeneralizationResult.summary()` row per relation, or {"relation", "skipped"}, the paper's numbers beside ours."""
+
+    study: ClassVar[str] = "generalize-table5"
 
     rows: tuple[dict, ...]
     model_fingerprint: str = ""
     config: GeneralizationConfig | None = None
 
-    def summary(self) -> list[dict]:
-        """The JSON of `lincorr generalize --table5 --json`."""
-        return list(self.rows)
+    def summary(self) -> dict:
+        """The JSON of `lincorr generalize --table5 --json`: the rows."""
+        return {"rows": list(self.rows)}
+
+    @staticmethod
+    def row_line(row: dict) -> str:
+        """One Table-5 row: ours (with spread, before, chance, learned) beside the paper's."""
+        if "skipped" in row:
+            return f"{row['relation']:<22} skipped: {row['skipped']}"
+        return (f"{row['relation']:<22} {row['generalization_rate']:6.1%} ± {row['generalization_rate_std']:5.1%}  "
+                f"before {row['rate_before']:5.1%}  random {row['random_baseline']:5.1%}  learned {row['source_learned_rate']:6.1%}  "
+                f"epochs {'/'.join(map(str, row['epochs_run_per_seed']))}"
+                + (f"  paper {row['paper_generalization_rate']:6.2%} ({row['paper_random_baseline']:.2%})"
+                   if "paper_generalization_rate" in row else ""))
+
+    def text(self) -> str:
+        """One line per relation (`row_line`)."""
+        return "\n".join(self.row_line(row) for row in self.rows)
 
     def markdown(self) -> str:
         """The rows as Markdown, the paper's numbers beside ours."""
@@ -557,13 +607,14 @@ class GeneralizationTable:
     def save(self, directory) -> None:
         """table5.json (the rows), table5.md and provenance.json."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
-            write_json(out / "table5.json", self.summary())
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
+            write_json(out / "table5.json", list(self.rows))
             write_text_atomic(out / "table5.md", self.markdown() + "\n")
 
 
 def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | None = None,
-                         config: GeneralizationConfig = GeneralizationConfig(), *, on_row=None) -> GeneralizationTable:
+                         config: GeneralizationConfig = GeneralizationConfig(), settings: CollectSettings = CollectSettings(), *,
+                         on_row=None) -> GeneralizationTable:
     """Table 5 over `relations` (default: the paper's eleven); `on_row` sees each row as it is finished.
 
     Finished rows are stored in the cache, so an interrupted table resumes where it stopped; a
@@ -572,8 +623,9 @@ def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | N
     paper = paper_table("table5")
     rows = []
     for relation in relations or paper.relations():
-        row = stored_row("generalize", study_key("generalize", lm.fingerprint, registry, relation, config), relation.label,
-                         lambda: run_generalization(lm, registry, relation, config).summary(), depends_on=__name__)
+        key = {**study_key("generalize", lm.fingerprint, registry, relation, config), "collection": settings.key()}
+        row = stored_row("generalize", key, relation.label, lambda: run_generalization(lm, registry, relation, config, settings).summary(),
+                         code=__name__, use_cache=settings.use_cache)
         if (published := paper.row(relation.label)) is not None:
             row |= {"paper_generalization_rate": published["generalization_rate"], "paper_random_baseline": published["random_baseline"],
                     "paper_model": paper.model}

@@ -17,18 +17,21 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import ClassVar
 
 import numpy as np
 
 from lincorr.errors import LincorrError
-from lincorr.collect import entity_logits
+from lincorr.cache import stored_row
+from lincorr.collection import CollectSettings, entity_logits
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.finetune import Fact, TrainConfig, single_step
 from lincorr.metrics import labelwise_pearson, summarize
 from lincorr.models import LM, wrap_model
-from lincorr.outputs import settings_key, staged_directory, stored_row, write_json, write_provenance
+from lincorr.outputs import settings_key, staged_directory, write_json
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, study_key
+from lincorr.results import Stored, record
 from lincorr.templates import fill
 
 __all__ = [
@@ -44,10 +47,9 @@ class GradientConfig:
     n_step_facts: int = 32
     n_eval: int = 200
     fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100)
-    train: TrainConfig = TrainConfig(learning_rate=5e-6, batch_size=8, blocks_only=True, progress=False)
+    train: TrainConfig = TrainConfig(learning_rate=5e-6, batch_size=8, blocks_only=True)
     n_control: int = 200  # row shuffles of W: cheap, and enough for a p-value down to 1/201
     seed: int = 0
-    progress: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,10 +148,11 @@ def gradient_correlation_from_changes(coef: np.ndarray, source_change: np.ndarra
     return ChangeCorrelation(labelwise_pearson(source_change @ coef, target_change), np.array(control))
 
 
-def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, config: GradientConfig = GradientConfig()) -> GradientCorrelation:
+def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, config: GradientConfig = GradientConfig(),
+                                 settings: CollectSettings = CollectSettings()) -> GradientCorrelation:
     """Fit W, take one optimiser step on source facts with random source answers, and correlate dS @ W with dT."""
     started = time.perf_counter()
-    relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, progress=config.progress)
+    relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, settings=settings)
     inputs = relation.fit.source.inputs
     train_rows, test_rows = relation.fit.train_index, relation.fit.test_index
     if config.n_step_facts > train_rows.size or config.n_eval > test_rows.size:
@@ -178,8 +181,10 @@ def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, confi
 
 
 @dataclasses.dataclass(frozen=True)
-class GradientTable:
+class GradientTable(Stored):
     """Table 4: one GradientCorrelation per relation, with the paper's numbers beside ours."""
+
+    study: ClassVar[str] = "gradcorr"
 
     rows: tuple[GradientCorrelation, ...]
     skipped: tuple[tuple[str, str], ...]  # (relation, why)
@@ -199,8 +204,16 @@ class GradientTable:
             "skipped": [{"relation": label, "reason": why} for label, why in self.skipped],
         }
 
-    def markdown(self) -> str:
-        """Our logit and gradient correlation (and the shuffled-W control) next to the paper's."""
+    @staticmethod
+    def row_line(row: dict) -> str:
+        """One finished row of `gradient_table` (its `on_row` argument) in one line."""
+        done = (f"skipped: {row['skipped']}" if "skipped" in row else
+                f"gradient r {row['gradient_r']:.2f} (control {row['control_r']:.2f}); centred {row['centred_gradient_r']:.2f} "
+                f"(control {row['centred_control_r']:.2f}, p {row['centred_p_value']:.2g})")
+        return f"{row['relation']}: {done}"
+
+    def text(self) -> str:
+        """Our logit and gradient correlation (and the shuffled-W control) next to the paper's, as a Markdown table."""
         paper = paper_table("table4")
         lines = [f"| relation | logit r | gradient r | control (shuffled W) | centred: gradient r | control | p "
                  f"| {paper.column_title} logit r | {paper.column_title} gradient r |",
@@ -216,20 +229,22 @@ class GradientTable:
     def save(self, directory) -> None:
         """gradcorr.json, table4.md and provenance.json."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=settings_key(self.config) if self.config else None)
             write_json(out / "gradcorr.json", self.summary())
-            (out / "table4.md").write_text(self.markdown() + "\n", encoding="utf-8")
+            (out / "table4.md").write_text(self.text() + "\n", encoding="utf-8")
 
 
-def gradient_table(lm: LM, registry, relations=None, config: GradientConfig = GradientConfig(), *, on_row=None) -> GradientTable:
+def gradient_table(lm: LM, registry, relations=None, config: GradientConfig = GradientConfig(), settings: CollectSettings = CollectSettings(),
+                   *, on_row=None) -> GradientTable:
     """Table 4 over `relations` (default: the paper's eight); a relation this tokenizer cannot express is skipped with its reason.
 
     Finished rows are stored in the cache, so an interrupted table resumes where it stopped.
     """
     rows, skipped = [], []
     for relation in relations or paper_table("table4").relations():
-        row = stored_row("gradcorr", study_key("gradcorr", lm.fingerprint, registry, relation, config), relation.label,
-                         lambda: measure_gradient_correlation(lm, registry, relation, config).to_row(), depends_on=__name__)
+        key = {**study_key("gradcorr", lm.fingerprint, registry, relation, config), "collection": settings.key()}
+        row = stored_row("gradcorr", key, relation.label, lambda: measure_gradient_correlation(lm, registry, relation, config, settings).to_row(),
+                         code=__name__, use_cache=settings.use_cache)
         if "skipped" in row:
             skipped.append((relation.label, row["skipped"]))
         else:

@@ -7,24 +7,29 @@ Domains keep words whose first token is a fragment ("Br" of Brunei) or a word of
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 
 import numpy as np
 
+from lincorr.collection import CollectSettings
 from lincorr.domains import CATEGORIES
 from lincorr.fit import fit_relation
 from lincorr.studies.training.generalization import GeneralizationConfig, GeneralizationResult, run_generalization
 from lincorr.metrics import hit_at_k, rate
 from lincorr.models import LM
-from lincorr.outputs import settings_key, staged_directory, write_json, write_provenance
+from lincorr.outputs import settings_key, staged_directory, write_json
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec
+from lincorr.results import Stored, record
 
 __all__ = ["SubwordResult", "subword_study"]
 
 
 @dataclasses.dataclass(frozen=True)
-class SubwordResult:
+class SubwordResult(Stored):
     """Per token category: how many target words, their mean label-wise r, Hit@Top-5 of W, and the generalization rate."""
+
+    study: ClassVar[str] = "subwords"
 
     rows: tuple[dict, ...]
     generalization: GeneralizationResult
@@ -33,7 +38,7 @@ class SubwordResult:
         return {"relation": self.generalization.label, "model": self.generalization.model_name, "rows": list(self.rows),
                 "generalization_summary": self.generalization.summary()}
 
-    def markdown(self) -> str:
+    def text(self) -> str:
         """Table 18 with the paper's numbers beside ours."""
         table18 = paper_table("table18")
         lines = [f"| category | target words | label-wise r | Hit@Top-5 (subjects) | generalization (facts) | {table18.column_title} r / Hit@5 / gen. |",
@@ -51,17 +56,18 @@ class SubwordResult:
     def save(self, directory) -> None:
         """subwords.json, table18.md, provenance.json, and the generalization study's files under generalization/."""
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.generalization.model_fingerprint, settings=settings_key(self.generalization.config))
+            record(out, self, model_fingerprint=self.generalization.model_fingerprint, settings=settings_key(self.generalization.config))
             write_json(out / "subwords.json", self.summary())
-            (out / "table18.md").write_text(self.markdown() + "\n", encoding="utf-8")
+            (out / "table18.md").write_text(self.text() + "\n", encoding="utf-8")
             self.generalization.save(out / "generalization")
 
 
 def subword_study(lm: LM, registry, relation: RelationSpec = RelationSpec("city", "country"),
-                  config: GeneralizationConfig = GeneralizationConfig(keep_subwords=True, balance_categories=True)) -> SubwordResult:
+                  config: GeneralizationConfig = GeneralizationConfig(keep_subwords=True, balance_categories=True),
+                  settings: CollectSettings = CollectSettings()) -> SubwordResult:
     """Fit W and run the generalization study with subword answers kept and facts spread evenly over categories, then split every score by category."""
     config = dataclasses.replace(config, keep_subwords=True, balance_categories=True)
-    relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=True, progress=config.progress)
+    relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=True, settings=settings)
     result = run_generalization(lm, registry, relation, config)
     categories = np.array(relation.target.domain.categories)
     rows = []

@@ -16,13 +16,13 @@ Layers: the lens reads `resid[l]`, l = 0..L (l = L is the model's output); `ovec
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 import time
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 from scipy.stats import binomtest
-from tqdm.auto import tqdm
 
 from lincorr.errors import LincorrError
 from lincorr.tasks import (
@@ -37,7 +37,9 @@ from lincorr.tasks import (
 from lincorr.internals import Ablate, Patch, attn, hidden_ranks, layout, mlp, resid, run
 from lincorr.knowledge import TaskSpec, load_registry
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.progress import progress_bar
+from lincorr.results import Stored, record
 
 __all__ = [
     "FLOOR", "OVECTOR_SCALE", "FFNAblationResult", "LensResult", "OVectorResult", "OVectors", "check_layer", "crossing_component", "crossing_layer",
@@ -98,12 +100,14 @@ def rr_list(values) -> list[float]:
 
 
 @dataclasses.dataclass(frozen=True)
-class LensResult:
+class LensResult(Stored):
     """Per-layer logit-lens reciprocal ranks of a task's argument and answer over its few-shot prompts.
 
     Arrays over lens layers 0..L (`resid[l]`) are `[L + 1]`; `mid_*` are `[L]`, read between block l's
     attention and its FFN (`resid[l] + attn[l]`).
     """
+
+    study: ClassVar[str] = "lens"
 
     task: str
     model: str
@@ -156,7 +160,7 @@ class LensResult:
             for layer in self.layers
         ]
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text for the terminal: the curves, one line per layer, and the crossing."""
         lines = [f"{self.task} on {self.model}: {self.n_pairs} few-shot prompts, model accuracy {self.final_accuracy:.2f}",
                  "layer  argument RR  answer RR  answer top-1   | after attention: argument RR  answer RR"]
@@ -179,7 +183,7 @@ class LensResult:
         from lincorr.plots import layer_curves
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "lens.json", self.summary())
             write_csv(out / "lens.csv", ["layer", "argument_rr", "answer_rr", "answer_top1", "mid_argument_rr", "mid_answer_rr"],
                       self.rows())
@@ -198,8 +202,7 @@ class LensResult:
                          dashed=("answer top-1",), mark=self.crossing_layer, mark_label="crossing")
 
 
-def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, floor: float = FLOOR, batch_size: int = 16,
-         progress: bool = True) -> LensResult:
+def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, floor: float = FLOOR, batch_size: int = 16) -> LensResult:
     """The logit lens at the last position of `n_pairs` few-shot prompts (all kept pairs by default), one forward per batch.
 
     Ranks are over the full vocabulary; a pair's answer rank is its best answer's. `final_accuracy`
@@ -211,7 +214,7 @@ def lens(lm: LM, task: TaskSpec, *, n_pairs: int | None = None, seed: int = 0, f
     prompts = fewshot_prompts(bound, indices, seed)
     n_layers = layout(lm).n_layers
     streams, attention = [resid(layer) for layer in range(n_layers + 1)], [attn(layer) for layer in range(n_layers)]
-    trace = run(lm, prompts, capture=streams + attention, token_ids=NOTHING, batch_size=batch_size, progress=progress)
+    trace = run(lm, prompts, capture=streams + attention, token_ids=NOTHING, batch_size=batch_size)
     stack = torch.stack([trace[c] for c in streams] + [trace[s] + trace[a] for s, a in zip(streams, attention)], 1)
     targets = torch.cat([bound.argument_ids(indices)[:, None], bound.answer_ids(indices)], 1)
     ranks = hidden_ranks(lm, stack, targets, batch_size=batch_size).cpu().numpy()  # [n, 2L + 1, 1 + k]
@@ -249,11 +252,10 @@ class OVectors:
         return [self.indices[row] for row in np.flatnonzero(self.solved)[:n_source]]
 
 
-def o_vectors(lm: LM, task: BoundTask, indices: Sequence[int], *, seed: int = 0, batch_size: int = 16,
-              progress: bool = False) -> OVectors:
+def o_vectors(lm: LM, task: BoundTask, indices: Sequence[int], *, seed: int = 0, batch_size: int = 16) -> OVectors:
     """Every FFN's output on the few-shot prompts of `indices` and whether each is solved, from one forward per batch."""
     components = [mlp(layer) for layer in range(layout(lm).n_layers)]
-    trace = run(lm, fewshot_prompts(task, indices, seed), capture=components, batch_size=batch_size, progress=progress)
+    trace = run(lm, fewshot_prompts(task, indices, seed), capture=components, batch_size=batch_size)
     top = trace.logits.argmax(-1).cpu()
     solved = (top[:, None] == task.answer_ids(indices)).any(1).numpy()
     if not solved.any():
@@ -280,13 +282,15 @@ def more_often(first: np.ndarray, second: np.ndarray) -> float:
 
 
 @dataclasses.dataclass(frozen=True)
-class OVectorResult:
+class OVectorResult(Stored):
     """The o-vector of one task added at `mlp[layer]` (scaled by `scale`) on copy contexts, with its controls.
 
     Accuracy: share of evaluation pairs whose greedy first token is a right answer's; RR: the answer's
     mean reciprocal rank over the full vocabulary. `copy_without` is the share that repeats the
     argument with no vector (the context works); `per_layer` is the sweep, empty unless asked.
     """
+
+    study: ClassVar[str] = "ovector"
 
     task: str
     other_task: str
@@ -341,7 +345,7 @@ class OVectorResult:
             "example_prompt": self.example_prompt, "seed": self.settings["seed"], "seconds": self.seconds,
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text: one line per condition, the paired tests, and the sweep when there is one."""
         lines = [f"{self.task} o-vector at mlp[{self.layer}] x {self.scale:g} on {self.n_pairs} copy contexts of {self.model} "
                  f"(mean of {len(self.source_arguments)} solved prompts; without it the model repeats the argument in {self.copy_without:.2f})",
@@ -361,7 +365,7 @@ class OVectorResult:
         from lincorr.plots import bar_plot, layer_curves
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "ovector.json", self.summary())
             rows = [[key, self.layer, *self.condition(key)] for key, _ in self.CONDITIONS]
             rows += [["sweep", row["layer"], row["accuracy_with"], row["rr_with"]] for row in self.per_layer]
@@ -382,8 +386,7 @@ class OVectorResult:
 
 
 def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = None, scale: float = OVECTOR_SCALE, n_source: int = 8,
-            n_pairs: int = 64, sweep: bool = False, transfer_from: str | None = None, seed: int = 0, batch_size: int = 16,
-            progress: bool = True) -> OVectorResult:
+            n_pairs: int = 64, sweep: bool = False, transfer_from: str | None = None, seed: int = 0, batch_size: int = 16) -> OVectorResult:
     """Add `scale` times the task's o-vector to `mlp[layer]` at the last position of copy contexts, with controls.
 
     The o-vector is the mean `mlp[layer]` output at the last position of the first `n_source` solved
@@ -407,10 +410,10 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
     pool, evaluation = order[:3 * n_source], order[3 * n_source:][:n_pairs]
     if not evaluation:
         raise LincorrError(f"task '{task.name}' keeps {len(order)} pairs for this tokenizer, too few for {3 * n_source} source prompts and an evaluation; lower n_source")
-    vectors = o_vectors(lm, bound, pool, seed=seed, batch_size=batch_size, progress=progress)
+    vectors = o_vectors(lm, bound, pool, seed=seed, batch_size=batch_size)
     control_bound = bind_task(control, lm.tokenizer)
     control_vectors = o_vectors(lm, control_bound, pair_order(control_bound, seed)[:3 * n_source], seed=seed,
-                                batch_size=batch_size, progress=progress)
+                                batch_size=batch_size)
     transfer_row = 0 if transfer_from is not None else int(np.flatnonzero(vectors.solved)[0])
 
     prompts = copy_prompts(bound, evaluation)
@@ -418,8 +421,7 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
 
     def scored(vector: np.ndarray | None, at: int = layer) -> TaskScores:
         added = [] if vector is None else [Patch(mlp(at), torch.from_numpy(scale * vector), mode="add")]
-        return score_prompts(lm, bound, evaluation, prompts, layers=[n_layers], interventions=added, batch_size=batch_size,
-                             progress=progress)
+        return score_prompts(lm, bound, evaluation, prompts, layers=[n_layers], interventions=added, batch_size=batch_size)
 
     vector = vectors.mean(layer, n_source)
     random = np.random.default_rng(seed).standard_normal(vector.shape).astype(np.float32)
@@ -429,7 +431,7 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
         "random": scored(random), "transfer": scored(vectors.outputs[transfer_row, layer]),
     }
     per_layer = []
-    for at in tqdm(range(n_layers) if sweep else (), desc="sweep", unit="layer", disable=not progress, leave=False):
+    for at in progress_bar(range(n_layers) if sweep else (), desc="sweep", unit="layer"):
         swept = scored(vectors.mean(at, n_source), at)
         per_layer.append({"layer": at, "accuracy_with": swept.accuracy(), "rr_with": float(swept.answer_rr()[-1])})
     top1 = {key: scores.answer_rank[:, -1] == 0 for key, scores in outcomes.items()}
@@ -453,8 +455,10 @@ def ovector(lm: LM, task: TaskSpec, layer: int, *, control: TaskSpec | None = No
 
 
 @dataclasses.dataclass(frozen=True)
-class FFNAblationResult:
+class FFNAblationResult(Stored):
     """Accuracy on a task's few-shot prompts (abstractive) and its extractive controls, before and after ablating every FFN from `from_layer` on."""
+
+    study: ClassVar[str] = "ffn-ablate"
 
     task: str
     model: str
@@ -484,7 +488,7 @@ class FFNAblationResult:
             "example_extractive": self.example_extractive, "seed": self.settings["seed"], "seconds": self.seconds,
         }
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """Aligned text: both tasks before and after."""
         return "\n".join([
             f"{self.task} on {self.model}: {self.how}-ablating mlp[{self.from_layer}..] ({self.n_layers_ablated} FFNs), {self.n_pairs} pairs",
@@ -499,7 +503,7 @@ class FFNAblationResult:
         from lincorr.plots import bar_plot
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "ffn_ablation.json", self.summary())
             write_csv(out / "ffn_ablation.csv", ["prompts", "before", "after"],
                       [["abstractive", self.abstractive_before, self.abstractive_after],
@@ -512,7 +516,7 @@ class FFNAblationResult:
 
 
 def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_pairs: int = 64, n_reference: int = 16,
-               seed: int = 0, batch_size: int = 16, progress: bool = True) -> FFNAblationResult:
+               seed: int = 0, batch_size: int = 16) -> FFNAblationResult:
     """Ablate `mlp[l]` for every l >= `from_layer` at every position; accuracy of the task and its extractive control.
 
     how="zero" replaces the FFN outputs by zeros; how="mean" by their mean over the real tokens of
@@ -531,7 +535,7 @@ def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_
     means = {c: None for c in ablated}
     if how == "mean":
         trace = run(lm, fewshot_prompts(bound, reference, seed), capture=ablated, positions="all", token_ids=NOTHING,
-                    batch_size=batch_size, progress=progress)
+                    batch_size=batch_size)
         real = trace.attention_mask.to(trace[ablated[0]].device, trace[ablated[0]].dtype)[..., None]
         means = {c: (trace[c] * real).sum((0, 1)) / real.sum() for c in ablated}
     interventions = [Ablate(c, how, means[c], position="all") for c in ablated]
@@ -539,7 +543,7 @@ def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_
     abstractive, extractive = fewshot_prompts(bound, evaluation, seed), extractive_prompts(bound, evaluation, seed)
     right = {  # [n_pairs] bool: the greedy first token is a right answer's
         (kind, when): score_prompts(lm, bound, evaluation, prompts, layers=[n_layers], interventions=added,
-                                    batch_size=batch_size, progress=progress).answer_rank[:, -1] == 0
+                                    batch_size=batch_size).answer_rank[:, -1] == 0
         for kind, prompts in (("abstractive", abstractive), ("extractive", extractive))
         for when, added in (("before", ()), ("after", interventions))
     }

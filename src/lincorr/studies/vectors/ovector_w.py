@@ -8,19 +8,22 @@ prompt ("X lives in the country of") and the `capital` prompt ("X lives in the c
 on vocabulary inputs: how the capital logits move when the country-s logit rises. Both are
 centred over subjects (the part every country shares, e.g. "capitals in general go up", is
 removed), and the number is the mean over subjects of Pearson r between s's centred effect and
-s's centred W row. The control is the same with W's rows shuffled among subjects; `p_value` is the
-share of shuffles reaching the observed mean r.
+s's centred W row. The control is the same with W's rows shuffled among subjects; `p_value` is
+scipy's one-sided permutation test of that pairing (the observed mean r counted among the shuffles
+it is compared with; every pairing, and no added count, once the shuffles asked for reach them all).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import ClassVar
 import time
 
 import numpy as np
 import torch
 
 from lincorr.errors import LincorrError
+from lincorr.collection import CollectSettings
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.studies.vectors.arithmetic import OVECTOR_SCALE, check_layer, o_vectors, pair_order
 from lincorr.tasks import COPY_TEMPLATE, bind_task
@@ -28,7 +31,8 @@ from lincorr.internals import Patch, mlp, run
 from lincorr.knowledge import TaskSpec
 from lincorr.metrics import instancewise_pearson
 from lincorr.models import LM
-from lincorr.outputs import staged_directory, write_csv, write_json, write_provenance
+from lincorr.outputs import staged_directory, write_csv, write_json
+from lincorr.results import Stored, record
 from lincorr.relations import RelationSpec
 from lincorr.templates import fill
 
@@ -38,12 +42,14 @@ CAPITALS = RelationSpec("country", "capital", "Country->Capital", "country->capi
 
 
 @dataclasses.dataclass(frozen=True)
-class OVectorWResult:
+class OVectorWResult(Stored):
     """Per subject, the o-vector's effect on the target-domain logits against W's row for that subject.
 
     `effect` and `w_rows` are `[n_subjects, n_domain]`, rows in `subjects` order, columns in `domain` order;
     `r` is `[n_subjects]`, Pearson r of each subject's centred effect and centred W row.
     """
+
+    study: ClassVar[str] = "ovector-w"
 
     task: str
     relation: str
@@ -58,6 +64,7 @@ class OVectorWResult:
     w_rows: np.ndarray
     r: np.ndarray
     control_r_means: np.ndarray  # [n_shuffles] mean r with W's rows shuffled among subjects
+    p_value: float  # share of those shuffles (the observed pairing counted among them) reaching the observed mean r
     w_labelwise_r: float  # how well W predicts the target logits on held-out inputs (lincorr fit)
     settings: dict
     seconds: float
@@ -69,10 +76,6 @@ class OVectorWResult:
     @property
     def control_r_mean(self) -> float:
         return float(self.control_r_means.mean())
-
-    @property
-    def p_value(self) -> float:
-        return float((1 + (self.control_r_means >= self.r_mean).sum()) / (1 + len(self.control_r_means)))
 
     def hits(self, scores: np.ndarray) -> float:
         """Share of subjects whose highest-scoring domain column is one of their right targets."""
@@ -94,7 +97,7 @@ class OVectorWResult:
         return [[subject, " / ".join(right), float(r), self.domain[int(effect.argmax())], self.domain[int(w.argmax())]]
                 for subject, right, r, effect, w in zip(self.subjects, self.right, self.r, self.effect, self.w_rows)]
 
-    def format_table(self) -> str:
+    def text(self) -> str:
         """The number, its control and the hit rates."""
         s = self.summary()
         return "\n".join([
@@ -111,7 +114,7 @@ class OVectorWResult:
         from lincorr.plots import bar_plot
 
         with staged_directory(directory) as out:
-            write_provenance(out, model_fingerprint=self.model_fingerprint, settings=self.settings)
+            record(out, self, model_fingerprint=self.model_fingerprint, settings=self.settings)
             write_json(out / "ovector_w.json", self.summary())
             write_csv(out / "ovector_w.csv", ["subject", "right", "r", "top_effect_word", "top_w_word"], self.rows())
             bar_plot(["same subject", "W rows shuffled"], {"mean r(effect, W row)": [self.r_mean, self.control_r_mean]},
@@ -120,7 +123,8 @@ class OVectorWResult:
 
 def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: RelationSpec = CAPITALS, scale: float = OVECTOR_SCALE,
               n_source: int = 8, n_inputs: int = 1000, fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100),
-              n_shuffles: int = 1000, seed: int = 0, batch_size: int = 16, progress: bool = True) -> OVectorWResult:
+              n_shuffles: int = 1000, seed: int = 0, batch_size: int = 16,
+              settings: CollectSettings = CollectSettings()) -> OVectorWResult:
     """Compare the effect of `task`'s o-vector at `mlp[layer]` on `relation`'s target logits with W's rows (module docstring).
 
     The o-vector is made as `vector_arithmetic.ovector` makes it (same seed, same pool); W comes
@@ -129,10 +133,9 @@ def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: Relatio
     started = time.perf_counter()
     check_layer(lm, layer, "o-vector layer")
     bound_task = bind_task(task, lm.tokenizer)
-    vectors = o_vectors(lm, bound_task, pair_order(bound_task, seed)[:3 * n_source], seed=seed, batch_size=batch_size,
-                        progress=progress)
+    vectors = o_vectors(lm, bound_task, pair_order(bound_task, seed)[:3 * n_source], seed=seed, batch_size=batch_size)
     sources = {bound_task.pairs[i].argument for i in vectors.sources(n_source)}
-    bound = fit_relation(lm, registry, relation, n_inputs=n_inputs, fit=fit, progress=progress)
+    bound = fit_relation(lm, registry, relation, n_inputs=n_inputs, fit=fit, settings=settings)
     rows = [row for row in bound.columns if bound.source.domain.words[row] not in sources]
     if len(rows) < 3:
         raise LincorrError(f"only {len(rows)} subjects of {bound.reference} are left for this tokenizer; the comparison needs at least 3")
@@ -140,21 +143,34 @@ def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: Relatio
     prompts = [fill(COPY_TEMPLATE, subject) for subject in subjects]
     token_ids = torch.tensor(bound.target.domain.token_ids)
     added = Patch(mlp(layer), torch.from_numpy(scale * vectors.mean(layer, n_source)), mode="add")
-    without, with_vector = (run(lm, prompts, token_ids=token_ids, interventions=i, batch_size=batch_size, progress=progress).logits
+    without, with_vector = (run(lm, prompts, token_ids=token_ids, interventions=i, batch_size=batch_size).logits
                             for i in ((), [added]))
     effect = (with_vector - without).float().cpu().numpy()
     w_rows = bound.fit.coef[rows]
     effect_centred, w_centred = effect - effect.mean(0), w_rows - w_rows.mean(0)
-    rng = np.random.default_rng(seed)
-    control = np.array([np.nanmean(instancewise_pearson(w_centred[rng.permutation(len(rows))], effect_centred))
-                        for _ in range(n_shuffles)])
+    control = shuffled_rows_test(w_centred, effect_centred, n_shuffles, seed)
     target_words = bound.target.domain.words
     return OVectorWResult(
         task=task.name, relation=bound.label, model=lm.name, model_fingerprint=lm.fingerprint, layer=layer, scale=scale,
         subjects=tuple(subjects), right=tuple(tuple(target_words[c] for c in bound.columns[row]) for row in rows),
         domain=tuple(target_words), effect=effect, w_rows=w_rows, r=instancewise_pearson(w_centred, effect_centred),
-        control_r_means=control, w_labelwise_r=float(bound.fit.summary()["labelwise_r_mean"]),
+        control_r_means=control.null_distribution, p_value=float(control.pvalue), w_labelwise_r=float(bound.fit.summary()["labelwise_r_mean"]),
         settings={"layer": layer, "scale": scale, "n_source": n_source, "n_inputs": n_inputs, "estimator": fit.estimator,
                   "alpha": fit.alpha, "n_shuffles": n_shuffles, "seed": seed, "relation": relation.label},
         seconds=time.perf_counter() - started,
     )
+
+
+def shuffled_rows_test(w_rows: np.ndarray, effect: np.ndarray, n_shuffles: int, seed: int):
+    """scipy's permutation test of the mean r between each subject's W row and its effect (`[n_subjects, n_domain]` each).
+
+    The null pairs W's rows with other subjects' effects, one seeded shuffle at a time, so a seed gives the
+    same shuffles whatever `n_shuffles` is.
+    """
+    from scipy.stats import permutation_test
+
+    def mean_r(order: np.ndarray) -> float:
+        return float(np.nanmean(instancewise_pearson(w_rows[order], effect)))
+
+    return permutation_test((np.arange(len(w_rows)),), mean_r, permutation_type="pairings", alternative="greater", vectorized=False,
+                            n_resamples=n_shuffles, batch=1, random_state=np.random.default_rng(seed))
