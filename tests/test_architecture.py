@@ -1,4 +1,4 @@
-"""The layout holds: imports point one way (cli -> studies -> core stages -> models), and studies use each other only through public APIs."""
+"""The layout holds: imports point one way (cli -> reproduce -> studies -> core stages -> models), and studies are used only through public APIs."""
 
 from __future__ import annotations
 
@@ -43,8 +43,10 @@ def imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def layer(module: str) -> int:
-    """0: core stages and models, 1: studies, 2: the command line."""
+    """0: core stages and models, 1: studies, 2: reproducing papers from the studies, 3: the command line."""
     if module.startswith("lincorr.cli") or module == "lincorr.__main__":
+        return 3
+    if module.startswith("lincorr.reproduce"):
         return 2
     return 1 if module.startswith("lincorr.studies") else 0
 
@@ -90,7 +92,7 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 def test_studies_import_no_private_names():
     private = [
         f"{name} imports {target}.{imported}"
-        for name, path in modules().items() if layer(name) == 1
+        for name, path in modules().items() if layer(name) in (1, 2)
         for target, names in imports(path)
         for imported in names if imported.startswith("_")
     ]
@@ -98,11 +100,11 @@ def test_studies_import_no_private_names():
 
 
 def test_a_study_uses_another_study_only_through_its_public_api():
-    """A name imported from another study module must be in that module's `__all__` (its public study API)."""
+    """A name imported from a study module by another study or by a reproduction must be in that module's `__all__` (its public study API)."""
     known = modules()
     reaching = []
     for name, path in known.items():
-        if layer(name) != 1:
+        if layer(name) not in (1, 2):
             continue
         for target, names in imports(path):
             if target == name or layer(target) != 1 or target not in known or target in STUDY_PACKAGES:
@@ -138,3 +140,29 @@ def test_the_module_table_in_the_docs_is_current():
     module_table = importlib.util.module_from_spec(tool)
     tool.loader.exec_module(module_table)
     assert module_table.current_section() == module_table.table()
+
+
+MAX_FILE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+def oversized(path: Path) -> list[str]:
+    """What in one source file is over the size a reader takes in at once: the file itself, and each function by its lines."""
+    text = path.read_text(encoding="utf-8")
+    found = [f"{path.name}: {len(text.splitlines())} lines"] if len(text.splitlines()) > MAX_FILE_LINES else []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            length = node.end_lineno - node.lineno + 1
+            if length > MAX_FUNCTION_LINES:
+                found.append(f"{path.name}:{node.lineno} {node.name}: {length} lines")
+    return found
+
+
+def test_no_source_file_or_function_is_too_long_to_read_at_once():
+    assert [entry for path in modules().values() for entry in oversized(path)] == []
+
+
+def test_the_size_check_finds_a_long_function(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("def long():\n" + "    x = 1\n" * MAX_FUNCTION_LINES + "\n\ndef short():\n    return 1\n")
+    assert oversized(sample) == [f"sample.py:1 long: {MAX_FUNCTION_LINES + 1} lines"]

@@ -7,7 +7,8 @@ import pytest
 
 from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
-from lincorr.fit import CI_METHODS, FitConfig, pairs_bootstrap_labelwise_ci, split_indices
+from lincorr.fit import CI_METHODS, FitConfig
+from lincorr.held_out import pairs_bootstrap_labelwise_ci, split_indices
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci
 

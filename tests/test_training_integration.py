@@ -12,7 +12,8 @@ from helpers.bundled import above_chance_p
 
 from lincorr.fit import FitConfig
 from lincorr.fit import fit_relation
-from lincorr.studies.training.generalization import DEFAULT_TRAIN, GeneralizationConfig, predict_edit, run_generalization
+from lincorr.studies.training.edit_prediction import predict_edit
+from lincorr.studies.training.generalization import DEFAULT_TRAIN, GeneralizationConfig, run_generalization
 from lincorr.relations import RelationSpec
 from lincorr.studies.training.gradients import GradientConfig, measure_gradient_correlation
 from lincorr.knowledge import load_registry

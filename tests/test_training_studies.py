@@ -20,16 +20,15 @@ from lincorr.studies.training.generalization import (
     GeneralizationConfig,
     GeneralizationResult,
     calibrate_predictions,
-    edit_delta,
-    generalization_table,
     held_out_deltas,
     planned_facts,
-    predict_edit,
-    predict_from_logits,
     run_generalization,
     score_outcomes,
 )
+from lincorr.studies.training.edit_prediction import edit_delta, predict_edit, predict_from_logits
+from lincorr.studies.training.table5 import generalization_table
 import lincorr.studies.training.generalization as generalization_module
+import lincorr.studies.training.table5 as table5_module
 import lincorr.studies.training.gradients as gradients_module
 from lincorr.studies.training.gradients import GradientConfig, gradient_correlation_from_changes, gradient_table, measure_gradient_correlation
 from lincorr.studies.training.subwords import subword_study
@@ -239,7 +238,7 @@ def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch
     def no_training(*args, **kwargs):
         raise AssertionError("a stored row was computed again")
 
-    monkeypatch.setattr(generalization_module, "run_generalization", no_training)
+    monkeypatch.setattr(table5_module, "run_generalization", no_training)
     assert json.dumps(generalization_table(lm, registry, relations, config).summary()["rows"]) == json.dumps(rows)  # NaN-safe comparison
     # Other settings are another row: it is computed, not read back.
     with pytest.raises(AssertionError, match="computed again"):

@@ -243,19 +243,8 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
             for epoch in epochs:
                 loss_sum, token_sum = 0.0, 0
                 for step in epoch:
-                    batches = [collate(chunk, pad_token_id) for chunk in step]
-                    n_tokens = sum(b.n_answer_tokens for b in batches)
-                    optimizer.zero_grad(set_to_none=True)
-                    step_loss = 0.0
-                    for batch in batches:
-                        # Token-weighted so that accumulated chunks give the gradient of the whole step.
-                        loss = _answer_loss_sum(target, batch) / n_tokens
-                        loss.backward()
-                        step_loss += loss.item()
-                    if config.max_grad_norm is not None:
-                        torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
-                    optimizer.step()
-                    scheduler.step()
+                    step_loss, n_tokens = _step(target, [collate(chunk, pad_token_id) for chunk in step], optimizer, scheduler,
+                                                trainable, config)
                     steps += 1
                     loss_sum += step_loss * n_tokens
                     token_sum += n_tokens
@@ -281,6 +270,23 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
         seconds=time.perf_counter() - started,
     )
 
+
+
+def _step(target, batches, optimizer, scheduler, trainable, config: TrainConfig) -> tuple[float, int]:
+    """One optimiser step over micro-batches whose gradients add up: (the step's loss per answer token, its answer tokens)."""
+    n_tokens = sum(b.n_answer_tokens for b in batches)
+    optimizer.zero_grad(set_to_none=True)
+    step_loss = 0.0
+    for batch in batches:
+        # Token-weighted so that accumulated chunks give the gradient of the whole step.
+        loss = _answer_loss_sum(target, batch) / n_tokens
+        loss.backward()
+        step_loss += loss.item()
+    if config.max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+    optimizer.step()
+    scheduler.step()
+    return step_loss, n_tokens
 
 def _rate_factor(config: TrainConfig, total_steps: int) -> Callable[[int], float]:
     """The multiplier of the learning rate before optimiser step `step` (0-based)."""

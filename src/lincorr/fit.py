@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,7 +12,8 @@ import numpy as np
 import scipy.special
 
 from lincorr.collection import CollectSettings, LogitTable, collect
-from lincorr.errors import DataError, LincorrError
+from lincorr.errors import LincorrError
+from lincorr.held_out import control_labelwise_r, pairs_bootstrap_intervals, split_indices, split_sizes
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
 from lincorr.models import LM
@@ -25,13 +25,8 @@ from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, ReferenceMatch, RelationSpec, bind_relation, match_reference, relate
 
-__all__ = ["CI_METHODS", "FitConfig", "PairResult", "tops_text", "MIN_TEST_INPUTS", "split_sizes", "split_indices", "fit_tables", "fit_targets",
-           "fit_relation_tables", "measure_pair", "measure_relation", "fit_relation", "pairs_bootstrap_labelwise_ci", "TARGET_SCORES",
-           "within_domain_logprobs"]
-
-# Every r, interval and control is scored on held-out inputs; over fewer than this many a
-# correlation is mostly noise (with 2 points |r| is always 1), so such a result is refused.
-MIN_TEST_INPUTS = 10
+__all__ = ["CI_METHODS", "FitConfig", "PairResult", "tops_text", "fit_tables", "fit_targets", "fit_relation_tables", "measure_pair",
+           "measure_relation", "fit_relation", "TARGET_SCORES", "within_domain_logprobs"]
 
 # What W is fitted onto: the target table as collected, or as a distribution over its own domain
 # (each input's logits minus their log-sum-exp over the domain words).
@@ -292,27 +287,6 @@ def within_domain_logprobs(table: LogitTable) -> LogitTable:
                                kind=f"{table.kind}, log-softmax over the domain")
 
 
-def split_indices(n: int, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded train/test split of `n` rows (the paper: half and half)."""
-    n_test = split_sizes(n, test_fraction)[1]
-    order = np.random.default_rng(seed).permutation(n)
-    return np.sort(order[n_test:]), np.sort(order[:n_test])
-
-
-def split_sizes(n: int, test_fraction: float) -> tuple[int, int]:
-    """(n_train, n_test) of a split of `n` inputs; refused when it leaves fewer than MIN_TEST_INPUTS to score on."""
-    if not 0 < test_fraction < 1:
-        raise LincorrError(f"test fraction must be between 0 and 1, got {test_fraction}")
-    n_test = int(round(n * test_fraction))
-    if n_test < MIN_TEST_INPUTS:
-        needed = math.ceil(MIN_TEST_INPUTS / test_fraction)
-        raise DataError(f"{n} inputs hold out {n_test} to score on (test fraction {test_fraction:g}), and every r needs at least "
-                           f"{MIN_TEST_INPUTS}; use -n {needed} or more (or --inputs with that many lines)")
-    if n - n_test < 2:
-        raise LincorrError(f"{n} inputs leave {n - n_test} to fit W on; lower the test fraction or use more inputs")
-    return n - n_test, n_test
-
-
 def fit_tables(source: LogitTable, target: LogitTable, config: FitConfig = FitConfig(), *, source_name: str = "source",
                target_name: str = "target", model_name: str = "", reference: ReferenceMatch | None = None) -> PairResult:
     """Fit W on the train half of two tables over the same inputs and score it on the test half."""
@@ -368,63 +342,6 @@ def fit_targets(source: LogitTable, targets: Mapping[str, LogitTable], config: F
 def scored_target(table: LogitTable, config: FitConfig) -> LogitTable:
     """The target table as W is fitted onto it: as collected, or as log-probabilities over its domain (`config.target_scores`)."""
     return within_domain_logprobs(table) if config.target_scores == "domain-logprobs" else table
-
-
-def control_labelwise_r(source: np.ndarray, target: np.ndarray, test_source: np.ndarray, actual: np.ndarray, train: np.ndarray,
-                        config: FitConfig, alpha: float) -> np.ndarray:
-    """Label-wise r `[n_target]` of the same fit after shuffling which input each training target row belongs to, mean of `n_control`.
-
-    `source` `[n, n_source]` and `target` `[n, n_target]` are fitted on their `train` rows; `test_source` is
-    what the shuffled W predicts from, `actual` `[n_test, n_target]` what it is scored against.
-    """
-    rng = np.random.default_rng(config.seed + 1)
-    return np.mean(
-        [
-            labelwise_pearson(
-                LinearMap(estimator=config.estimator, alpha=alpha, standardize=config.standardize)
-                .fit(source[train], target[rng.permutation(train)])
-                .predict(test_source).astype(np.float32),
-                actual,
-            )
-            for _ in range(config.n_control)
-        ],
-        axis=0,
-    )
-
-
-def pairs_bootstrap_labelwise_ci(source: np.ndarray, target: np.ndarray, train: np.ndarray, test: np.ndarray,
-                                 config: FitConfig, alpha: float, level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of the mean label-wise r when the inputs themselves are redrawn.
-
-    Each of `config.n_boot` resamples draws the train rows and the test rows with replacement,
-    refits W on the first (ridge keeps the penalty `alpha` chosen on the real train half, since
-    cross-validating it again per resample would multiply the cost by the folds) and scores it on
-    the second, so the interval also covers how W varies with the inputs it was fitted on.
-    `source` `[n, n_source]`, `target` `[n, n_target]`; `train`, `test` are row indices.
-    """
-    tables = (source, target)
-    return pairs_bootstrap_intervals(tables, tables, train, test, config, alpha, [slice(None)], level)[0]
-
-
-def pairs_bootstrap_intervals(fit_on: tuple[np.ndarray, np.ndarray], evaluate_on: tuple[np.ndarray, np.ndarray], train: np.ndarray,
-                              test: np.ndarray, config: FitConfig, alpha: float, groups: Sequence[slice],
-                              level: float = 0.95) -> list[tuple[float, float]]:
-    """`pairs_bootstrap_labelwise_ci` of each group of target columns, W fitted on `fit_on` and scored on `evaluate_on` rows.
-
-    Every resample refits all groups at once (each column is solved on its own), so a group's interval is
-    the one its columns alone would give.
-    """
-    rng = np.random.default_rng(config.seed + 2)
-    means = []  # [n_boot][n_groups]
-    for _ in range(config.n_boot):
-        drawn_train, drawn_test = rng.choice(train, train.size), rng.choice(test, test.size)
-        refitted = LinearMap(estimator=config.estimator, alpha=alpha, standardize=config.standardize).fit(
-            fit_on[0][drawn_train], fit_on[1][drawn_train])
-        r = labelwise_pearson(refitted.predict(evaluate_on[0][drawn_test]).astype(np.float32), evaluate_on[1][drawn_test])
-        means.append([np.nanmean(r[group]) if np.isfinite(r[group]).any() else np.nan for group in groups])
-    tail = (1 - level) / 2 * 100
-    bounds = np.nanpercentile(np.array(means), [tail, 100 - tail], axis=0)  # [2, n_groups]
-    return [(float(low), float(high)) for low, high in bounds.T]
 
 
 def measure_pair(lm: LM, source: Prompt, target: Prompt, inputs: Sequence[str], config: FitConfig = FitConfig(),

@@ -114,7 +114,8 @@ def write_tiny_runs(root) -> dict:
     from lincorr.studies import load_result
     from lincorr.studies.logits.lre import LreTable
     from lincorr.fit import FitConfig
-    from lincorr.studies.training.generalization import GeneralizationConfig, generalization_table
+    from lincorr.studies.training.generalization import GeneralizationConfig
+    from lincorr.studies.training.table5 import generalization_table
     from lincorr.finetune import TrainConfig
     from lincorr.knowledge import load_registry
     from lincorr.models import load_model

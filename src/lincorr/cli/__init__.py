@@ -20,6 +20,7 @@ from lincorr.cli.extractive import add_extractive_command
 from lincorr.cli.mechanisms import add_mechanism_commands
 from lincorr.cli.registry import add_registry_commands
 from lincorr.cli.report import add_report_command
+from lincorr.cli.reproduce import add_reproduce_command
 from lincorr.cli.studies import add_study_commands
 from lincorr.cli.options import CommandParser, check_output_directories, check_user_files
 from lincorr.cli.training import add_training_commands
@@ -42,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_training_commands(commands)
     add_extractive_command(commands)
     add_mechanism_commands(commands)
+    add_reproduce_command(commands)
     add_report_command(commands)
     add_cache_command(commands)
     return parser

@@ -326,7 +326,8 @@ def checked_registry(args, names: Iterable[str]):
 
 def fit_config(args):
     """The FitConfig behind --seed, --estimator, --alpha, --test-fraction, --bootstrap and --ci, once the inputs (-n or --inputs) are enough to score on."""
-    from lincorr.fit import FitConfig, split_sizes
+    from lincorr.fit import FitConfig
+    from lincorr.held_out import split_sizes
 
     split_sizes(count_inputs(args), args.test_fraction)
     return FitConfig(seed=args.seed, estimator=args.estimator, alpha=args.alpha, test_fraction=args.test_fraction, n_boot=args.bootstrap,

@@ -34,23 +34,33 @@ from lincorr.errors import DataError, InputError, UsageError
 
 
 def add_study_commands(commands) -> None:
-    def study(name: str, help_text: str, *, writes: str):
-        parser = add_command(commands, name, help_text)
-        add_out_option(parser, writes)
-        add_json_option(parser)
-        return parser
+    for add in (add_matrix, add_precision, add_lre, add_cases, add_resilience, add_scale):
+        add(commands)
 
-    def shared_options(parser, *model_aliases: str, model_help: str = MODEL_HELP) -> None:
-        add_model_options(parser, *model_aliases, help_text=model_help)
-        add_collection_options(parser)
-        add_fit_options(parser)
 
-    matrix = study("matrix", "label-wise r, instance-wise r and label-wise std for every prompt pair", writes="matrix.json, CSVs and PNG heatmaps")
+def study_parser(commands, name: str, help_text: str, *, writes: str):
+    """A study's subcommand with the options every study has: --out (what it writes) and --json."""
+    parser = add_command(commands, name, help_text)
+    add_out_option(parser, writes)
+    add_json_option(parser)
+    return parser
+
+
+def shared_options(parser, *model_aliases: str, model_help: str = MODEL_HELP) -> None:
+    add_model_options(parser, *model_aliases, help_text=model_help)
+    add_collection_options(parser)
+    add_fit_options(parser)
+
+
+def add_matrix(commands) -> None:
+    matrix = study_parser(commands, "matrix", "label-wise r, instance-wise r and label-wise std for every prompt pair", writes="matrix.json, CSVs and PNG heatmaps")
     grid_options(matrix)
     shared_options(matrix)
     matrix.set_defaults(handler=run_matrix)
 
-    precision = study("precision", "Hit@Top-N of W against reference pairs, ols and ridge side by side", writes="precision.json, .csv and .md")
+
+def add_precision(commands) -> None:
+    precision = study_parser(commands, "precision", "Hit@Top-N of W against reference pairs, ols and ridge side by side", writes="precision.json, .csv and .md")
     add_prompt_pair(precision, optional=True, help_text="registry prompt name, or a label when its --*-template is given")
     add_references_option(precision)
     add_custom_prompt_options(precision)
@@ -70,7 +80,9 @@ def add_study_commands(commands) -> None:
     # --estimator picks the headline numbers; the other fits are reported beside them.
     precision.set_defaults(handler=run_precision)
 
-    lre = study("lre", "W precision (Table 2's Hit@Top-N, ols and ridge-std) on the 47 LRE relations, by relation type",
+
+def add_lre(commands) -> None:
+    lre = study_parser(commands, "lre", "W precision (Table 2's Hit@Top-N, ols and ridge-std) on the 47 LRE relations, by relation type",
                 writes="lre.json, .csv and .md")
     lre.add_argument("--relations", default=None, metavar="NAME,...",
                      help="LRE relations by file name, e.g. country_capital_city,city_in_country (default: all 47)")
@@ -83,7 +95,9 @@ def add_study_commands(commands) -> None:
     add_fit_options(lre, estimator="ols", choices=("ols", "ridge-std"), reason="both are reported; this one is listed first")
     lre.set_defaults(handler=run_lre)
 
-    cases = study("cases", "top influenced / influencing words of W (Tables 3, 15, 16, 17)", writes="cases.md, cases.csv and cases.json")
+
+def add_cases(commands) -> None:
+    cases = study_parser(commands, "cases", "top influenced / influencing words of W (Tables 3, 15, 16, 17)", writes="cases.md, cases.csv and cases.json")
     add_prompt_pair(cases, optional=True)
     cases.add_argument("--influencing", action="store_true", help="rows are target words with their top influencing sources")
     cases.add_argument("--word", action="append", default=[], metavar="WORD", help="a row word (repeatable; default every word)")
@@ -92,7 +106,9 @@ def add_study_commands(commands) -> None:
     shared_options(cases)
     cases.set_defaults(handler=run_cases)
 
-    resilience = study("resilience", "fit W on one model, evaluate it on another checkpoint",
+
+def add_resilience(commands) -> None:
+    resilience = study_parser(commands, "resilience", "fit W on one model, evaluate it on another checkpoint",
                        writes="resilience.json, pairs.csv, difference.png and the three matrices")
     grid_options(resilience)
     eval_from = resilience.add_mutually_exclusive_group(required=True)
@@ -104,7 +120,9 @@ def add_study_commands(commands) -> None:
     shared_options(resilience, "--fit-model", model_help=f"model A, to fit W on: {MODEL_HELP}")
     resilience.set_defaults(handler=run_resilience)
 
-    scale = study("scale", "correlation and W precision across models (Fig. 4)", writes="scale.json, scale.csv and scale_<estimator>.png")
+
+def add_scale(commands) -> None:
+    scale = study_parser(commands, "scale", "correlation and W precision across models (Fig. 4)", writes="scale.json, scale.csv and scale_<estimator>.png")
     scale.add_argument("--models", required=True, metavar="A,B,...", help="comma-separated model specs")
     scale.add_argument("--relations", default="city:country,ceo:company", metavar="S:T,...", help="prompt pairs")
     shared_options(scale)
@@ -212,7 +230,7 @@ def run_precision(args) -> None:
 
 
 def run_precision_curve(args) -> None:
-    from lincorr.fit import split_sizes
+    from lincorr.held_out import split_sizes
     from lincorr.studies.logits.precision_curve import precision_curve
     from lincorr.relations import RelationSpec
 

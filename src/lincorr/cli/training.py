@@ -38,8 +38,8 @@ GENERALIZATION_FILES = "result.json, facts.json, table6.md and fig5.png"
 
 
 def add_training_commands(commands) -> None:
-    from lincorr.fit import MIN_TEST_INPUTS
-    from lincorr.studies.training.generalization import DEFAULT_MARGIN
+    from lincorr.held_out import MIN_TEST_INPUTS
+    from lincorr.studies.training.edit_prediction import DEFAULT_MARGIN
     from lincorr.studies.training.gradients import GradientConfig
 
     def study(name: str, help_text: str, *, writes: str, pair_required: bool = False):
@@ -114,7 +114,8 @@ def training_options(parser, train, with_epochs: bool = True) -> None:
 
 
 def generalization_options(parser) -> None:
-    from lincorr.studies.training.generalization import DEFAULT_MARGIN, DEFAULT_TRAIN
+    from lincorr.studies.training.edit_prediction import DEFAULT_MARGIN
+    from lincorr.studies.training.generalization import DEFAULT_TRAIN
 
     parser.add_argument("--n-facts", type=COUNT, default=16, help="fresh entities taught per seed")
     parser.add_argument("--n-seeds", type=COUNT, default=3, help="seeds --seed, --seed+1, ...")
@@ -146,7 +147,8 @@ def generalization_config(args):
 
 
 def run_generalize(args) -> None:
-    from lincorr.studies.training.generalization import GeneralizationTable, generalization_table, run_generalization
+    from lincorr.studies.training.generalization import run_generalization
+    from lincorr.studies.training.table5 import GeneralizationTable, generalization_table
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
 
@@ -207,7 +209,7 @@ def run_gradcorr(args) -> None:
 
 
 def run_predict_edit(args) -> None:
-    from lincorr.studies.training.generalization import DEFAULT_MARGIN, predict_relation_edit
+    from lincorr.studies.training.edit_prediction import DEFAULT_MARGIN, predict_relation_edit
     from lincorr.relations import RelationSpec
 
     if args.delta is not None and args.margin is not None:

@@ -108,17 +108,7 @@ def run(
     every component at once (also when the model's parameters are frozen).
     """
     parts = layout(lm)
-    rows = token_rows(lm, prompts)
-    captures = [as_component(c) for c in capture]
-    patches = [i.as_patch() if isinstance(i, Ablate) else i for i in interventions]
-    for component in captures + [p.component for p in patches]:
-        check_component(parts, component)
-    if batch_size < 1:
-        raise LincorrError(f"batch size must be positive, got {batch_size}")
-    _, mask = left_pad(rows, lm.tokenizer.pad_token_id)
-    every_row = Rows(torch.arange(len(rows)), mask.sum(1))
-    for requested in [positions] + [p.position for p in patches]:
-        position_index(every_row, mask.shape[1], requested)  # raises before any forward on a bad position
+    rows, captures, patches, mask = checked_request(lm, parts, prompts, capture, positions, interventions, batch_size)
     order = list(range(len(rows))) if grad else sorted(range(len(rows)), key=lambda i: len(rows[i]))
     batches = [order] if grad else [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
     flight = Rows()
@@ -153,6 +143,23 @@ def run(
     activations = {c: assemble(stores[c], positions == "all") for c in captures}
     return Trace(activations, assemble(logits, False), mask)
 
+
+
+def checked_request(lm: LM, parts, prompts, capture, positions: Positions, interventions, batch_size: int):
+    """A `run`'s token rows, captures, patches and padded mask `[n_prompts, max_len]`, every name, position and size checked
+    before any forward."""
+    rows = token_rows(lm, prompts)
+    captures = [as_component(c) for c in capture]
+    patches = [i.as_patch() if isinstance(i, Ablate) else i for i in interventions]
+    for component in captures + [p.component for p in patches]:
+        check_component(parts, component)
+    if batch_size < 1:
+        raise LincorrError(f"batch size must be positive, got {batch_size}")
+    _, mask = left_pad(rows, lm.tokenizer.pad_token_id)
+    every_row = Rows(torch.arange(len(rows)), mask.sum(1))
+    for requested in [positions] + [p.position for p in patches]:
+        position_index(every_row, mask.shape[1], requested)
+    return rows, captures, patches, mask
 
 def mean_activation(
     lm: LM,

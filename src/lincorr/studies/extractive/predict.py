@@ -29,7 +29,7 @@ from lincorr.fit import FitConfig, fit_relation
 from lincorr.studies.extractive.ocr import (
     FactsConfig, hop_data, load_world, ranks, saved_figure, train_model, training_settings,
 )
-from lincorr.studies.training.generalization import DEFAULT_MARGIN, predict_from_logits
+from lincorr.studies.training.edit_prediction import DEFAULT_MARGIN, predict_from_logits
 from lincorr.metrics import roc_auc
 from lincorr.models import LM
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json

@@ -1,0 +1,59 @@
+"""`lincorr reproduce`: a paper's claims on one model, each reproduced, not reproduced or not applicable; `--status` of a saved run."""
+
+from __future__ import annotations
+
+from lincorr.cli.options import (
+    add_collect_settings,
+    add_command,
+    add_json_option,
+    add_model_options,
+    add_out_option,
+    add_quiet_option,
+    add_registry_option,
+    collect_settings,
+    load_lm,
+    load_registry_from,
+    print_json,
+    save_and_print,
+    wrote,
+)
+from lincorr.errors import UsageError
+
+
+def add_reproduce_command(commands) -> None:
+    parser = add_command(commands, "reproduce", "run a paper's tables and figures as claims, each tested: reproduced, not reproduced or not applicable")
+    parser.add_argument("paper", nargs="?", default=None, help="the paper: peng (linear correlation)")
+    parser.add_argument("--only", default=None, metavar="ID,...", help="only these claims (e.g. peng.table2,peng.table4); --list names them")
+    parser.add_argument("--budget", choices=("quick", "paper"), default="quick",
+                        help="quick: small N and few relations, a first look in minutes; paper: the paper's N, relations and training")
+    parser.add_argument("--list", action="store_true", help="list the paper's claims and exit")
+    parser.add_argument("--status", default=None, metavar="DIR", help="list the claims of a saved reproduction whose code has changed since")
+    add_out_option(parser, "reproduction.json, claims.md and provenance.json")
+    for add_options in (add_json_option, add_model_options, add_registry_option, add_quiet_option):
+        add_options(parser)
+    add_collect_settings(parser)
+    parser.set_defaults(handler=run_reproduce)
+
+
+def run_reproduce(args) -> None:
+    from lincorr.reproduce import ReproductionResult, load_paper, reproduce
+
+    if args.status:
+        result = ReproductionResult.load(args.status)
+        stale = result.stale_claims()
+        if args.json:
+            print_json({"paper": result.paper, "model": result.model_name, "stale": [c.id for c in stale]})
+            return
+        print("\n".join([f"{c.id}: measured {c.measured_at}, its code has changed since" for c in stale]
+                        or [f"no stale claim: every measured claim of {args.status} matches the code"]))
+        return
+    if not args.paper:
+        raise UsageError("name a paper (lincorr reproduce peng) or pass --status DIR")
+    paper = load_paper(args.paper)
+    if args.list:
+        print("\n".join(f"{c.id:<26} {c.where:<28} {'step ' + c.step if c.step else 'not applicable'}" for c in paper.claims))
+        return
+    paper.chosen(args.only)  # a misspelt id fails now, not after the model loads
+    result = reproduce(args.paper, load_lm(args), only=args.only, budget=args.budget, registry=load_registry_from(args),
+                       settings=collect_settings(args))
+    save_and_print(args, result, lambda: result.text() + wrote(args))

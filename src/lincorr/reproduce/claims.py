@@ -1,0 +1,110 @@
+"""A paper's claims as data: one YAML file per paper beside this module (peng.yaml, ...).
+
+Each claim names where it stands in the paper, its statement in one line, the published numbers
+it is judged against (an entry of paper.yaml, by name), the step that measures it with the
+settings of each budget, and the test of the phenomenon in words; or, for a table or figure no
+step measures, why it is not applicable. Nothing here runs a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from importlib import resources
+
+import yaml
+
+from lincorr.errors import LincorrError, UsageError
+from lincorr.paper import paper_entry
+
+BUDGETS = ("quick", "paper")
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One table or figure of a paper: what it claims, how it is measured and tested, or why it cannot be here."""
+
+    id: str  # "peng.table2", "peng.fig3.attribute"
+    where: str  # "Table 2 (§3.5)"
+    statement: str
+    published: str | None  # an entry of paper.yaml with the paper's numbers, or None when it prints none we keep
+    published_keys: tuple[str, ...]  # which of its row keys the claim is judged on
+    published_label: str | None  # only the rows with this label (one case table of "cases")
+    step: str | None  # a name in lincorr.reproduce.steps.STEPS
+    test: str  # the test of the phenomenon, in words
+    settings: Mapping[str, Mapping[str, object]]  # budget -> the step's settings; a budget left out is not run at it
+    not_applicable: str | None = None  # why no step measures it (when `step` is None)
+
+    def settings_for(self, budget: str) -> Mapping[str, object] | None:
+        """The step's settings at `budget`, or None when the claim is not run at that budget."""
+        return self.settings.get(budget)
+
+    def paper_numbers(self) -> dict:
+        """The published numbers the claim is judged against: where, the model, and each row's values of `published_keys`."""
+        if self.published is None:
+            return {}
+        entry = paper_entry(self.published)
+        rows = [{"label": str(row["label"]), "source": row["source"], "target": row["target"],
+                 **{k: row[k] for k in self.published_keys if k in row}}
+                for row in entry.get("rows", ()) if self.published_label in (None, str(row["label"]))]
+        values = {k: v for k, v in entry.get("values", {}).items() if not self.published_keys or k in self.published_keys}
+        return {"where": entry["where"], "model": entry["model"], "setting": entry["setting"], **({"rows": rows} if rows else {}),
+                **({"values": values} if values else {})}
+
+
+@dataclasses.dataclass(frozen=True)
+class Paper:
+    """A paper's claims, in the paper's order."""
+
+    name: str  # "peng"
+    title: str
+    claims: tuple[Claim, ...]
+
+    def claim(self, claim_id: str) -> Claim:
+        return next(c for c in self.claims if c.id == claim_id)
+
+    def chosen(self, only: str | None) -> tuple[Claim, ...]:
+        """The claims named in `only` ("peng.table2,peng.table4"; None: all); an unknown id is the user's to fix."""
+        if not only:
+            return self.claims
+        wanted = [part.strip() for part in only.split(",") if part.strip()]
+        known = {c.id for c in self.claims}
+        unknown = [i for i in wanted if i not in known]
+        if unknown or not wanted:
+            raise UsageError(f"--only names no claim of {self.name}: {', '.join(unknown) or only}; "
+                             f"the ids are listed by `lincorr reproduce {self.name} --list`")
+        return tuple(c for c in self.claims if c.id in wanted)
+
+
+def claim_from(entry: dict, paper: str) -> Claim:
+    published = entry.get("published")
+    claim = Claim(
+        id=entry["id"], where=entry["where"], statement=entry["statement"],
+        published=published["table"] if isinstance(published, dict) else published,
+        published_keys=tuple(published.get("keys", ())) if isinstance(published, dict) else (),
+        published_label=str(published["label"]) if isinstance(published, dict) and "label" in published else None,
+        step=entry.get("step"), test=entry.get("test", ""),
+        settings={budget: dict(entry[budget]) for budget in BUDGETS if entry.get(budget) is not None},
+        not_applicable=entry.get("not_applicable"),
+    )
+    if not claim.id.startswith(f"{paper}."):
+        raise LincorrError(f"claim {claim.id} of {paper}.yaml must start with '{paper}.'")
+    if (claim.step is None) == (claim.not_applicable is None):
+        raise LincorrError(f"claim {claim.id} needs exactly one of a step and a not_applicable reason")
+    return claim
+
+
+@functools.cache
+def load_paper(name: str) -> Paper:
+    """The claims of paper `name` ("peng") from this package's `<name>.yaml`."""
+    resource = resources.files("lincorr.reproduce").joinpath(f"{name}.yaml")
+    if not resource.is_file():
+        known = sorted(p.name[:-5] for p in resources.files("lincorr.reproduce").iterdir() if p.name.endswith(".yaml"))
+        raise UsageError(f"no claims for paper '{name}'; known: {', '.join(known)}")
+    data = yaml.safe_load(resource.read_text(encoding="utf-8"))
+    claims = tuple(claim_from(entry, name) for entry in data["claims"])
+    duplicates = sorted({c.id for c in claims if sum(d.id == c.id for d in claims) > 1})
+    if duplicates:
+        raise LincorrError(f"{name}.yaml repeats claim ids: {', '.join(duplicates)}")
+    return Paper(name, data["title"], claims)

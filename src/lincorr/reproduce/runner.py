@@ -1,0 +1,181 @@
+"""Running a paper's claims on one model: each step at the chosen budget, tested, stored at once, and the claim table.
+
+A finished claim is stored in the cache (`cache.stored_result`) under the model fingerprint,
+the claim id, the budget, its settings and the code digest of its step's module, so an
+interrupted reproduction resumes where it stopped and a change to the code behind a claim
+measures it again. `ReproductionResult.stale_claims` says which claims of a saved reproduction
+the code has moved past.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import math
+import time
+from pathlib import Path
+from typing import ClassVar
+
+from lincorr.cache import stored_result
+from lincorr.collection import CollectSettings
+from lincorr.errors import InputError, LincorrError
+from lincorr.filesystem import read_json
+from lincorr.knowledge import load_registry
+from lincorr.models import LM, load_model
+from lincorr.outputs import staged_directory, write_json, write_text_atomic
+from lincorr.progress import progress_bar
+from lincorr.provenance import code_digest
+from lincorr.reproduce.claims import BUDGETS, Claim, load_paper
+from lincorr.reproduce.step import Context
+from lincorr.reproduce.steps import STEPS, step_module
+from lincorr.reproduce.verdicts import verdict
+from lincorr.results import record
+
+RESULT_FILE = "reproduction.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimResult:
+    """One claim as measured: the paper's numbers, ours, the test with its statistic and p-value, the verdict and why."""
+
+    id: str
+    where: str
+    statement: str
+    paper: dict
+    ours: dict
+    ours_text: str
+    test: str
+    statistic: float | None
+    p_value: float | None
+    verdict: str
+    reason: str
+    variant: dict | None = None  # lincorr's way beside the paper's: its test, statistic, p-value and verdict
+    step: str | None = None
+    code_digest: str | None = None  # of the step's module when measured; None for a claim no step measured
+    measured_at: str | None = None
+    seconds: float | None = None
+
+    def summary(self) -> dict:
+        """The claim's row of `--json`: id, statement, paper, ours, test, p_value, verdict, reason, and where it came from."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_summary(cls, row: dict) -> ClaimResult:
+        return cls(**{field.name: row.get(field.name) for field in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass(frozen=True)
+class ReproductionResult:
+    """A paper's claim table on one model at one budget."""
+
+    study: ClassVar[str] = "reproduce"
+
+    paper: str
+    title: str
+    model_name: str
+    model_fingerprint: str
+    budget: str
+    claims: tuple[ClaimResult, ...]
+
+    def summary(self) -> dict:
+        """The JSON of `lincorr reproduce --json`: {"paper", "model", "claims": [...]} with the title, fingerprint and budget."""
+        return {"paper": self.paper, "title": self.title, "model": self.model_name, "model_fingerprint": self.model_fingerprint,
+                "budget": self.budget, "claims": [claim.summary() for claim in self.claims]}
+
+    def counts(self) -> dict[str, int]:
+        """How many claims ended in each verdict."""
+        return {v: sum(c.verdict == v for c in self.claims) for v in ("reproduced", "not reproduced", "not applicable")}
+
+    def text(self) -> str:
+        """One line per claim: id, verdict, p-value, and our numbers or the reason."""
+        width = max((len(c.id) for c in self.claims), default=10)
+        lines = [f"{self.title} on {self.model_name} (budget {self.budget}): "
+                 + ", ".join(f"{n} {v}" for v, n in self.counts().items())]
+        for c in self.claims:
+            p = f"p={c.p_value:.3g}" if c.p_value is not None and math.isfinite(c.p_value) else "-"
+            lines.append(f"{c.id:<{width}}  {c.verdict:<14}  {p:<10}  {c.ours_text or c.reason}")
+        return "\n".join(lines)
+
+    def markdown(self) -> str:
+        """The claim table: where | statement | ours | test | p | verdict."""
+        lines = ["| claim | where | ours | test | p | verdict |", "|---|---|---|---|---|---|"]
+        for c in self.claims:
+            p = f"{c.p_value:.3g}" if c.p_value is not None and math.isfinite(c.p_value) else ""
+            ours = c.ours_text if c.verdict != "not applicable" else c.reason
+            lines.append(f"| {c.id} | {c.where} | {ours} | {c.test} | {p} | {c.verdict} |")
+        return "\n".join(lines) + "\n"
+
+    def stale_claims(self) -> list[ClaimResult]:
+        """Measured claims whose step's code (with all it imports from lincorr) differs from what measured them."""
+        return [c for c in self.claims if c.code_digest is not None
+                and (c.step not in STEPS or code_digest(step_module(c.step)) != c.code_digest)]
+
+    def save(self, directory) -> None:
+        """reproduction.json (the summary), claims.md and provenance.json."""
+        with staged_directory(directory) as out:
+            record(out, self, model_fingerprint=self.model_fingerprint, settings={"paper": self.paper, "budget": self.budget}, state=False)
+            write_json(out / RESULT_FILE, self.summary())
+            write_text_atomic(out / "claims.md", self.markdown())
+
+    @classmethod
+    def load(cls, directory) -> ReproductionResult:
+        """A reproduction saved by `save` (or its reproduction.json alone, as docs/reproductions/ keeps it)."""
+        path = Path(directory)
+        path = path / RESULT_FILE if path.is_dir() else path
+        data = read_json(path)
+        if data is None or "claims" not in data:
+            raise InputError(f"{path} is not a saved reproduction (no {RESULT_FILE} with claims); pass the --out directory of `lincorr reproduce`")
+        return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
+                   tuple(ClaimResult.from_summary(row) for row in data["claims"]))
+
+
+def unmeasured(claim: Claim, reason: str) -> ClaimResult:
+    return ClaimResult(claim.id, claim.where, claim.statement, claim.paper_numbers(), {}, "", claim.test, None, None,
+                       "not applicable", reason, step=claim.step)
+
+
+def measure_claim(claim: Claim, ctx: Context) -> dict:
+    """Run the claim's step and test; a step that cannot run on this model ends `not applicable` with its reason."""
+    started = time.perf_counter()
+    try:
+        measured = STEPS[claim.step](ctx)
+    except LincorrError as error:
+        result = unmeasured(claim, f"cannot run on this model: {error}")
+    else:
+        test, beside = measured.test, measured.variant
+        result = ClaimResult(
+            claim.id, claim.where, claim.statement, claim.paper_numbers(), measured.ours, measured.text,
+            test.name if test else claim.test, test.statistic if test else None, test.p_value if test else None, verdict(test),
+            measured.reason, {**beside.summary(), "verdict": verdict(beside)} if beside else None, claim.step)
+    return dataclasses.replace(result, code_digest=code_digest(step_module(claim.step)), seconds=round(time.perf_counter() - started, 1),
+                               measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")).summary()
+
+
+def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, budget: str = "quick", registry=None,
+              settings: CollectSettings = CollectSettings()) -> ReproductionResult:
+    """Every claim of `paper` ("peng") on a model (an LM or a model spec) at `budget` ("quick" or "paper"), or those named in `only`.
+
+    `settings` say how the logit tables are collected; without their cache every claim is measured again.
+    Each finished claim is stored at once; a rerun finds it and measures only what is missing or whose code changed.
+    """
+    if budget not in BUDGETS:
+        raise InputError(f"unknown budget '{budget}'; use one of {', '.join(BUDGETS)}")
+    claims_of = load_paper(paper)
+    chosen = claims_of.chosen(only)
+    lm = lm_or_model if isinstance(lm_or_model, LM) else load_model(lm_or_model)
+    registry = registry or load_registry()
+    shared: dict = {}
+    results = []
+    for claim in progress_bar(chosen, desc=f"reproduce {paper}", unit="claim"):
+        claim_settings = claim.settings_for(budget) if claim.step else None
+        if claim.step is None:
+            results.append(unmeasured(claim, claim.not_applicable))
+            continue
+        if claim_settings is None:
+            results.append(unmeasured(claim, f"not run at --budget {budget} (too long for a first look); run --budget paper"))
+            continue
+        ctx = Context(lm, registry, claim_settings, settings, shared)
+        key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key()}
+        row = stored_result("reproduce", key, lambda: measure_claim(claim, ctx), code=step_module(claim.step), use_cache=settings.use_cache)
+        results.append(ClaimResult.from_summary(row))
+    return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, tuple(results))

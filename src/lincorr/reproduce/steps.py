@@ -1,0 +1,12 @@
+"""The registry of steps: a claim names its step here, and the step's module is what its code digest covers."""
+
+from __future__ import annotations
+
+from lincorr.reproduce import peng_logits, peng_training
+
+STEPS = {**peng_logits.STEPS, **peng_training.STEPS}
+
+
+def step_module(name: str) -> str:
+    """The module defining step `name` ("lincorr.reproduce.peng_logits"): a change to it, or to what it imports, makes the claim stale."""
+    return STEPS[name].__module__

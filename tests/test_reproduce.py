@@ -1,0 +1,164 @@
+"""`lincorr reproduce`: every claim resolves, verdicts follow from planted statistics, finished claims are not redone, stale claims are found."""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import json
+from pathlib import Path
+
+import pytest
+
+import lincorr.reproduce.runner as runner
+from lincorr import cache
+from lincorr.cli import main
+from lincorr.knowledge import load_registry
+from lincorr.reproduce import BUDGETS, ReproductionResult, load_paper, reproduce
+from lincorr.reproduce.claims import Claim, Paper
+from lincorr.reproduce.step import Context, Measured
+from lincorr.reproduce.steps import STEPS
+from lincorr.reproduce.verdicts import (
+    binomial_above,
+    combined,
+    fisher_greater,
+    mcnemar_gain,
+    paired_greater,
+    ranks_greater,
+    verdict,
+)
+from tests.helpers.cli_errors import one_error_line
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_claim_resolves_to_a_step_or_a_stated_reason():
+    paper = load_paper("peng")
+    for claim in paper.claims:
+        if claim.step is None:
+            assert claim.not_applicable and not claim.settings, claim.id
+            continue
+        assert claim.step in STEPS and list(inspect.signature(STEPS[claim.step]).parameters) == ["ctx"], claim.id
+        assert claim.settings and set(claim.settings) <= set(BUDGETS), claim.id
+        assert claim.test, claim.id
+        claim.paper_numbers()  # its published entry exists
+
+
+def test_the_claims_cover_every_table_and_figure_of_the_paper():
+    ids = {claim.id.split(".")[1] for claim in load_paper("peng").claims}
+    assert ids == {f"table{n}" for n in range(1, 19)} | {f"fig{n}" for n in range(1, 25)}
+
+
+def test_paper_numbers_come_from_paper_yaml():
+    numbers = load_paper("peng").claim("peng.table2").paper_numbers()
+    city = next(row for row in numbers["rows"] if row["label"] == "City->Country")
+    assert numbers["model"] == "llama-3-8b" and city["hit_influenced"] == [0.42, 0.45, 0.48]
+    assert [row["label"] for row in load_paper("peng").claim("peng.table3").paper_numbers()["rows"]] == ["3", "3"]
+
+
+@pytest.mark.parametrize("test, expected", [
+    (binomial_above(30, 40, 0.1), "reproduced"),
+    (binomial_above(5, 40, 0.1), "not reproduced"),  # at chance
+    (binomial_above(0, 40, 0.1), "not reproduced"),  # below chance
+    (mcnemar_gain([False] * 20, [True] * 15 + [False] * 5), "reproduced"),
+    (mcnemar_gain([True] * 15 + [False] * 5, [False] * 20), "not reproduced"),  # the wrong way
+    (fisher_greater(40, 50, 5, 50), "reproduced"),
+    (fisher_greater(5, 50, 40, 50), "not reproduced"),
+    (paired_greater([0.8, 0.7, 0.9, 0.6, 0.75, 0.85, 0.7], [0.1, 0.0, 0.2, 0.1, 0.05, 0.1, 0.0]), "reproduced"),
+    (paired_greater([0.1, 0.0, 0.2, 0.1, 0.05, 0.1, 0.0], [0.8, 0.7, 0.9, 0.6, 0.75, 0.85, 0.7]), "not reproduced"),
+    (ranks_greater([5, 6, 7, 8, 9, 10], [0, 1, 2, 3, 4, 1]), "reproduced"),
+    (ranks_greater([0, 1, 2, 3, 4, 1], [5, 6, 7, 8, 9, 10]), "not reproduced"),
+    (None, "not applicable"),
+])
+def test_verdicts_follow_from_the_statistics(test, expected):
+    assert verdict(test) == expected
+
+
+def test_a_combination_needs_the_direction_in_most_tests():
+    strong = binomial_above(30, 40, 0.1)
+    assert verdict(combined([strong, strong, binomial_above(4, 40, 0.1)], "binomials")) == "reproduced"
+    assert verdict(combined([strong, binomial_above(0, 40, 0.5), binomial_above(0, 40, 0.5)], "binomials")) == "not reproduced"
+    assert 0.0 < combined([strong, strong], "binomials").p_value < strong.p_value  # two strong tests are stronger than one
+
+
+def planted_paper(**settings) -> Paper:
+    """Two measured claims (one above chance, one at chance) and one a step cannot measure."""
+    def claim(claim_id: str, hits: int) -> Claim:
+        return Claim(claim_id, "Table 0", "planted", None, (), None, "planted", "binomial", {"quick": {"hits": hits, **settings}})
+
+    return Paper("peng", "planted", (claim("peng.strong", 35), claim("peng.weak", 4),
+                                     Claim("peng.na", "Figure 0", "a diagram", None, (), None, None, "", {}, "a diagram")))
+
+
+@pytest.fixture
+def planted(monkeypatch):
+    """A paper whose planted step counts its calls; its module is one of lincorr's, so its code digest is real."""
+    calls = []
+
+    def planted_step(ctx: Context) -> Measured:
+        calls.append(ctx.settings["hits"])
+        return Measured({"hits": ctx.settings["hits"]}, f"{ctx.settings['hits']}/40", binomial_above(ctx.settings["hits"], 40, 0.1))
+
+    planted_step.__module__ = "lincorr.reproduce.verdicts"
+    monkeypatch.setitem(STEPS, "planted", planted_step)
+    monkeypatch.setattr(runner, "load_paper", lambda name: planted_paper())
+    return calls
+
+
+def test_verdicts_and_resume_on_a_tiny_model(planted, llama_lm, tmp_path):
+    result = reproduce("peng", llama_lm, registry=load_registry())
+    assert [c.verdict for c in result.claims] == ["reproduced", "not reproduced", "not applicable"]
+    assert result.claims[2].reason == "a diagram" and planted == [35, 4]
+    assert {"id", "statement", "paper", "ours", "test", "p_value", "verdict", "reason"} <= set(result.summary()["claims"][0])
+    assert result.summary()["paper"] == "peng" and result.summary()["model"] == "tiny-llama"
+    again = reproduce("peng", llama_lm, registry=load_registry())  # finished claims come from the cache
+    assert planted == [35, 4] and again.summary() == result.summary()
+    reproduce("peng", llama_lm, only="peng.weak", budget="quick", registry=load_registry())
+    assert planted == [35, 4]
+    result.save(tmp_path / "run")
+    loaded = ReproductionResult.load(tmp_path / "run")
+    assert loaded.summary() == result.summary() and loaded.study == "reproduce"
+    assert "peng.strong" in loaded.text() and "| peng.weak |" in loaded.markdown()
+
+
+def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypatch, capsys):
+    reproduce("peng", llama_lm, registry=load_registry()).save(tmp_path / "run")
+    assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stale"] == []
+    monkeypatch.setattr(runner, "code_digest", lambda module: "changed")
+    monkeypatch.setattr(cache, "code_digest", lambda module: "changed")  # what the cache keys finished claims by
+    assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stale"] == ["peng.strong", "peng.weak"]
+    before = list(planted)
+    reproduce("peng", llama_lm, registry=load_registry())  # the changed code measures them again
+    assert planted == before + [35, 4]
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["reproduce", "peng", "--only", "peng.table2,peng.nope"], "peng.nope"),
+    (["reproduce", "peng", "--only", ","], "--only names no claim"),
+    (["reproduce", "nopaper"], "no claims for paper 'nopaper'"),
+    (["reproduce"], "name a paper"),
+])
+def test_bad_arguments_give_one_error_line(arguments, message, capsys):
+    assert main(arguments) == 2
+    assert message in one_error_line(capsys)
+
+
+def test_the_precision_step_runs_on_a_tiny_model(llama_lm):
+    ctx = Context(llama_lm, load_registry(), {"relations": ["City->Country"], "n_inputs": 60})
+    measured = STEPS["precision"](ctx)
+    rows = measured.ours["relations"]["City->Country"]
+    assert set(rows) == {"ols", "ridge-std"} and measured.test is not None and 0.0 <= measured.test.p_value <= 1.0
+
+
+def test_the_claim_tables_of_results_md_are_the_committed_reproductions():
+    """docs/results.md shows what the committed runs measured: regenerate with `python docs/reproductions.py --write`."""
+    tool = importlib.util.spec_from_file_location("reproductions", ROOT / "docs" / "reproductions.py")
+    reproductions = importlib.util.module_from_spec(tool)
+    tool.loader.exec_module(reproductions)
+    blocks = reproductions.blocks()
+    assert ("gemma-3-270m", "peng") in blocks
+    for (model, paper), table in blocks.items():
+        assert reproductions.current_block(model, paper) == table
+        run = ReproductionResult.load(ROOT / "docs" / "reproductions" / model / f"{paper}.json")
+        assert run.model_name == model and {c.id for c in run.claims} == {c.id for c in load_paper(paper).claims}
