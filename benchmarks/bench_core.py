@@ -131,10 +131,10 @@ def main() -> None:
     from sklearn.linear_model import LinearRegression
 
     def sklearn_loop():
-        coef = np.empty((source_values.shape[1], target_values.shape[1]))
+        W = np.empty((source_values.shape[1], target_values.shape[1]))
         for j in range(target_values.shape[1]):
-            coef[:, j] = LinearRegression().fit(source_values, target_values[:, j]).coef_
-        return coef
+            W[:, j] = LinearRegression().fit(source_values, target_values[:, j]).coef_
+        return W
 
     loop_seconds, loop_coef = timed(sklearn_loop, repeats=3)
     ols_seconds, fitted = timed(lambda: LinearMap("ols").fit(source_values, target_values), repeats=3)

@@ -66,8 +66,8 @@ def per_alpha_errors(source, target, folds, alphas) -> np.ndarray:
     errors = np.zeros(len(alphas))
     for held_out in folds:
         train = np.setdiff1d(np.arange(source.shape[0]), held_out)
-        for k, (coef, intercept) in enumerate(fit_ridge(source[train], target[train], alphas)):
-            errors[k] += np.mean((source[held_out] @ coef + intercept - target[held_out]) ** 2)
+        for k, (W, intercept) in enumerate(fit_ridge(source[train], target[train], alphas)):
+            errors[k] += np.mean((source[held_out] @ W + intercept - target[held_out]) ** 2)
     return errors
 
 

@@ -17,7 +17,7 @@ from lincorr.studies.training.ablation import (
     Vocabulary,
     pca_vocabularies,
     pooled_embeddings,
-    run_ablation,
+    measure_ablation,
     vocabulary_from_model,
 )
 from lincorr.studies.training.ablation_tables import AblationTable, WidthSweep
@@ -66,7 +66,7 @@ def relation(tokenizer, pairs=tuple(zip(CITIES, COUNTRIES)), *, source_template=
 
 
 def ablation(tokenizer, vocabulary, mapping, **kwargs) -> AblationResult:
-    return run_ablation(vocabulary, tokenizer, relation(tokenizer), mapping=mapping, config=SMALL, **kwargs)
+    return measure_ablation(vocabulary, tokenizer, relation(tokenizer), mapping=mapping, config=SMALL, **kwargs)
 
 
 @pytest.fixture(scope="module")
@@ -95,8 +95,8 @@ def test_unplanted_vocabulary_generalizes_far_less(tokenizer, planted_real):
 def test_result_is_reproducible_and_json_ready(tokenizer):
     vocabulary = planted_vocabulary(tokenizer, planted=True)
     config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=2, stage2_epochs=2)
-    first = run_ablation(vocabulary, tokenizer, relation(tokenizer), config=config, seed=3)
-    second = run_ablation(vocabulary, tokenizer, relation(tokenizer), config=config, seed=3)
+    first = measure_ablation(vocabulary, tokenizer, relation(tokenizer), config=config, seed=3)
+    second = measure_ablation(vocabulary, tokenizer, relation(tokenizer), config=config, seed=3)
     summary = json.loads(json.dumps(first.summary()))
     assert {"generalization_rate", "random_baseline", "source_learned_rate", "mapping", "seed", "settings"} <= set(summary)
     assert summary["settings"]["hidden_size"] == 64 and summary["settings"]["gated"] is True
@@ -110,10 +110,10 @@ def test_random_baseline_counts_aliases_as_the_generalization_study_does(tokeniz
     config = AblationConfig(n_stage1=32, n_stage2=8, stage1_epochs=1, stage2_epochs=1)
     # Every city accepts its own country and the next one: two right answers out of twelve.
     aliased = [(city, (country, COUNTRIES[(i + 1) % len(COUNTRIES)])) for i, (city, country) in enumerate(zip(CITIES, COUNTRIES))]
-    real = run_ablation(vocabulary, tokenizer, relation(tokenizer, aliased), config=config)
+    real = measure_ablation(vocabulary, tokenizer, relation(tokenizer, aliased), config=config)
     assert real.random_baseline == pytest.approx(2 / len(COUNTRIES))
     # Deranged, a city keeps one taught answer: one right answer out of twelve.
-    shuffled = run_ablation(vocabulary, tokenizer, relation(tokenizer, aliased), mapping="shuffled", config=config)
+    shuffled = measure_ablation(vocabulary, tokenizer, relation(tokenizer, aliased), mapping="shuffled", config=config)
     assert shuffled.random_baseline == pytest.approx(1 / len(COUNTRIES))
 
 
@@ -248,6 +248,6 @@ def test_mistakes_raise_one_clear_error(tokenizer):
     with pytest.raises(LincorrError, match="mapping must be one of"):
         ablation(tokenizer, vocabulary, "reversed")
     with pytest.raises(LincorrError, match="exactly one"):
-        run_ablation(vocabulary, tokenizer, relation(tokenizer, [("Paris", "France")], source_template="lives in", target_template="{}"))
+        measure_ablation(vocabulary, tokenizer, relation(tokenizer, [("Paris", "France")], source_template="lives in", target_template="{}"))
     with pytest.raises(LincorrError, match="softmax_over"):
         AblationConfig(softmax_over="some")

@@ -18,5 +18,5 @@ def test_notebook_flow_on_a_tiny_model(llama_lm):
     assert set(city.domain.words) == set(CITIES)  # the rest of the registry's cities are not in the tiny vocabulary
     country = lincorr.custom_prompt("{} lives in the country of", COUNTRIES, llama_lm.tokenizer, name="country")
     result = lincorr.measure_pair(llama_lm, city, country, NAMES[:40], lincorr.FitConfig(estimator="ridge", alpha=1.0))
-    assert result.coef.shape == (5, 5) and np.isfinite(result.labelwise_r).all()
+    assert result.W.shape == (5, 5) and np.isfinite(result.labelwise_r).all()
     assert len(result.top_influenced("Tokyo", 2)) == 2

@@ -40,9 +40,9 @@ def test_fit_json_contract_and_saved_files(workspace, capsys):
     assert required <= payload.keys()
     assert payload["n_inputs"] == 60 and payload["n_source_domain"] == 5 and payload["estimator"] == "ols"
     assert [w for w, _ in payload["top_influenced"]["Tokyo"]] and len(payload["top_influencing"]["Japan"]) == 5
-    coef = np.load(out / "W.npy", allow_pickle=False)
+    W = np.load(out / "W.npy", allow_pickle=False)
     source_logits = np.load(out / "source_logits.npy", allow_pickle=False)
-    assert coef.shape == (5, 5) and source_logits.shape == (60, 5)
+    assert W.shape == (5, 5) and source_logits.shape == (60, 5)
     assert np.load(out / "b.npy", allow_pickle=False).shape == (5,)
     assert json.loads((out / "inputs.json").read_text()) == list(NAMES[:60])
     assert json.loads((out / "target_tokens.json").read_text()) == list(COUNTRIES)
@@ -54,7 +54,7 @@ def test_fit_json_contract_and_saved_files(workspace, capsys):
     from lincorr.linear import LinearMap
 
     train = np.array(result["train_index"])
-    np.testing.assert_allclose(LinearMap("ols").fit(source_logits[train], target_logits[train]).W_, coef, atol=1e-4)
+    np.testing.assert_allclose(LinearMap("ols").fit(source_logits[train], target_logits[train]).W_, W, atol=1e-4)
 
 
 def test_fit_table_output_with_ridge_cv(workspace, capsys):

@@ -76,10 +76,10 @@ def test_a_matrix_cell_counts_its_constant_target_words(tmp_path):
 
 def test_the_gradient_correlation_counts_target_words_that_did_not_move():
     rng = np.random.default_rng(2)
-    coef = rng.normal(size=(4, 3))
+    W = rng.normal(size=(4, 3))
     source_change = rng.normal(size=(50, 4))
-    target_change = source_change @ coef + 0.1 * rng.normal(size=(50, 3))
+    target_change = source_change @ W + 0.1 * rng.normal(size=(50, 3))
     target_change[:, 1] = 0.0
-    labelwise = gradient_correlation_from_changes(coef, source_change, target_change, n_control=2).labelwise
+    labelwise = gradient_correlation_from_changes(W, source_change, target_change, n_control=2).labelwise
     assert np.isnan(labelwise[1]) and np.isfinite(labelwise[[0, 2]]).all()
     assert summarize(labelwise)["mean"] > 0.9

@@ -17,11 +17,11 @@ from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
 from lincorr.studies.extractive.ocr import (
     HOPS, PAPER_TRAIN, OcrConfig, QuerySet, Templates, chance_mean_rank, hop_data, load_world, made_up_names, ranks,
-    run_ocr, token_report, train_model,
+    measure_ocr, token_report, train_model,
 )
-from lincorr.studies.extractive.freeze import SETTINGS, FreezeConfig, choose_split, paper_split, reset_blocks, run_freeze
+from lincorr.studies.extractive.freeze import SETTINGS, FreezeConfig, choose_split, paper_split, reset_blocks, measure_freeze
 from lincorr.studies.extractive.origins import (
-    ORDERS, WEIGHT_SETS, OriginsConfig, graft_weights, novel_data, ordering_phases, run_graft, run_ordering,
+    ORDERS, WEIGHT_SETS, OriginsConfig, graft_weights, novel_data, ordering_phases, measure_graft, measure_ordering,
 )
 from lincorr.studies.extractive.scores import SCORES
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
@@ -141,7 +141,7 @@ def tiny_world_registry(tmp_path, n: int = 5):
 def test_ocr_measures_before_training_and_after_every_epoch_and_saves(world_tokenizer, tmp_path):
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
     config = OcrConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=6, batch_size=1))
-    result = run_ocr(lm, tiny_world_registry(tmp_path), config)
+    result = measure_ocr(lm, tiny_world_registry(tmp_path), config)
     summary = result.summary()
     assert [row["epoch"] for row in summary["per_epoch"]] == list(range(7)) and summary["epochs"] == 6
     assert summary["chance_mean_rank"] == 2.0 and summary["n_facts"] == 5
@@ -223,7 +223,7 @@ def test_freeze_resets_and_freezes_the_blocks_each_setting_names(world_tokenizer
     monkeypatch.setattr(freeze, "mean_rank", lambda model, queries: knows(model))
     config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=1, batch_size=5, blocks_only=True),
                           split_layer=split)
-    result = freeze.run_freeze(lm, tiny_world_registry(tmp_path), config)
+    result = freeze.measure_freeze(lm, tiny_world_registry(tmp_path), config)
     held = {setting: result.row(setting, "first")["fact_mean_rank"] for setting in SETTINGS}
     assert held == {"none": 1.0, "all": 0.0, "early_post": 1.0, "late_post": 0.0, "early_pre": 1.0, "late_pre": 0.0}
 
@@ -232,7 +232,7 @@ def test_freeze_study_reports_every_setting_for_both_hops(world_tokenizer, tmp_p
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
     config = FreezeConfig(n_facts=5, train=TrainConfig(learning_rate=1e-2, epochs=2, batch_size=5, blocks_only=True), split_layer=1)
     registry = tiny_world_registry(tmp_path)
-    result = run_freeze(lm, registry, config)
+    result = measure_freeze(lm, registry, config)
     summary = result.summary()
     assert [(r["setting"], r["hop"]) for r in summary["rows"]] == [(s, h) for h in HOPS for s in SETTINGS]
     assert summary["split_layer"] == 1 and summary["split_rule"] == "given"
@@ -242,7 +242,7 @@ def test_freeze_study_reports_every_setting_for_both_hops(world_tokenizer, tmp_p
     result.save(tmp_path / "freeze")
     assert {"freeze.json", "freeze.csv", "freeze.png"} <= {p.name for p in (tmp_path / "freeze").iterdir()}
     with pytest.raises(LincorrError, match="split_layer"):
-        run_freeze(lm, registry, dataclasses.replace(config, split_layer=2))
+        measure_freeze(lm, registry, dataclasses.replace(config, split_layer=2))
 
 
 # ---------------------------------------------------------------- origins (§6)
@@ -276,7 +276,7 @@ def test_orderings_feed_exactly_the_documented_sequence(world_tokenizer, tmp_pat
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
     quick = TrainConfig(learning_rate=1e-2, epochs=2, batch_size=4)
     config = OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick)
-    result = run_ordering(lm, tiny_world_registry(tmp_path), config)
+    result = measure_ordering(lm, tiny_world_registry(tmp_path), config)
     data = result.data
     pairs = {name: [(f.prompt, f.answer) for f in queries.facts()] for name, queries in (
         ("F", data.train_facts), ("I", data.train_implications), ("T", data.test_facts))}
@@ -308,7 +308,7 @@ def test_grafting_is_exact_arithmetic_on_every_parameter(word_tokenizer):
 def test_graft_study_reports_table_3_and_both_correlations(world_tokenizer, tmp_path):
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
     quick = TrainConfig(learning_rate=1e-2, epochs=2, batch_size=4)
-    result = run_graft(lm, tiny_world_registry(tmp_path), OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick))
+    result = measure_graft(lm, tiny_world_registry(tmp_path), OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick))
     summary = result.summary()
     assert [r["weights"] for r in summary["rows"]] == list(WEIGHT_SETS)
     assert summary["downstream_informative_r"]["n_mlp"] == 2 and summary["downstream_informative_r"]["n_head"] == 8
@@ -346,7 +346,7 @@ def test_graft_study_grafts_and_scores_the_weight_sets_the_paper_names(world_tok
     monkeypatch.setattr(origins, "mean_rank", lambda model, queries: state(model))
     monkeypatch.setattr(origins, "linearized_scores", planted_scores)
     quick = TrainConfig(learning_rate=1e-2, epochs=1, batch_size=4)
-    result = run_graft(lm, tiny_world_registry(tmp_path), OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick))
+    result = measure_graft(lm, tiny_world_registry(tmp_path), OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick))
     built = {row["weights"]: row["facts_original"] for row in result.rows}
     assert built == {"W": 0.0, "W_F": 1.0, "W_F,ImplF": 11.0, "W_ImplF": 100.0, "W_F'": 1000.0,
                      "W_graft": 1000.0 + (11.0 - 1.0), "W~_graft": 1000.0 + (100.0 - 0.0)}
@@ -358,20 +358,20 @@ def test_graft_study_grafts_and_scores_the_weight_sets_the_paper_names(world_tok
 
 def test_w_predictor_scores_each_fact_from_the_untrained_fit(world_tokenizer, tmp_path):
     from lincorr.fit import FitConfig, fit_relation
-    from lincorr.studies.extractive.predict import PREDICTORS, PredictConfig, run_predict
+    from lincorr.studies.extractive.predict import PREDICTORS, PredictConfig, measure_ocr_prediction
 
     lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
     registry = tiny_world_registry(tmp_path)
     fit = FitConfig(estimator="ridge", alpha=1.0, n_boot=2)
     config = PredictConfig(n_facts=5, n_inputs=60, fit=fit, n_random=50,
                            train=TrainConfig(learning_rate=1e-2, epochs=3, batch_size=5))
-    result = run_predict(lm, registry, config)
+    result = measure_ocr_prediction(lm, registry, config)
     summary = result.summary()
     assert summary["n_facts"] == 5 and set(PREDICTORS) | {"random"} == set(summary["auc"])
     bound = fit_relation(lm, registry, config.relation, n_inputs=60, fit=fit)
     for row in result.usable():
         source, right = bound.source.domain.find(row["city"]), bound.target.domain.find(row["language"])
-        assert row["w_ref"] == pytest.approx(float(bound.fit.coef[source, right]))
+        assert row["w_ref"] == pytest.approx(float(bound.fit.W[source, right]))
         assert row["right_after"] == (row["implication_rank_after"] == 0) and row["w_rank_score"] <= 0
     result.save(tmp_path / "predict")
     assert {"predict.json", "predict.csv", "predict.png"} <= {p.name for p in (tmp_path / "predict").iterdir()}

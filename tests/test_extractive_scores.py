@@ -15,7 +15,7 @@ from lincorr.domains import build_domain
 from lincorr.errors import LincorrError
 from lincorr.studies.extractive.ocr import QuerySet
 from lincorr.studies.extractive.positions import PADDING, ROLES, token_roles
-from lincorr.studies.extractive.scores import SCORES, exact_scores, linearized_scores, score_components, score_grid
+from lincorr.studies.extractive.scores import SCORES, exact_scores, linearized_scores, score_components, component_grid
 from lincorr.internals import Component, Patch, attn, component_parameters, head_indices, layout, mlp, resid, run
 from lincorr.models import wrap_model
 
@@ -262,7 +262,7 @@ def test_score_grid_places_mlps_first_and_heads_after(word_tokenizer):
     lm = wrap_model(tiny_llama(len(word_tokenizer)), word_tokenizer)
     components = score_components(lm)
     assert [str(c) for c in components[:5]] == ["mlp[0]", "head[0,0]", "head[0,1]", "head[0,2]", "head[0,3]"]
-    grid = score_grid(lm, components, np.arange(len(components), dtype=float))
+    grid = component_grid(lm, components, np.arange(len(components), dtype=float))
     assert grid.shape == (2, 5) and grid[1, 0] == 5 and grid[1, 4] == 9
 
 

@@ -52,7 +52,7 @@ def test_an_unknown_interval_method_is_refused():
 def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(llama_lm, tmp_path):
     from helpers.tiny import INPUTS, REGISTRY_YAML
 
-    from lincorr.studies.logits.precision import precision_table
+    from lincorr.studies.logits.precision import measure_precision
     from lincorr.studies.logits.precision_curve import precision_curve
     from lincorr.knowledge import load_registry
     from lincorr.relations import RelationSpec
@@ -65,7 +65,7 @@ def test_every_point_of_the_n_curve_equals_a_precision_run_on_that_many_inputs(l
     curve = precision_curve(llama_lm, registry, relation, INPUTS, (60, 20, 40), configs, settings=CollectSettings(batch_size=10))
     assert curve.ns == (20, 40, 60)
     for n in curve.ns:
-        alone = precision_table(llama_lm, registry, [relation], INPUTS[:n], configs, settings=CollectSettings(batch_size=10))
+        alone = measure_precision(llama_lm, registry, [relation], INPUTS[:n], configs, settings=CollectSettings(batch_size=10))
         for point, separate in zip([r for r in curve.rows if r.n_inputs == n], alone.rows, strict=True):
             assert (point.estimator, point.n_inputs) == (separate.estimator, n)
             assert point.hit_influenced == separate.hit_influenced and point.hit_influencing == separate.hit_influencing
@@ -131,4 +131,4 @@ def test_a_standardized_fit_is_ranked_in_standard_units():
     alone = LinearMap(estimator="ridge", alpha=1.0, standardize=True).fit(source_values[pair.train_index], target_values[pair.train_index])
     np.testing.assert_allclose(ranked_weights(pair), alone.W_standardized_, rtol=1e-4, atol=1e-5)
     plain = fit_tables(source, target, FitConfig(n_boot=10))
-    assert ranked_weights(plain) is plain.coef
+    assert ranked_weights(plain) is plain.W

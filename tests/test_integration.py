@@ -67,7 +67,7 @@ def test_gemma_w_ranks_the_right_country_above_chance_over_all_pairs(bundled):
     ridge = fit_tables(source, target, FitConfig(seed=0, estimator="ridge", alpha="cv"))
     right = bind_relation(load_registry(), RelationSpec("city", "country"), lm.tokenizer).columns
     assert len(right) >= 100  # the test means something only over many pairs; gemma keeps 247
-    for scores, pairs in ((ridge.coef, right), (ridge.coef.T, invert_reference(right))):
+    for scores, pairs in ((ridge.W, right), (ridge.W.T, invert_reference(right))):
         hits, chance = hit_at_k(scores, pairs, (1, 3)), chance_hit_at_k(scores.shape[1], pairs, (1, 3))
         for k in (1, 3):
             assert above_chance_p(hits[k], len(pairs), chance[k]) < 0.01, (k, hits, chance, len(pairs))
@@ -99,8 +99,8 @@ def test_cli_fit_json_and_save_dir(bundled, tmp_path, capsys):
         assert key in payload
     assert payload["alpha"] > 0
     assert_strong_and_real(payload)
-    coef = np.load(out / "W.npy", allow_pickle=False)
-    assert coef.shape == (payload["n_source_domain"], payload["n_target_domain"])
-    assert len(json.loads((out / "source_tokens.json").read_text())) == coef.shape[0]
-    assert np.load(out / "target_logits.npy", allow_pickle=False).shape == (N_INPUTS, coef.shape[1])
+    W = np.load(out / "W.npy", allow_pickle=False)
+    assert W.shape == (payload["n_source_domain"], payload["n_target_domain"])
+    assert len(json.loads((out / "source_tokens.json").read_text())) == W.shape[0]
+    assert np.load(out / "target_logits.npy", allow_pickle=False).shape == (N_INPUTS, W.shape[1])
     assert "Tokyo" in payload["top_influenced"]

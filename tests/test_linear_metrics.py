@@ -15,16 +15,16 @@ from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelw
 def planted(n=400, n_source=12, n_target=7, noise=0.01, seed=0):
     rng = np.random.default_rng(seed)
     source = rng.normal(size=(n, n_source))
-    coef = rng.normal(size=(n_source, n_target))
+    W = rng.normal(size=(n_source, n_target))
     intercept = rng.normal(size=n_target)
-    target = source @ coef + intercept + noise * rng.normal(size=(n, n_target))
-    return source, target, coef, intercept
+    target = source @ W + intercept + noise * rng.normal(size=(n, n_target))
+    return source, target, W, intercept
 
 
 def test_ols_recovers_a_planted_map():
-    source, target, coef, intercept = planted()
+    source, target, W, intercept = planted()
     fitted = LinearMap("ols").fit(source, target)
-    np.testing.assert_allclose(fitted.W_, coef, atol=5e-3)
+    np.testing.assert_allclose(fitted.W_, W, atol=5e-3)
     np.testing.assert_allclose(fitted.intercept_, intercept, atol=5e-3)
     assert fitted.score(source, target) > 0.999
 
@@ -63,7 +63,7 @@ def test_held_out_ridge_errors_equal_fitting_and_predicting_each_alpha(n_source)
     source, target, *_ = planted(n=120, n_source=n_source, n_target=9, noise=1.0)
     train, held = slice(0, 90), slice(90, None)
     alphas = (1e-3, 1.0, 100.0, 1e4)
-    plain = [np.mean((source[held] @ coef + intercept - target[held]) ** 2) for coef, intercept in fit_ridge(source[train], target[train], alphas)]
+    plain = [np.mean((source[held] @ W + intercept - target[held]) ** 2) for W, intercept in fit_ridge(source[train], target[train], alphas)]
     np.testing.assert_allclose(ridge_held_out_errors(source[train], target[train], source[held], target[held], alphas), plain, rtol=1e-9)
 
 
@@ -133,10 +133,10 @@ def test_bootstrap_interval_matches_a_plain_resampling_loop():
 
 
 def test_top_k_and_inspection():
-    coef = np.array([[0.1, 0.9, -0.3], [0.5, 0.2, 0.7]])
+    W = np.array([[0.1, 0.9, -0.3], [0.5, 0.2, 0.7]])
     assert top_k(np.array([3.0, 9.0, 1.0, 7.0]), 2).tolist() == [1, 3]
-    assert top_influenced(coef, 0, 2).tolist() == [1, 0]
-    assert top_influencing(coef, 2, 1).tolist() == [1]
+    assert top_influenced(W, 0, 2).tolist() == [1, 0]
+    assert top_influencing(W, 2, 1).tolist() == [1]
     assert top_k(np.array([1.0, 2.0]), 5).tolist() == [1, 0]
 
 

@@ -92,7 +92,7 @@ def test_precision_table2_rows_are_the_papers_relations_and_hit_at_k_of_their_ow
         bound = bind_relation(registry, relation, lm.tokenizer)  # the registry's pairs on this tokenizer's domains
         right = bound.columns
         assert row["reference"] == bound.reference and row["n_pairs_influenced"] == len(right)
-        assert row["hit_influenced"] == {str(k): pytest.approx(v) for k, v in hit_at_k(pair.coef, right).items()}
+        assert row["hit_influenced"] == {str(k): pytest.approx(v) for k, v in hit_at_k(pair.W, right).items()}
 
 
 def test_all_references_measures_or_skips_every_registry_relation(paper_model, capsys):

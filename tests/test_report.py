@@ -66,11 +66,11 @@ def test_w_heatmap_hover_holds_the_weight_and_the_reference_flag(tiny_runs):
 
     fit, = read_run(tiny_runs["fit"])
     heatmap = fit.blocks[1].figure.data[0]
-    coef = np.load(tiny_runs["fit"] / "W.npy")
-    _, order, _ = ordered_weight_rows(coef, {i: (i,) for i in range(5)})
+    W = np.load(tiny_runs["fit"] / "W.npy")
+    _, order, _ = ordered_weight_rows(W, {i: (i,) for i in range(5)})
     assert list(heatmap.y) == [CITIES[i] for i in order] and list(heatmap.x) == list(COUNTRIES)
     row, column = list(heatmap.y).index("Paris"), list(heatmap.x).index("France")
-    assert heatmap.customdata[row][column] == coef[0, 0] and heatmap.text[row][column] == "yes"
+    assert heatmap.customdata[row][column] == W[0, 0] and heatmap.text[row][column] == "yes"
     assert heatmap.text[row][list(heatmap.x).index("Japan")] == "no"
     assert "W: %{customdata:.4~g}" in heatmap.hovertemplate and "reference pair: %{text}" in heatmap.hovertemplate
 

@@ -109,12 +109,12 @@ def test_tiny_runs_report_loads_offline_draws_every_figure_and_hovers_right(brow
     assert page.evaluate("(id) => document.getElementById(id)._fullData.map(trace => trace.type)", freeze_id) == ["bar"] * 4
 
     # W: the Paris -> France cell shows W itself from W.npy, its row-centred value and that it is a reference pair.
-    coef = np.load(runs["fit"] / "W.npy")
+    W = np.load(runs["fit"] / "W.npy")
     weights_id = opened.figure_ids("fit")[0]
     lines = opened.hover(weights_id, "Paris", "France")
     assert lines[:2] == ["source: Paris", "target: France"] and lines[-1] == "reference pair: yes"
-    assert hovered(lines, "W") == pytest.approx(float(coef[0, 0]), rel=1e-3)  # four significant digits
-    assert hovered(lines, "W minus row mean") == pytest.approx(float(coef[0, 0] - coef[0].mean()), rel=1e-3)
+    assert hovered(lines, "W") == pytest.approx(float(W[0, 0]), rel=1e-3)  # four significant digits
+    assert hovered(lines, "W minus row mean") == pytest.approx(float(W[0, 0] - W[0].mean()), rel=1e-3)
     page.locator(f"#{weights_id}").screenshot(path=tmp_path / "w_hover.png")
     assert opened.hover(weights_id, "Paris", "Japan")[-1] == "reference pair: no"
 
@@ -175,12 +175,12 @@ def test_demo_writes_a_report_whose_w_hover_matches_the_bundled_model(browser, t
     opened = OpenedReport(browser, out / "report.html")
     assert opened.drawn_figures() == 2
     result = json.loads((out / "result.json").read_text(encoding="utf-8"))
-    coef = np.load(out / "W.npy")
+    W = np.load(out / "W.npy")
     paris, france = result["source_domain"]["words"].index("Paris"), result["target_domain"]["words"].index("France")
     weights_id = opened.figure_ids("fit")[0]
     lines = opened.hover(weights_id, "Paris", "France")
     assert lines[:2] == ["source: Paris", "target: France"] and lines[-1] == "reference pair: yes"
-    assert hovered(lines, "W") == pytest.approx(float(coef[paris, france]), rel=1e-3)
+    assert hovered(lines, "W") == pytest.approx(float(W[paris, france]), rel=1e-3)
     opened.page.screenshot(path=tmp_path / "demo_report.png", full_page=True)
     opened.page.screenshot(path=tmp_path / "demo_w_hover.png")  # the window around the hovered cell
     assert opened.requests == [] and opened.errors == []

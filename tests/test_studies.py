@@ -23,7 +23,7 @@ from lincorr.studies.logits.cases import CaseTables, case_table
 from lincorr.fit import FitConfig, fit_tables
 from lincorr.studies.logits.matrix import Grid, measure_matrix, score_grid
 from lincorr.prompts import registry_prompts
-from lincorr.studies.logits.precision import precision_of, precision_table
+from lincorr.studies.logits.precision import precision_of, measure_precision
 from lincorr.relations import RelationSpec, read_reference_file
 from lincorr.studies.logits.resilience import finetune_on_text, measure_resilience, text_facts
 from lincorr.studies.logits.scale import measure_scale
@@ -295,7 +295,7 @@ def test_precision_table_uses_registry_reference_and_reports_skips(llama_lm, reg
     relations = [RelationSpec("tiny_city", "tiny_country", "cities"), RelationSpec("tiny_ghost", "tiny_country", "ghost"),
                  RelationSpec("tiny_country", "tiny_capital", "unrelated")]
     configs = [FitConfig(), FitConfig(estimator="ridge", alpha="cv")]
-    table = precision_table(llama_lm, registry, relations, INPUTS, configs)
+    table = measure_precision(llama_lm, registry, relations, INPUTS, configs)
     assert [(r.label, r.estimator) for r in table.rows] == [("cities", "ols"), ("cities", "ridge")]
     assert table.rows[0].reference == "tiny_cities->tiny_countries" and table.rows[0].n_pairs_influenced == 5
     assert {label for label, _ in table.skipped} == {"ghost", "unrelated"}

@@ -15,7 +15,7 @@ import lincorr.collection.pieces as collect_module
 from lincorr.cli import main
 from lincorr.fit import FitConfig
 from lincorr.studies.logits.matrix import Grid, measure_matrix, prepare_grid
-from lincorr.studies.logits.precision import precision_table
+from lincorr.studies.logits.precision import measure_precision
 from lincorr.relations import RelationSpec
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.knowledge import load_registry
@@ -59,7 +59,7 @@ def test_gemma_matrix_subset(gemma_matrix, monkeypatch):
 
 def test_gemma_precision_city_country_beats_chance(gemma_matrix):
     lm, inputs, _ = gemma_matrix
-    table = precision_table(lm, load_registry(), [RelationSpec("city", "country", "City->Country")], inputs, [RIDGE])
+    table = measure_precision(lm, load_registry(), [RelationSpec("city", "country", "City->Country")], inputs, [RIDGE])
     (row,) = table.rows
     assert row.n_pairs_influenced >= 200 and row.n_pairs_influencing >= 100
     # Over all usable pairs, W's top words hold a right answer far more often than a random ranking's (binomial p < 0.01).

@@ -16,7 +16,7 @@ import lincorr.studies.training.gradients as gradients_module
 import lincorr.studies.logits.scale as scale_module
 from lincorr.cli import main
 from lincorr.fit import FitConfig, fit_relation
-from lincorr.studies.logits.precision import precision_table
+from lincorr.studies.logits.precision import measure_precision
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.knowledge import load_registry
 from lincorr.metrics import hit_at_k
@@ -43,14 +43,14 @@ def numpy_fit(source: np.ndarray, target: np.ndarray, alpha: float) -> tuple[np.
     source, target = source.astype(np.float64), target.astype(np.float64)
     source_mean, target_mean = source.mean(0), target.mean(0)
     centred = source - source_mean
-    coef = np.linalg.solve(centred.T @ centred + alpha * np.eye(source.shape[1]), centred.T @ (target - target_mean))
-    return coef, target_mean - source_mean @ coef
+    W = np.linalg.solve(centred.T @ centred + alpha * np.eye(source.shape[1]), centred.T @ (target - target_mean))
+    return W, target_mean - source_mean @ W
 
 
 def numpy_labelwise_r(fit, source: np.ndarray, target: np.ndarray) -> float:
     """Mean over target columns of Pearson r between the prediction and the truth."""
-    coef, intercept = fit
-    predicted = source.astype(np.float64) @ coef + intercept
+    W, intercept = fit
+    predicted = source.astype(np.float64) @ W + intercept
     return float(np.mean([np.corrcoef(predicted[:, j], target[:, j])[0, 1] for j in range(target.shape[1])]))
 
 
@@ -115,21 +115,21 @@ def test_diagnose_per_fact_weights_priors_and_cases_agree_with_w(training_worksp
     payload = json.loads(capsys.readouterr().out)
     # The W and b the study judged by: the same fit, made again (seeded inputs and split, closed-form ridge).
     bound = fit_relation(load_model(str(ws / "model")), load_registry([ws / "tiny.yaml"]), RELATION, n_inputs=40, fit=RIDGE)
-    coef, bias = bound.fit.coef, bound.fit.intercept
+    W, bias = bound.fit.W, bound.fit.intercept
     sources, targets = bound.source.domain.words, bound.target.domain.words
     facts = payload["facts"]
     assert len(facts) == 4
     for fact in facts:
         s, generated = sources.index(fact["source_answer"]), targets.index(fact["generated"])
         assert fact["references"] == [targets[c] for c in bound.columns[s]]
-        ref = max(bound.columns[s], key=lambda c: coef[s, c])  # the reference alias W favours most
-        assert fact["w_ref"] == pytest.approx(coef[s, ref], rel=1e-5) and fact["w_gen"] == pytest.approx(coef[s, generated], rel=1e-5)
-        assert fact["w_max"] == pytest.approx(coef[s].max(), rel=1e-5)
+        ref = max(bound.columns[s], key=lambda c: W[s, c])  # the reference alias W favours most
+        assert fact["w_ref"] == pytest.approx(W[s, ref], rel=1e-5) and fact["w_gen"] == pytest.approx(W[s, generated], rel=1e-5)
+        assert fact["w_max"] == pytest.approx(W[s].max(), rel=1e-5)
         assert fact["bias_ref"] == pytest.approx(bias[ref], rel=1e-5) and fact["bias_gen"] == pytest.approx(bias[generated], rel=1e-5)
         assert fact["generalized"] == (fact["generated"] in fact["references"])
         # Table 6's reading: a learned fact that did not generalize had W favour the wrong answer, or the wrong answer's prior win.
         expected = ("generalized" if fact["generalized"] else "not learned" if not fact["learned"]
-                    else "wrong weight" if coef[s, ref] < coef[s, generated] else "low prior" if bias[generated] > bias[ref] else "unexplained")
+                    else "wrong weight" if W[s, ref] < W[s, generated] else "low prior" if bias[generated] > bias[ref] else "unexplained")
         assert fact["category"] == expected
     assert payload["categories"] == {c: sum(f["category"] == c for f in facts) for c in payload["categories"]}
     # Fig. 5's bins hold every learned fact once, so their rates weighted by size give the rate over the learned facts.
@@ -157,7 +157,7 @@ def test_subwords_rows_split_the_fit_and_the_facts_by_token_category(training_wo
     assert rows["subword"]["labelwise_r"] == pytest.approx(np.nanmean(bound.fit.labelwise_r[~is_whole]))
     whole_subjects = {s: c for s, c in bound.columns.items() if is_whole[c[0]]}
     assert rows["whole_word"]["n_subjects"] == 3 and rows["subword"]["n_subjects"] == 2  # Rome -> Kenya, Berlin -> Peru
-    assert rows["whole_word"]["hit_at_5"] == hit_at_k(bound.fit.coef, whole_subjects, (5,))[5]
+    assert rows["whole_word"]["hit_at_5"] == hit_at_k(bound.fit.W, whole_subjects, (5,))[5]
     # Facts are spread evenly over the categories that have subjects, and each row's rate is over its own facts.
     facts = json.loads((ws / "out" / "generalization" / "facts.json").read_text(encoding="utf-8"))
     assert rows["whole_word"]["n_facts"] == rows["subword"]["n_facts"] == 1
@@ -200,7 +200,7 @@ def test_scale_rows_equal_precision_measured_on_each_model_alone(tmp_path, token
     registry_file.write_text(TRAINING_REGISTRY, encoding="utf-8")
     # Only the fits the command asks for are read from its call; the inputs and the measurement are made again here.
     asked = []
-    monkeypatch.setattr(scale_module, "precision_table", lambda *args, **kwargs: asked.append(args[4]) or precision_table(*args, **kwargs))
+    monkeypatch.setattr(scale_module, "measure_precision", lambda *args, **kwargs: asked.append(args[4]) or measure_precision(*args, **kwargs))
     assert main(["scale", "--models", f"{big},{small}", "--relations", "tiny_city:tiny_country", "-n", "60", "--registry",
                  str(registry_file), "--json", "--quiet"]) == 0
     payload = json.loads(capsys.readouterr().out)
@@ -209,7 +209,7 @@ def test_scale_rows_equal_precision_measured_on_each_model_alone(tmp_path, token
     for spec, configs in zip((big, small), asked):
         lm = load_model(str(spec))
         sizes.append(sum(p.numel() for p in lm.model.parameters()))
-        alone = precision_table(lm, registry, [RELATION], sample_vocab_inputs(lm.tokenizer, 60, 0), configs)
+        alone = measure_precision(lm, registry, [RELATION], sample_vocab_inputs(lm.tokenizer, 60, 0), configs)
         rows = [r for r in payload["rows"] if r["model"] == lm.name]
         assert len(rows) >= 2 and {r["n_parameters"] for r in rows} == {sizes[-1]}  # ols beside ridge at least
         assert [r["estimator"] for r in rows] == [row.estimator for row in alone.rows]

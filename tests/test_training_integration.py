@@ -13,7 +13,7 @@ from helpers.bundled import above_chance_p
 from lincorr.fit import FitConfig
 from lincorr.fit import fit_relation
 from lincorr.studies.training.edit_prediction import predict_edit
-from lincorr.studies.training.generalization import DEFAULT_TRAIN, GeneralizationConfig, run_generalization
+from lincorr.studies.training.generalization import DEFAULT_TRAIN, GeneralizationConfig, measure_generalization
 from lincorr.relations import RelationSpec
 from lincorr.studies.training.gradients import GradientConfig, measure_gradient_correlation
 from lincorr.knowledge import load_registry
@@ -40,7 +40,7 @@ def test_edit_prediction_and_generalization_above_chance_and_the_untrained_model
     assert prediction.references == ("France",) and prediction.predicted_target in bound.target.domain.words
     first_block = next(p for n, p in lm.model.named_parameters() if "layers.0." in n).detach().clone()
     config = GeneralizationConfig(n_facts=N_FACTS, seeds=(0,), n_inputs=N_INPUTS, fit=RIDGE, train=dataclasses.replace(DEFAULT_TRAIN, epochs=8))
-    result = run_generalization(lm, load_registry(), bound, config)
+    result = measure_generalization(lm, load_registry(), bound, config)
     summary = result.summary()
     assert torch.equal(first_block, next(p for n, p in lm.model.named_parameters() if "layers.0." in n))
     assert summary["source_learned_rate"] >= 0.75 and summary["mean_source_delta"] > 0

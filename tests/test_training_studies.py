@@ -22,16 +22,16 @@ from lincorr.studies.training.generalization import (
     calibrate_predictions,
     held_out_deltas,
     planned_facts,
-    run_generalization,
+    measure_generalization,
     score_outcomes,
 )
 from lincorr.studies.training.edit_prediction import edit_delta, predict_edit, predict_from_logits
-from lincorr.studies.training.table5 import generalization_table
+from lincorr.studies.training.table5 import measure_table5
 import lincorr.studies.training.generalization as generalization_module
 import lincorr.studies.training.table5 as table5_module
 import lincorr.studies.training.gradients as gradients_module
-from lincorr.studies.training.gradients import GradientConfig, gradient_correlation_from_changes, gradient_table, measure_gradient_correlation
-from lincorr.studies.training.subwords import subword_study
+from lincorr.studies.training.gradients import GradientConfig, gradient_correlation_from_changes, measure_table4, measure_gradient_correlation
+from lincorr.studies.training.subwords import measure_subwords
 from lincorr.finetune import TrainConfig
 from lincorr.knowledge import load_registry
 from lincorr.metrics import chance_top1, roc_auc
@@ -78,17 +78,17 @@ def test_edit_delta_lifts_the_answer_past_the_runner_up_by_the_margin():
 
 
 def test_prediction_follows_the_weight_unless_the_prior_wins():
-    coef = np.array([[1.0, 0.0, 0.2], [0.0, 0.1, 1.0]])  # W [n_source=2, n_target=3]
+    W = np.array([[1.0, 0.0, 0.2], [0.0, 0.1, 1.0]])  # W [n_source=2, n_target=3]
     source_before = np.array([0.0, 0.0])
     words_s, words_t = ("Paris", "Rome"), ("France", "Italy", "Spain")
-    weak_prior = predict_from_logits(coef, source_before, np.array([0.0, 1.0, 0.0]), 0, words_s, words_t, (0,), margin=4.0)
+    weak_prior = predict_from_logits(W, source_before, np.array([0.0, 1.0, 0.0]), 0, words_s, words_t, (0,), margin=4.0)
     assert weak_prior.predicted_target == "France" and weak_prior.predicts_reference
     assert weak_prior.delta == pytest.approx(4.0) and weak_prior.margin == pytest.approx(3.0)
     assert weak_prior.current_target == "Italy" and 0.5 < weak_prior.confidence < 1
-    strong_prior = predict_from_logits(coef, source_before, np.array([0.0, 10.0, 0.0]), 0, words_s, words_t, (0,), margin=4.0)
+    strong_prior = predict_from_logits(W, source_before, np.array([0.0, 10.0, 0.0]), 0, words_s, words_t, (0,), margin=4.0)
     assert strong_prior.predicted_target == "Italy" and strong_prior.predicts_reference is False
     assert strong_prior.success_probability < weak_prior.success_probability
-    unknown = predict_from_logits(coef, source_before, np.zeros(3), 1, words_s, words_t, (), margin=4.0)
+    unknown = predict_from_logits(W, source_before, np.zeros(3), 1, words_s, words_t, (), margin=4.0)
     assert unknown.predicted_target == "Spain" and unknown.predicts_reference is None and np.isnan(unknown.success_probability)
 
 
@@ -104,11 +104,11 @@ def test_predict_edit_on_a_model_uses_its_current_logits(lm, relation):
 
 def planted(relation):
     """W sends each city to its own country (London also to Germany, more than to England); the bias favours Germany."""
-    coef = np.zeros((5, 5))
+    W = np.zeros((5, 5))
     for i in range(5):
-        coef[i, i] = 1.0
-    coef[1, 4] = 2.0  # London -> Germany outweighs London -> England
-    return dataclasses.replace(relation, fit=dataclasses.replace(relation.fit, coef=coef, intercept=np.array([0, 0, 0, 0, 3.0])))
+        W[i, i] = 1.0
+    W[1, 4] = 2.0  # London -> Germany outweighs London -> England
+    return dataclasses.replace(relation, fit=dataclasses.replace(relation.fit, W=W, intercept=np.array([0, 0, 0, 0, 3.0])))
 
 
 def test_score_outcomes_on_a_planted_case(relation):
@@ -204,7 +204,7 @@ def test_balanced_plan_gives_a_rare_category_its_share(relation, lm):
 def test_generalization_study_runs_and_leaves_the_model_alone(lm, registry, tmp_path):
     before = state_copy(lm.model)
     config = GeneralizationConfig(n_facts=3, seeds=(0, 1), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN)
-    result = run_generalization(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
+    result = measure_generalization(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
     assert all(torch_equal(before[name], p) for name, p in lm.model.named_parameters())
     summary = result.summary()
     assert len(result.outcomes) == 6 and summary["n_facts"] == 3 and summary["seeds"] == [0, 1]
@@ -226,7 +226,7 @@ def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch
     config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN)
     relations = [RelationSpec("tiny_city", "tiny_country", "tiny"), RelationSpec("tiny_country", "tiny_city", "no reference")]
     printed = []
-    first = generalization_table(lm, registry, relations, config, on_row=printed.append)
+    first = measure_table5(lm, registry, relations, config, on_row=printed.append)
     rows = first.summary()["rows"]
     assert printed == rows and rows[0]["n_facts"] == 2 and "no reference pairs" in rows[1]["skipped"]
     markdown = first.markdown().splitlines()
@@ -238,20 +238,20 @@ def test_generalization_table_resumes_from_stored_rows(lm, registry, monkeypatch
     def no_training(*args, **kwargs):
         raise AssertionError("a stored row was computed again")
 
-    monkeypatch.setattr(table5_module, "run_generalization", no_training)
-    assert json.dumps(generalization_table(lm, registry, relations, config).summary()["rows"]) == json.dumps(rows)  # NaN-safe comparison
+    monkeypatch.setattr(table5_module, "measure_generalization", no_training)
+    assert json.dumps(measure_table5(lm, registry, relations, config).summary()["rows"]) == json.dumps(rows)  # NaN-safe comparison
     # Other settings are another row: it is computed, not read back.
     with pytest.raises(AssertionError, match="computed again"):
-        generalization_table(lm, registry, relations[:1], dataclasses.replace(config, n_facts=3))
+        measure_table5(lm, registry, relations[:1], dataclasses.replace(config, n_facts=3))
     # So are other collection settings (the batch size moves W), and without the cache no row is read back.
     for settings in (CollectSettings(batch_size=7), CollectSettings(use_cache=False)):
         with pytest.raises(AssertionError, match="computed again"):
-            generalization_table(lm, registry, relations[:1], config, settings)
+            measure_table5(lm, registry, relations[:1], config, settings)
 
 
 def test_subword_study_splits_by_category(lm, registry):
     config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=QUICK_TRAIN)
-    result = subword_study(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
+    result = measure_subwords(lm, registry, RelationSpec("tiny_city", "tiny_country"), config)
     rows = {r["category"]: r for r in result.rows}
     assert rows["whole_word"]["n_target_words"] == 5 and rows["whole_word"]["n_facts"] == 2
     assert rows["subword"]["n_facts"] == 0 and np.isnan(rows["subword"]["generalization_rate"])
@@ -300,8 +300,8 @@ def test_training_studies_train_only_the_blocks_of_a_gpt2(gpt2_lm, registry, tra
     # The studies' own parameter selection, at a rate that moves a tiny model in a few epochs.
     config = GeneralizationConfig(n_facts=3, seeds=(0,), n_inputs=40, fit=RIDGE,
                                   train=dataclasses.replace(DEFAULT_TRAIN, learning_rate=1e-2, epochs=4))
-    generalized = run_generalization(gpt2_lm, registry, spec, config)
-    subwords = subword_study(gpt2_lm, registry, spec, config)
+    generalized = measure_generalization(gpt2_lm, registry, spec, config)
+    subwords = measure_subwords(gpt2_lm, registry, spec, config)
     stepped = measure_gradient_correlation(gpt2_lm, registry, spec, GradientConfig(
         n_inputs=40, n_step_facts=8, n_eval=15, fit=RIDGE, train=dataclasses.replace(GradientConfig.train, learning_rate=1e-3)))
     assert len(training_runs) == 3  # generalize, subwords, gradcorr
@@ -319,7 +319,7 @@ def test_paper_preset_trains_every_parameter_at_the_papers_rate(lm, registry, tr
     assert (train.batch_size, train.max_grad_norm, train.schedule) == (DEFAULT_TRAIN.batch_size, DEFAULT_TRAIN.max_grad_norm, "constant")
     spec = RelationSpec("tiny_city", "tiny_country")
     config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=RIDGE, train=dataclasses.replace(train, epochs=2))
-    summary = run_generalization(lm, registry, spec, config).summary()
+    summary = measure_generalization(lm, registry, spec, config).summary()
     assert summary["learning_rate"] == 5e-6 and summary["trainable"] == "all parameters" and summary["epochs"] == 2
     assert summary["epochs_run_per_seed"] == [2] or summary["source_learned_rate"] == 1.0
     stepped = measure_gradient_correlation(lm, registry, spec, GradientConfig(
@@ -338,16 +338,16 @@ def test_paper_preset_trains_every_parameter_at_the_papers_rate(lm, registry, tr
 
 def test_gradient_correlation_of_planted_changes():
     rng = np.random.default_rng(0)
-    coef = rng.normal(size=(6, 4))
+    W = rng.normal(size=(6, 4))
     source_change = rng.normal(size=(50, 6))
     # float64 throughout: r of a planted relation with 1e-6 noise is 1 - O(1e-12).
-    planted = gradient_correlation_from_changes(coef, source_change, source_change @ coef + 1e-6 * rng.normal(size=(50, 4)))
+    planted = gradient_correlation_from_changes(W, source_change, source_change @ W + 1e-6 * rng.normal(size=(50, 4)))
     assert np.allclose(planted.labelwise, 1.0, atol=1e-6) and abs(planted.control) < 0.6 and planted.p_value < 0.01
-    unrelated = gradient_correlation_from_changes(coef, source_change, rng.normal(size=(50, 4)))
+    unrelated = gradient_correlation_from_changes(W, source_change, rng.normal(size=(50, 4)))
     assert unrelated.r < 0.5 and unrelated.p_value > 0.05
     # Sign and direction: W's transpose or a negated W predicts nothing or the opposite.
-    assert gradient_correlation_from_changes(-coef, source_change, source_change @ coef).r == pytest.approx(-1.0)
-    swapped = gradient_correlation_from_changes(coef, source_change, (source_change @ coef) @ coef.T @ rng.normal(size=(6, 4)))
+    assert gradient_correlation_from_changes(-W, source_change, source_change @ W).r == pytest.approx(-1.0)
+    swapped = gradient_correlation_from_changes(W, source_change, (source_change @ W) @ W.T @ rng.normal(size=(6, 4)))
     assert swapped.r < planted.r - 0.3
 
 
@@ -356,15 +356,15 @@ def test_a_shift_common_to_every_logit_passes_the_papers_control_but_not_the_cen
     under the paper's measure the control is as high as the measurement; centred per input, the shift contributes nothing."""
     rng = np.random.default_rng(1)
     n_eval, n_source, n_target = 200, 12, 8
-    coef = rng.normal(size=(n_source, n_target))
+    W = rng.normal(size=(n_source, n_target))
     shift = 10 * rng.normal(size=(n_eval, 1))  # per input, common to its whole domain, 10x the relation's size
     relation_change = rng.normal(size=(n_eval, n_source))
     source_change = relation_change + shift
-    related = source_change @ coef - shift @ coef.sum(0, keepdims=True) + shift  # dT = (dS without the shift) @ W + shift
+    related = source_change @ W - shift @ W.sum(0, keepdims=True) + shift  # dT = (dS without the shift) @ W + shift
     shift_only = shift + 0.1 * rng.normal(size=(n_eval, n_target))
     for target_change, real in ((related, True), (shift_only, False)):
-        paper = gradient_correlation_from_changes(coef, source_change, target_change)
-        ours = gradient_correlation_from_changes(coef, source_change, target_change, centred=True)
+        paper = gradient_correlation_from_changes(W, source_change, target_change)
+        ours = gradient_correlation_from_changes(W, source_change, target_change, centred=True)
         # The paper's measure follows the shift: its control is far from a null in both cases (measured -0.47, -0.49).
         assert abs(paper.control) > 0.3, (real, paper.r, paper.control)
         # Centred: the relation is found with a permutation p at its floor, the shift alone is not found at all.
@@ -384,14 +384,14 @@ def test_gradient_correlation_study_on_a_tiny_model_and_its_resumable_table(lm, 
     assert summary["mean_abs_source_change"] > 0 and summary["mean_abs_target_change"] > 0
 
     relations = [RelationSpec("tiny_city", "tiny_country", "tiny"), RelationSpec("tiny_country", "tiny_city", "no reference")]
-    table = gradient_table(lm, registry, relations, config)
+    table = measure_table4(lm, registry, relations, config)
     assert table.rows[0].gradient_r == result.gradient_r and "no reference pairs" in table.skipped[0][1]
 
     def no_step(*args, **kwargs):
         raise AssertionError("a stored row was computed again")
 
     monkeypatch.setattr(gradients_module, "measure_gradient_correlation", no_step)
-    again = gradient_table(lm, registry, relations, config)
+    again = measure_table4(lm, registry, relations, config)
     assert again.text() == table.text()
     np.testing.assert_array_equal(again.rows[0].labelwise_gradient_r, result.labelwise_gradient_r)
 

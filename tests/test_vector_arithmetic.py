@@ -343,10 +343,10 @@ def test_ovector_w_correlates_the_hooked_effect_with_ws_rows(llama, tmp_path):
     # The library runs the prompts batched and left-padded, this loop one at a time: float32 rounding apart.
     effect_atol = tiny_forward_atol(effect)
     np.testing.assert_allclose(result.effect, effect, atol=effect_atol, rtol=0)
-    coef = fit_relation(llama, registry, CAPITALS, n_inputs=60, fit=fit).fit.coef
-    np.testing.assert_array_equal(result.w_rows, coef)  # the same fit on the same cached tables; every country a subject, in domain order
+    W = fit_relation(llama, registry, CAPITALS, n_inputs=60, fit=fit).fit.W
+    np.testing.assert_array_equal(result.w_rows, W)  # the same fit on the same cached tables; every country a subject, in domain order
     # The correlations, in float64 on the result's own effect and W rows: equal up to float64 rounding.
-    centred_effect, centred_w = result.effect - result.effect.mean(0), coef - coef.mean(0)
+    centred_effect, centred_w = result.effect - result.effect.mean(0), W - W.mean(0)
     expected = [np.corrcoef(a, b)[0, 1] for a, b in zip(centred_effect, centred_w)]
     np.testing.assert_allclose(result.r, expected, rtol=0, atol=1e-12)
     # Against the loop's effect, r may move by what the effect's float32 rounding allows (near-constant rows amplify it).

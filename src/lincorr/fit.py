@@ -90,7 +90,7 @@ class PairResult:
     target_name: str
     model_name: str
     config: FitConfig
-    coef: np.ndarray  # W [n_source, n_target]
+    W: np.ndarray  # W [n_source, n_target]
     intercept: np.ndarray  # b [n_target]
     alpha: float
     train_index: np.ndarray  # [n_train]
@@ -100,7 +100,7 @@ class PairResult:
     labelwise_r_ci95: tuple[float, float]
     control_labelwise_r: np.ndarray  # [n_target], mean over W's fitted after shuffling the train pairing
     seconds: float
-    estimator: LinearMap | None = None  # the fitted map itself: `coef` is its W_ (and, standardized, W_standardized_ its W in z units)
+    estimator: LinearMap | None = None  # the fitted map itself: `W` is its W_ (and, standardized, W_standardized_ its W in z units)
     reference: ReferenceMatch | None = None  # the relation's reference pairs on these two domains, matched once when it was bound
 
     def summary(self) -> dict:
@@ -157,12 +157,12 @@ class PairResult:
 
     def top_influenced(self, source_word: str, k: int = 5) -> list[tuple[str, float]]:
         """Target words with the largest weight from `source_word` (row of W)."""
-        row = self.coef[self.source.domain.index(source_word)]
+        row = self.W[self.source.domain.index(source_word)]
         return [(self.target.domain.words[j], float(row[j])) for j in top_k(row, k)]
 
     def top_influencing(self, target_word: str, k: int = 5) -> list[tuple[str, float]]:
         """Source words with the largest weight into `target_word` (column of W)."""
-        column = self.coef[:, self.target.domain.index(target_word)]
+        column = self.W[:, self.target.domain.index(target_word)]
         return [(self.source.domain.words[i], float(column[i])) for i in top_k(column, k)]
 
     def text(self) -> str:
@@ -190,7 +190,7 @@ class PairResult:
         """The pair `save` wrote into `directory`: W, b and the logits from their `.npy` files (never unpickled), the rest from result.json.
 
         The reference is matched again from the pairs result.json kept (the dropped ones are not saved); the estimator is not
-        stored, so `estimator` is None and W is `coef`.
+        stored, so `estimator` is None and W comes from W.npy.
         """
         directory = Path(directory)
         result = read_json(directory / "result.json", "saved result")
@@ -209,7 +209,7 @@ class PairResult:
         return cls(
             source=source, target=target, source_name=result["source"], target_name=result["target"],
             model_name=result["model"], config=decode(FitConfig, result["config"]),
-            coef=np.load(directory / "W.npy", allow_pickle=False), intercept=np.load(directory / "b.npy", allow_pickle=False),
+            W=np.load(directory / "W.npy", allow_pickle=False), intercept=np.load(directory / "b.npy", allow_pickle=False),
             alpha=float(result["alpha"]), train_index=np.array(result["train_index"], dtype=int),
             test_index=np.array(result["test_index"], dtype=int), labelwise_r=numbers(result["labelwise_r"].values()),
             instancewise_r=numbers(result["instancewise_r"]), labelwise_r_ci95=(low, high),
@@ -229,7 +229,7 @@ class PairResult:
         match = self.reference if reference_pairs is None else match_reference(reference_pairs, self.source.domain, self.target.domain)
         reference = match.columns if match else {}
         with staged_directory(directory) as out:
-            write_array(out / "W.npy", self.coef)
+            write_array(out / "W.npy", self.W)
             write_array(out / "b.npy", self.intercept)
             write_array(out / "source_logits.npy", self.source.values)
             write_array(out / "target_logits.npy", self.target.values)
@@ -258,7 +258,7 @@ class PairResult:
                    state=False)
             if heatmap:
                 weight_heatmap(
-                    self.coef,
+                    self.W,
                     self.source.domain.words,
                     self.target.domain.words,
                     out / "W.png",
@@ -331,7 +331,7 @@ def fit_targets(source: LogitTable, targets: Mapping[str, LogitTable], config: F
         estimator = fitted if len(columns) == 1 else fitted.target_columns(part)
         results[name] = PairResult(
             source=evaluated_source, target=evaluated[name], source_name=source_name, target_name=name, model_name=model_name,
-            config=config, coef=estimator.W_, intercept=estimator.intercept_, alpha=float(fitted.alpha_), train_index=train,
+            config=config, W=estimator.W_, intercept=estimator.intercept_, alpha=float(fitted.alpha_), train_index=train,
             test_index=test, labelwise_r=labelwise_pearson(predicted[:, part], actual[:, part]),
             instancewise_r=instancewise_pearson(predicted[:, part], actual[:, part]), labelwise_r_ci95=interval,
             control_labelwise_r=control[part], seconds=seconds, estimator=estimator, reference=(references or {}).get(name),

@@ -129,10 +129,10 @@ def fit_ols(source: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndar
     centred = source - source_mean
     try:
         factor = scipy.linalg.cho_factor(centred.T @ centred, check_finite=False)
-        coef = scipy.linalg.cho_solve(factor, centred.T @ (target - target_mean), check_finite=False)
+        W = scipy.linalg.cho_solve(factor, centred.T @ (target - target_mean), check_finite=False)
     except np.linalg.LinAlgError:
-        coef = np.linalg.lstsq(centred, target - target_mean, rcond=None)[0]
-    return coef, target_mean - source_mean @ coef
+        W = np.linalg.lstsq(centred, target - target_mean, rcond=None)[0]
+    return W, target_mean - source_mean @ W
 
 
 def ridge_held_out_errors(source: np.ndarray, target: np.ndarray, held_source: np.ndarray, held_target: np.ndarray,
@@ -166,6 +166,6 @@ def fit_ridge(source: np.ndarray, target: np.ndarray, alphas) -> list[tuple[np.n
     projected = u.T @ (target - target_mean)  # [rank, n_target]
     solutions = []
     for alpha in alphas:
-        coef = vt.T @ ((s / (s**2 + alpha))[:, None] * projected)
-        solutions.append((coef, target_mean - source_mean @ coef))
+        W = vt.T @ ((s / (s**2 + alpha))[:, None] * projected)
+        solutions.append((W, target_mean - source_mean @ W))
     return solutions

@@ -62,14 +62,14 @@ def top_k(weights: np.ndarray, k: int) -> np.ndarray:
     return part[np.argsort(-weights[part], kind="stable")]
 
 
-def top_influenced(coef: np.ndarray, source_index: int, k: int = 5) -> np.ndarray:
+def top_influenced(W: np.ndarray, source_index: int, k: int = 5) -> np.ndarray:
     """Target columns with the largest weight from one source row of W `[n_source, n_target]`."""
-    return top_k(coef[source_index], k)
+    return top_k(W[source_index], k)
 
 
-def top_influencing(coef: np.ndarray, target_index: int, k: int = 5) -> np.ndarray:
+def top_influencing(W: np.ndarray, target_index: int, k: int = 5) -> np.ndarray:
     """Source rows with the largest weight into one target column of W `[n_source, n_target]`."""
-    return top_k(coef[:, target_index], k)
+    return top_k(W[:, target_index], k)
 
 
 def summarize(values: Sequence[float]) -> dict[str, float]:

@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 
-def ordered_weight_rows(coef: np.ndarray, reference: dict[int, tuple[int, ...]] | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+def ordered_weight_rows(W: np.ndarray, reference: dict[int, tuple[int, ...]] | None = None) -> tuple[np.ndarray, np.ndarray, str]:
     """W `[n_source, n_target]` with each row centred, the row order to show it in, and that order in words.
 
     A row's mean only shifts every target alike (a source that raises all countries), and
@@ -22,7 +22,7 @@ def ordered_weight_rows(coef: np.ndarray, reference: dict[int, tuple[int, ...]] 
     a staircase by construction: the returned words say which ordering was used.
     Returns (centred W in its original row order, the row order, "ordered by ...").
     """
-    centred = coef - coef.mean(axis=1, keepdims=True)
+    centred = W - W.mean(axis=1, keepdims=True)
     if reference:
         keys = np.array([reference[i][0] if i in reference else centred.shape[1] for i in range(centred.shape[0])])
         ordering = "ordered by its reference target"
@@ -33,7 +33,7 @@ def ordered_weight_rows(coef: np.ndarray, reference: dict[int, tuple[int, ...]] 
 
 
 def weight_heatmap(
-    coef: np.ndarray,
+    W: np.ndarray,
     source_labels: Sequence[str],
     target_labels: Sequence[str],
     path,
@@ -41,7 +41,7 @@ def weight_heatmap(
     reference: dict[int, tuple[int, ...]] | None = None,
 ) -> None:
     """W `[n_source, n_target]` with each row centred, rows ordered by their right target (see `ordered_weight_rows`)."""
-    centred, order, ordering = ordered_weight_rows(coef, reference)
+    centred, order, ordering = ordered_weight_rows(W, reference)
     centred = centred[order]
     n_source, n_target = centred.shape
     figure, axes = plt.subplots(figsize=(min(4 + 0.12 * n_target, 40), min(3 + 0.12 * n_source, 60)))

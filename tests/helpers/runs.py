@@ -115,7 +115,7 @@ def write_tiny_runs(root) -> dict:
     from lincorr.studies.logits.lre import LreTable
     from lincorr.fit import FitConfig
     from lincorr.studies.training.generalization import GeneralizationConfig
-    from lincorr.studies.training.table5 import generalization_table
+    from lincorr.studies.training.table5 import measure_table5
     from lincorr.finetune import TrainConfig
     from lincorr.knowledge import load_registry
     from lincorr.models import load_model
@@ -150,7 +150,7 @@ def write_tiny_runs(root) -> dict:
         config = GeneralizationConfig(n_facts=2, seeds=(0,), n_inputs=40, fit=FitConfig(estimator="ridge", alpha=1.0, n_boot=10),
                                       train=TrainConfig(learning_rate=1e-2, epochs=8, batch_size=4))
         relations = [RelationSpec("tiny_city", "tiny_country", "City->Country"), RelationSpec("tiny_country", "tiny_city", "no reference")]
-        generalization_table(lm, load_registry([registry]), relations, config).save(root / "table5")
+        measure_table5(lm, load_registry([registry]), relations, config).save(root / "table5")
     precision = load_result(root / "precision")
     LreTable(precision.model_name, precision.n_inputs, precision.rows, {row.label: "factual" for row in precision.rows},
              (("word_first_letter", "fewer than 10 subjects keep a right object"),), 1.0).save(root / "lre")

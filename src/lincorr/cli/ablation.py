@@ -49,7 +49,7 @@ def add_ablation_command(commands) -> None:
 
 def run_ablate(args) -> None:
     from lincorr.studies.training.ablation import AblationConfig, ablate, vocabulary_from_model
-    from lincorr.studies.training.ablation_tables import run_table7, run_width_sweep
+    from lincorr.studies.training.ablation_tables import measure_table7, measure_width_sweep
     from lincorr.relations import RelationSpec
 
     if args.table7 and args.embedding_width:
@@ -63,11 +63,11 @@ def run_ablate(args) -> None:
     lm = load_lm(args)
     vocabulary = vocabulary_from_model(lm.model, name=lm.name)
     if args.table7:
-        table = run_table7(vocabulary, lm.tokenizer, seeds=tuple(args.seeds), config=config, registry=registry)
+        table = measure_table7(vocabulary, lm.tokenizer, seeds=tuple(args.seeds), config=config, registry=registry)
         save_and_print(args, table)
         return
     if args.embedding_width:
-        sweep = run_width_sweep(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), widths=tuple(args.embedding_width),
+        sweep = measure_width_sweep(vocabulary, lm.tokenizer, RelationSpec(args.source, args.target), widths=tuple(args.embedding_width),
                                 seeds=tuple(args.seeds), config=config, registry=registry)
         save_and_print(args, sweep)
         return

@@ -50,13 +50,13 @@ def add_extractive_command(commands) -> None:
     ocr = study("ocr", "fine-tune on facts only; mean ranks of facts and implications after every epoch (Fig. 2)",
                 "ocr.json, per_epoch.csv and ocr.png", hop=True)
     add_n_facts(ocr)
-    ocr.set_defaults(handler=study_handler("ocr", "run_ocr", ocr_config))
+    ocr.set_defaults(handler=study_handler("ocr", "measure_ocr", ocr_config))
 
     scores = study("scores", "informative, downstream and upstream scores of every MLP and head (Fig. 3)",
                    "scores.json, scores.csv, scores.png, linearization.png and, by token role, scores_by_role.csv and .png", hop=True)
     add_n_facts(scores)
     scores.add_argument("--check", type=NON_NEGATIVE, default=12, help="components whose exact scores (eqs. 1-3) check the linearisation")
-    scores.set_defaults(handler=study_handler("scores", "run_scores", scores_config))
+    scores.set_defaults(handler=study_handler("scores", "measure_scores", scores_config))
 
     freeze = study("freeze", "reset or freeze early-middle or late blocks; mean ranks for both hops (Table 2)",
                    "freeze.json, freeze.csv and freeze.png")
@@ -64,24 +64,24 @@ def add_extractive_command(commands) -> None:
     freeze.add_argument("--split", choices=("paper", "scores"), default="paper",
                         help="early-middle blocks: the paper's first three quarters, or the split the informative scores choose")
     freeze.add_argument("--split-layer", type=COUNT, default=None, help="first late block, by hand (overrides --split)")
-    freeze.set_defaults(handler=study_handler("freeze", "run_freeze", freeze_config))
+    freeze.set_defaults(handler=study_handler("freeze", "measure_freeze", freeze_config))
 
     ordering = study("ordering", "continued training in three orders, then OCR on new facts (Fig. 4)",
                      "ordering.json, ordering.csv and ordering.png")
     add_novel_sizes(ordering)
-    ordering.set_defaults(handler=study_handler("origins", "run_ordering", origins_config))
+    ordering.set_defaults(handler=study_handler("origins", "measure_ordering", origins_config))
 
     graft = study("graft", "graft the weight change of training on implications onto counterfactual facts (Table 3, Fig. 6)",
                   "graft.json, graft_scores.csv and graft.png")
     add_novel_sizes(graft)
-    graft.set_defaults(handler=study_handler("origins", "run_graft", origins_config))
+    graft.set_defaults(handler=study_handler("origins", "measure_graft", origins_config))
 
     predict = study("predict", "does W[city, language] of the untrained model predict which first-hop implications come out right?",
                     "predict.json, predict.csv and predict.png")
     add_n_facts(predict)
     add_n_inputs_option(predict, "vocabulary inputs W is fitted on")
     add_collect_settings(predict)
-    predict.set_defaults(handler=study_handler("predict", "run_predict", predict_config, collects=True))
+    predict.set_defaults(handler=study_handler("predict", "measure_ocr_prediction", predict_config, collects=True))
 
 
 def add_n_facts(parser) -> None:

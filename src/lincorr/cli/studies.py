@@ -197,7 +197,7 @@ def run_precision(args) -> None:
     if args.n_curve:
         run_precision_curve(args)
         return
-    from lincorr.studies.logits.precision import precision_table
+    from lincorr.studies.logits.precision import measure_precision
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec, registry_relations
 
@@ -220,7 +220,7 @@ def run_precision(args) -> None:
         relations = paper_table("table2").relations() if args.table2 else registry_relations(registry)
     configs = precision_configs(args)
     lm = load_lm(args)
-    table = precision_table(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_file=reference_file,
+    table = measure_precision(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_file=reference_file,
                             custom_prompts={getattr(args, side): resolve_prompt(args, side, lm.tokenizer) for side in custom},
                             settings=collect_settings(args))
     # A single relation without its headline estimator is a failure: say why, and write nothing.

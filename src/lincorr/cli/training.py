@@ -147,46 +147,46 @@ def generalization_config(args):
 
 
 def run_generalize(args) -> None:
-    from lincorr.studies.training.generalization import run_generalization
-    from lincorr.studies.training.table5 import GeneralizationTable, generalization_table
+    from lincorr.studies.training.generalization import measure_generalization
+    from lincorr.studies.training.table5 import GeneralizationTable, measure_table5
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
 
     config = generalization_config(args)
     if not args.table5:
         registry = checked_registry(args, (args.source, args.target))
-        result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
+        result = measure_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
         save_and_print(args, result)
         return
     relations = paper_table("table5").relations()
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
-    table = generalization_table(load_lm(args), registry, relations, config, collect_settings(args),
+    table = measure_table5(load_lm(args), registry, relations, config, collect_settings(args),
                                  on_row=None if args.json else lambda row: print(GeneralizationTable.row_line(row), flush=True))
     save_and_print(args, table, show=False)  # the rows were printed as they finished
 
 
 def run_diagnose(args) -> None:
-    from lincorr.studies.training.generalization import run_generalization
+    from lincorr.studies.training.generalization import measure_generalization
     from lincorr.relations import RelationSpec
 
     config = generalization_config(args)
     registry = checked_registry(args, (args.source, args.target))
-    result = run_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
+    result = measure_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
     save_and_print(args, result, text=lambda: result.diagnosis_text(max_rows=args.rows), payload=result.diagnosis_summary)
 
 
 def run_subwords(args) -> None:
-    from lincorr.studies.training.subwords import subword_study
+    from lincorr.studies.training.subwords import measure_subwords
     from lincorr.relations import RelationSpec
 
     config = generalization_config(args)
     registry = checked_registry(args, (args.source, args.target))
-    result = subword_study(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
+    result = measure_subwords(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
     save_and_print(args, result)
 
 
 def run_gradcorr(args) -> None:
-    from lincorr.studies.training.gradients import GradientConfig, GradientTable, gradient_table
+    from lincorr.studies.training.gradients import GradientConfig, GradientTable, measure_table4
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec
 
@@ -203,7 +203,7 @@ def run_gradcorr(args) -> None:
     def report(row: dict) -> None:
         print(GradientTable.row_line(row), file=sys.stderr, flush=True)
 
-    table = gradient_table(load_lm(args), registry, relations, config, collect_settings(args),
+    table = measure_table4(load_lm(args), registry, relations, config, collect_settings(args),
                            on_row=report if args.table4 and not args.quiet else None)
     save_and_print(args, table)
 

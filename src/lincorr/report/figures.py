@@ -92,21 +92,21 @@ def _top_colorbar(title: str, n_rows: int) -> dict:
     return {"title": {"text": title, "side": "right"}, "lenmode": "pixels", "len": 400, "y": 1, "yanchor": "top"}
 
 
-def weight_figure(coef: np.ndarray, source_words: Sequence[str], target_words: Sequence[str],
+def weight_figure(W: np.ndarray, source_words: Sequence[str], target_words: Sequence[str],
                   reference: Mapping[int, Sequence[int]], title: str) -> go.Figure:
     """W `[n_source, n_target]` as the PNG shows it (rows centred, ordered by reference target, clipped at the 99.5th percentile).
 
     Hover gives the source and target word, W itself, the row-centred value the colour shows and
     whether the cell is a reference pair; reference cells are outlined.
     """
-    centred, order, ordering = ordered_weight_rows(coef, {row: tuple(columns) for row, columns in reference.items()} or None)
+    centred, order, ordering = ordered_weight_rows(W, {row: tuple(columns) for row, columns in reference.items()} or None)
     rows = [source_words[i] for i in order]
-    is_reference = np.zeros(coef.shape, bool)
+    is_reference = np.zeros(W.shape, bool)
     for row, columns in reference.items():
         is_reference[row, list(columns)] = True
     limit = float(np.nanpercentile(np.abs(centred), 99.5)) or 1.0
     heatmap = go.Heatmap(
-        z=centred[order], x=list(target_words), y=rows, customdata=coef[order], text=np.where(is_reference[order], "yes", "no"),
+        z=centred[order], x=list(target_words), y=rows, customdata=W[order], text=np.where(is_reference[order], "yes", "no"),
         colorscale="RdBu_r", zmin=-limit, zmax=limit, colorbar=_top_colorbar("W minus\nrow mean", len(rows)),
         # Four significant digits: an ols W of a large domain holds weights of 1e-4 and of 10.
         hovertemplate="source: %{y}\ntarget: %{x}\nW: %{customdata:.4~g}\nW minus row mean: %{z:.4~g}\nreference pair: %{text}",

@@ -25,12 +25,12 @@ def read_pair(directory: Path) -> Section:
     """`lincorr fit --save-dir` / `lincorr demo`: W as an interactive heatmap, and each target word's label-wise r."""
     path = directory / "result.json"
     result = read_document(path, PAIR)
-    coef = read_array(directory / "W.npy")
+    W = read_array(directory / "W.npy")
     sources, targets = result["source_domain"]["words"], result["target_domain"]["words"]
     if not sources or not targets:
         raise InputError(f"{WHAT} {path} is not what lincorr writes: it lists no source or no target words; {REMEDY}")
-    if coef.shape != (len(sources), len(targets)):
-        raise InputError(f"{directory}: W.npy is {' x '.join(map(str, coef.shape))} but result.json lists {len(sources)} source and "
+    if W.shape != (len(sources), len(targets)):
+        raise InputError(f"{directory}: W.npy is {' x '.join(map(str, W.shape))} but result.json lists {len(sources)} source and "
                          f"{len(targets)} target words; the directory mixes two runs: rerun the command that wrote it")
     rows, columns = {w: i for i, w in enumerate(sources)}, {w: j for j, w in enumerate(targets)}
     # A reference pair counts where both words are in the domains; a source whose right targets are all outside has none.
@@ -54,7 +54,7 @@ def read_pair(directory: Path) -> Section:
     return Section(f"fit: {result['source']} -> {result['target']} on {result['model']}", "fit", str(directory),
                    read_provenance(directory, result), (
         numbers,
-        Figure(figures.weight_figure(coef, sources, targets, reference, title),
+        Figure(figures.weight_figure(W, sources, targets, reference, title),
                "Colour: W minus its row mean, clipped at the 99.5th percentile as in W.png; hover shows W itself. Outlined cells are reference pairs."),
         Figure(figures.bar_figure(list(labelwise), [plotted(v) for v in labelwise.values()],
                                   "label-wise r of each target word (held-out inputs)", value_name="label-wise r")),
@@ -148,7 +148,7 @@ PRECISION_ROW = {
 }
 
 
-def precision_table(rows: Sequence[Mapping], title: str) -> Table:
+def hit_table(rows: Sequence[Mapping], title: str) -> Table:
     """Hit@Top-1/3/5 in both directions with chance and the paper's numbers, one row per relation and estimator."""
     paper = next((row["paper"] for row in rows if "paper" in row), None)
     columns = (Column("relation", ""), Column("estimator", ""), Column("label-wise r"),
@@ -183,7 +183,7 @@ def read_precision(directory: Path) -> Section:
     """`lincorr precision --out`: Hit@k per relation, sortable, with the paper's column."""
     table = read_document(directory / "precision.json", PRECISION)
     blocks = [Figure(hit_figure(table["rows"], f"Hit@1 of W in both directions, {table['n_inputs']} inputs")),
-              precision_table(table["rows"], f"Hit@Top-N of W, {table['n_inputs']} inputs")]
+              hit_table(table["rows"], f"Hit@Top-N of W, {table['n_inputs']} inputs")]
     if table["skipped"]:
         blocks.append(skipped_note(table["skipped"]))
     return Section(f"precision on {table['model']}", "precision", str(directory), read_provenance(directory, table), tuple(blocks))
@@ -197,7 +197,7 @@ def read_lre(directory: Path) -> Section:
     table = read_document(directory / "lre.json", LRE)
     rows = [{**row, "label": f"{row['label']} ({row['relation_type']})"} for row in table["rows"]]
     blocks = [Figure(hit_figure(rows, f"Hit@1 of W on the LRE relations, {table['n_inputs']} inputs")),
-              precision_table(rows, f"Hit@Top-N of W against LRE's samples, {table['n_inputs']} inputs")]
+              hit_table(rows, f"Hit@Top-N of W against LRE's samples, {table['n_inputs']} inputs")]
     if table["skipped"]:
         blocks.append(skipped_note(table["skipped"]))
     return Section(f"LRE precision on {table['model']}", "lre", str(directory), read_provenance(directory, table), tuple(blocks))
@@ -221,7 +221,7 @@ def read_scale(directory: Path) -> Section:
         series = {name: values for name, values in series.items() if len(values) == len(models)}
         blocks.append(Figure(figures.line_figure(models, series, f"correlation and W precision by model size ({estimator})",
                                                  x_name="model", y_name="r / Hit@N", y_range=(0, 1.02))))
-    blocks.append(precision_table([{**row, "label": f"{row['label']} on {row['model']}"} for row in scale["rows"]], "every model, relation and estimator"))
+    blocks.append(hit_table([{**row, "label": f"{row['label']} on {row['model']}"} for row in scale["rows"]], "every model, relation and estimator"))
     return Section(f"scale: {', '.join(m['model'] for m in scale['models'])}", "scale", str(directory),
                    read_provenance(directory, scale, model=", ".join(models)), tuple(blocks))
 
@@ -276,7 +276,7 @@ def read_precision_curve(directory: Path) -> Section:
               for estimator in dict.fromkeys(row["estimator"] for row in curve["rows"]) for direction in ("influenced", "influencing")}
     blocks = [Figure(figures.line_figure(curve["ns"], series, f"Hit@1 of W against the number of inputs N ({curve['label']})",
                                          x_name="inputs N", y_name="Hit@1", y_range=(0, 1.02))),
-              precision_table([{**row, "label": f"N = {row['n_inputs']}"} for row in curve["rows"]], "every N and fit")]
+              hit_table([{**row, "label": f"N = {row['n_inputs']}"} for row in curve["rows"]], "every N and fit")]
     if curve["skipped"]:
         blocks.append(KeyNumbers(tuple((s["setting"], f"not fitted: {s['reason']}") for s in curve["skipped"])))
     return Section(f"precision curve: {curve['label']} on {curve['model']}", "precision-curve", str(directory),

@@ -20,7 +20,7 @@ from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.verdicts import Test, binomial_above, combined, paired_greater
 from lincorr.studies.logits.cases import measure_cases, paper_cases
 from lincorr.studies.logits.matrix import Grid, measure_matrix
-from lincorr.studies.logits.precision import precision_fits, precision_table
+from lincorr.studies.logits.precision import precision_fits, measure_precision
 
 PAPER_FIT = "ols"
 OURS_FIT = "ridge-std"
@@ -35,7 +35,7 @@ def hit_at_1_test(row) -> Test:
 def precision(ctx: Context) -> Measured:
     """Table 2: Hit@Top-N of W, the paper's ols and lincorr's ridge-std, tested as Hit@1 above chance per relation."""
     relations = ctx.chosen({r.label: r for r in paper_table("table2").relations()})
-    table = precision_table(ctx.lm, ctx.registry, relations, ctx.inputs(), precision_fits(FitConfig(n_boot=100), PAPER_FIT),
+    table = measure_precision(ctx.lm, ctx.registry, relations, ctx.inputs(), precision_fits(FitConfig(n_boot=100), PAPER_FIT),
                             settings=ctx.collect)
     by_fit = {fit: [row for row in table.rows if row.estimator == fit] for fit in (PAPER_FIT, OURS_FIT)}
     if not by_fit[PAPER_FIT]:

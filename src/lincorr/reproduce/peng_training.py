@@ -15,9 +15,9 @@ from lincorr.relations import RelationSpec
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.verdicts import Test, combined, fisher_greater, mcnemar_gain, paired_greater, ranks_greater
 from lincorr.studies.training.ablation import AblationConfig, ablate, vocabulary_from_model
-from lincorr.studies.training.generalization import DEFAULT_TRAIN, PAPER_PRESET, GeneralizationConfig, run_generalization
-from lincorr.studies.training.gradients import GradientConfig, gradient_table
-from lincorr.studies.training.subwords import subword_study
+from lincorr.studies.training.generalization import DEFAULT_TRAIN, PAPER_PRESET, GeneralizationConfig, measure_generalization
+from lincorr.studies.training.gradients import GradientConfig, measure_table4
+from lincorr.studies.training.subwords import measure_subwords
 
 PRESETS = {"paper": PAPER_PRESET.apply(DEFAULT_TRAIN), "lincorr": DEFAULT_TRAIN}
 
@@ -27,7 +27,7 @@ def gradients(ctx: Context) -> Measured:
     relations = ctx.chosen({r.label: r for r in paper_table("table4").relations()})
     config = GradientConfig(n_inputs=int(ctx.settings["n_inputs"]), n_step_facts=int(ctx.settings.get("n_step_facts", 32)),
                             n_eval=int(ctx.settings.get("n_eval", 200)))
-    table = gradient_table(ctx.lm, ctx.registry, relations, config, ctx.collect)
+    table = measure_table4(ctx.lm, ctx.registry, relations, config, ctx.collect)
     if not table.rows:
         raise NotApplicable("no relation of Table 4 can be expressed on this model: " + "; ".join(r for _, r in table.skipped))
     ours = {row.label: {"logit_r": round(row.logit_r, 3), "gradient_r": round(row.gradient_r, 3), "control_r": round(row.control_r, 3),
@@ -47,7 +47,7 @@ def generalization_runs(ctx: Context, preset: str) -> list:
                                   n_inputs=int(ctx.settings["n_inputs"]), train=PRESETS[preset])
     key = ("generalization", preset, tuple(r.label for r in relations), config)
     if key not in ctx.shared:
-        ctx.shared[key] = [run_generalization(ctx.lm, ctx.registry, relation, config, ctx.collect) for relation in relations]
+        ctx.shared[key] = [measure_generalization(ctx.lm, ctx.registry, relation, config, ctx.collect) for relation in relations]
     return ctx.shared[key]
 
 
@@ -121,7 +121,7 @@ def subwords(ctx: Context) -> Measured:
     """Table 18: W's Hit@Top-5 is higher for whole-word targets than for subword ones (Fisher)."""
     config = GeneralizationConfig(n_facts=int(ctx.settings.get("n_facts", 16)), seeds=tuple(ctx.settings.get("seeds", (0, 1, 2))),
                                   n_inputs=int(ctx.settings["n_inputs"]))
-    result = subword_study(ctx.lm, ctx.registry, RelationSpec("city", "country"), config, ctx.collect)
+    result = measure_subwords(ctx.lm, ctx.registry, RelationSpec("city", "country"), config, ctx.collect)
     rows = {row["category"]: row for row in result.rows}
     ours = {c: {k: (round(v, 3) if isinstance(v, float) else v) for k, v in row.items() if k != "category"} for c, row in rows.items()}
     whole, sub = rows["whole_word"], rows["subword"]

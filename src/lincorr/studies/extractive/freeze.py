@@ -40,7 +40,7 @@ from lincorr.models import LM
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
 from lincorr.results import Stored, record
 
-__all__ = ["SETTINGS", "SPLITS", "FreezeConfig", "FreezeResult", "reset_blocks", "paper_split", "choose_split", "run_freeze"]
+__all__ = ["SETTINGS", "SPLITS", "FreezeConfig", "FreezeResult", "reset_blocks", "paper_split", "choose_split", "measure_freeze"]
 
 SETTINGS = ("none", "all", "early_post", "late_post", "early_pre", "late_pre")
 SPLITS = ("paper", "scores")
@@ -154,7 +154,7 @@ class FreezeResult(Stored):
             self.plot(out / "freeze.png")
 
 
-def run_freeze(lm: LM, registry, config: FreezeConfig = FreezeConfig()) -> FreezeResult:
+def measure_freeze(lm: LM, registry, config: FreezeConfig = FreezeConfig()) -> FreezeResult:
     """Table 2 for both hops: train, split the blocks (the paper's rule by default), reset (post) and freeze (pre)."""
     started = time.perf_counter()
     n_layers = layout(lm).n_layers

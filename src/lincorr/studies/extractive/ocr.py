@@ -44,7 +44,7 @@ from lincorr.templates import fill, validate_template
 __all__ = [
     "HOPS", "PAPER_TRAIN", "SMALL_TRAIN", "Templates", "World", "QuerySet", "HopData", "load_world",
     "usable_cities", "made_up_names", "hop_data", "ranks", "mean_rank", "chance_mean_rank", "token_report", "train_model",
-    "snapshot", "train_and_measure", "FactsConfig", "OcrConfig", "OcrResult", "run_ocr", "training_settings", "saved_figure",
+    "snapshot", "train_and_measure", "FactsConfig", "OcrConfig", "OcrResult", "measure_ocr", "training_settings", "saved_figure",
 ]
 
 HOPS = ("first", "second")
@@ -357,7 +357,7 @@ def train_and_measure(lm: LM, data: HopData, config: TrainConfig) -> tuple[LM, t
     return tuned, tuple(per_epoch), losses
 
 
-def run_ocr(lm: LM, registry, config: OcrConfig = OcrConfig()) -> OcrResult:
+def measure_ocr(lm: LM, registry, config: OcrConfig = OcrConfig()) -> OcrResult:
     """Fine-tune on the hop's facts only and measure both mean ranks before training and after every epoch."""
     started = time.perf_counter()
     data = hop_data(load_world(registry), lm.tokenizer, config.hop, config.n_facts, config.seed, config.templates)

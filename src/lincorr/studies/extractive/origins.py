@@ -45,8 +45,8 @@ from lincorr.results import Stored, record
 from lincorr.templates import fill
 
 __all__ = [
-    "ORDERS", "PAPER_TABLE3", "WEIGHT_SETS", "CONTINUED_TRAIN", "NovelData", "novel_data", "ordering_phases", "OriginsConfig", "OrderingResult", "run_ordering",
-    "graft_weights", "GraftResult", "run_graft",
+    "ORDERS", "PAPER_TABLE3", "WEIGHT_SETS", "CONTINUED_TRAIN", "NovelData", "novel_data", "ordering_phases", "OriginsConfig", "OrderingResult", "measure_ordering",
+    "graft_weights", "GraftResult", "measure_graft",
 ]
 
 ORDERS = ("facts_then_implications", "implications_then_facts", "shuffled")
@@ -218,7 +218,7 @@ def _train_measuring(lm: LM, facts: list[Fact], config: TrainConfig, name: str, 
         measure(snapshot(model, lm.tokenizer, name), **fields, epoch=epoch)))[0]
 
 
-def run_ordering(lm: LM, registry, config: OriginsConfig = OriginsConfig()) -> OrderingResult:
+def measure_ordering(lm: LM, registry, config: OriginsConfig = OriginsConfig()) -> OrderingResult:
     """Fig. 4: continued training in each order, then fine-tuning on the test facts, measuring after every epoch."""
     started = time.perf_counter()
     data = config.data(registry, lm.tokenizer)
@@ -326,7 +326,7 @@ class GraftResult(Stored):
             self.plot(out / "graft.png")
 
 
-def run_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig()) -> GraftResult:
+def measure_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig()) -> GraftResult:
     """Table 3 and Fig. 6: train the four weight sets, graft, measure; then score both updates."""
     started = time.perf_counter()
     data = config.data(registry, lm.tokenizer)

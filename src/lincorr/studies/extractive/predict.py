@@ -36,7 +36,7 @@ from lincorr.outputs import settings_key, staged_directory, write_csv, write_jso
 from lincorr.results import Stored, record
 from lincorr.relations import RelationSpec
 
-__all__ = ["PREDICTORS", "PredictConfig", "PredictResult", "run_predict"]
+__all__ = ["PREDICTORS", "PredictConfig", "PredictResult", "measure_ocr_prediction"]
 
 PREDICTORS = ("w_ref", "w_rank_score", "predicted_success")
 
@@ -121,12 +121,12 @@ class PredictResult(Stored):
             self.plot(out / "predict.png")
 
 
-def run_predict(lm: LM, registry, config: PredictConfig = PredictConfig(), settings: CollectSettings = CollectSettings()) -> PredictResult:
+def measure_ocr_prediction(lm: LM, registry, config: PredictConfig = PredictConfig(), settings: CollectSettings = CollectSettings()) -> PredictResult:
     """Fit W on the untrained model, score every first-hop fact with it, train as the OCR study, and compare."""
     started = time.perf_counter()
     data = hop_data(load_world(registry), lm.tokenizer, "first", config.n_facts, config.seed, config.templates)
     bound = fit_relation(lm, registry, config.relation, n_inputs=config.n_inputs, fit=config.fit, settings=settings)
-    coef = bound.fit.coef
+    W = bound.fit.W
     target_words = bound.target.domain.words
     # The candidates W can see: the dataset's languages that are columns of the language domain.
     candidates = [c for w in data.implications.candidates.words if (c := bound.target.domain.find(w)) is not None]
@@ -143,10 +143,10 @@ def run_predict(lm: LM, registry, config: PredictConfig = PredictConfig(), setti
                "implication_rank_after": int(after[i]), "right_after": bool(after[i] == 0),
                "w_ref": None, "w_rank_score": None, "predicted_success": None, "predicted_language": None}
         if source is not None and right is not None:
-            prediction = predict_from_logits(coef, source_before[i], target_before[i], source, bound.source.domain.words, target_words,
+            prediction = predict_from_logits(W, source_before[i], target_before[i], source, bound.source.domain.words, target_words,
                                              bound.columns.get(source, ()), config.margin)
-            predicted = target_before[i] + prediction.delta * coef[source]
-            row |= {"w_ref": float(coef[source, right]), "w_rank_score": -int((predicted[candidates] > predicted[right]).sum()),
+            predicted = target_before[i] + prediction.delta * W[source]
+            row |= {"w_ref": float(W[source, right]), "w_rank_score": -int((predicted[candidates] > predicted[right]).sum()),
                     "predicted_success": prediction.success_probability, "predicted_language": prediction.predicted_target}
         rows.append(row)
     return PredictResult(lm.name, config, tuple(rows), bound.fit.labelwise_r_mean, time.perf_counter() - started,

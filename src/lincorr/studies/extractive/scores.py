@@ -63,7 +63,7 @@ from lincorr.results import Stored, record
 
 __all__ = [
     "SCORES", "ScoresConfig", "ScoresResult", "score_components", "checked_components", "linearized_scores", "exact_scores", "rewards",
-    "run_scores", "scores_from_models", "score_grid",
+    "measure_scores", "scores_from_models", "component_grid",
 ]
 
 SCORES = ("informative", "downstream", "upstream")
@@ -238,7 +238,7 @@ def _latecomponent_weights(lm: LM, component: Component) -> list[Slices]:
     return [component_weights(lm, c) for c in later]
 
 
-def score_grid(lm: LM, components: Sequence[Component], values: np.ndarray) -> np.ndarray:
+def component_grid(lm: LM, components: Sequence[Component], values: np.ndarray) -> np.ndarray:
     """Per-component values `[n_components]` as a heatmap `[n_layers, 1 + n_heads]`: column 0 the MLP, then heads (NaN: not scored)."""
     parts = layout(lm)
     grid = np.full((parts.n_layers, 1 + parts.n_heads), np.nan)
@@ -373,7 +373,7 @@ def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked:
     return components, scores, checked, linear, exact, seconds_scores, time.perf_counter() - started - seconds_scores
 
 
-def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig()) -> ScoresResult:
+def measure_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig()) -> ScoresResult:
     """Fine-tune on the update's facts, then score every MLP and head on the implications and check a subset by intervention."""
     update = config.update
     data = hop_data(load_world(registry), lm.tokenizer, update.hop, update.n_facts, update.seed, update.templates)
@@ -387,8 +387,8 @@ def run_scores(lm: LM, registry, config: ScoresConfig = ScoresConfig()) -> Score
     n_heads = layout(lm).n_heads
     return ScoresResult(
         model_name=lm.name, config=config, component_names=("mlp",) + tuple(f"head {h}" for h in range(n_heads)),
-        grids={key: score_grid(lm, components, scores[key]) for key in SCORES}, checked=tuple(str(c) for c in checked),
-        role_grids={key: np.stack([score_grid(lm, components, scores[f"{key}_by_role"][:, r]) for r in range(len(ROLES))]) for key in SCORES},
+        grids={key: component_grid(lm, components, scores[key]) for key in SCORES}, checked=tuple(str(c) for c in checked),
+        role_grids={key: np.stack([component_grid(lm, components, scores[f"{key}_by_role"][:, r]) for r in range(len(ROLES))]) for key in SCORES},
         linear_checked=linear, exact_checked=exact, mean_ranks=mean_ranks, training=training_settings(update.train),
         seconds_train=seconds_train, seconds_scores=seconds_scores, seconds_check=seconds_check,
     )

@@ -2,7 +2,7 @@
 
 Each LRE relation becomes two prompts over the same inputs X (`lincorr.knowledge.lre`); W is fitted
 from the source prompt's logits (LRE's subjects) to the target's (LRE's objects) and judged against
-LRE's samples with `precision.precision_table`. A relation is measured when, on this tokenizer, at
+LRE's samples with `precision.measure_precision`. A relation is measured when, on this tokenizer, at
 least MIN_SUBJECTS reference subjects keep a right object and the object domain keeps at least
 MIN_OBJECTS words; every other relation is listed with the reason. Each Hit@1 comes with a one-sided
 binomial test against its chance level (a random ranking): the chance of a relation is the mean over
@@ -28,7 +28,7 @@ from lincorr.models import LM
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
 from lincorr.relations import bind_relation
 from lincorr.results import Stored, record
-from lincorr.studies.logits.precision import MIN_PAIRS, PrecisionResult, precision_table
+from lincorr.studies.logits.precision import MIN_PAIRS, PrecisionResult, measure_precision
 
 __all__ = ["LRE_FITS", "MIN_OBJECTS", "MIN_SUBJECTS", "SIGNIFICANCE", "HitTest", "LreTable", "hit_test", "lre_precision"]
 
@@ -204,6 +204,6 @@ def lre_precision(lm: LM, relations: Sequence[LreRelation], inputs: Sequence[str
             continue
         kept.append(spec)
         prompts.update({bound.source.name: bound.source, bound.target.name: bound.target})
-    table = precision_table(lm, registry, kept, inputs, configs, custom_prompts=prompts, settings=settings)
+    table = measure_precision(lm, registry, kept, inputs, configs, custom_prompts=prompts, settings=settings)
     return LreTable(lm.name, len(inputs), table.rows, {relation.name: relation.relation_type for relation in relations},
                     (*skipped, *table.skipped), time.perf_counter() - started, lm.fingerprint, tuple(configs), max_subjects)

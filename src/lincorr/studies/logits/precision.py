@@ -34,7 +34,7 @@ from lincorr.relations import (
 
 __all__ = ["KS", "MIN_PAIRS", "PAPER_N_INPUTS", "PRECISION_FITS", "STANDARDIZED_PENALTY", "precision_fits", "PrecisionResult", "PrecisionTable", "checked_reference", "judged_relation", "precision_of", "rates_text",
            "require_usable",
-           "precision_from_tables", "precision_table"]
+           "precision_from_tables", "measure_precision"]
 
 
 KS = (1, 3, 5)
@@ -167,8 +167,8 @@ def precision_of(pair: PairResult, reference_pairs: ReferencePairs | None = None
         reference=reference,
         hit_influenced=hit_at_k(weights, right, ks),
         hit_influencing=hit_at_k(weights.T, influencing, ks),
-        chance_influenced=chance_hit_at_k(pair.coef.shape[1], right, ks),
-        chance_influencing=chance_hit_at_k(pair.coef.shape[0], influencing, ks),
+        chance_influenced=chance_hit_at_k(pair.W.shape[1], right, ks),
+        chance_influencing=chance_hit_at_k(pair.W.shape[0], influencing, ks),
         n_pairs_influenced=len(right),
         n_pairs_influencing=len(influencing),
         n_reference_lines=match.n_read,
@@ -198,7 +198,7 @@ def ranked_weights(pair: PairResult) -> np.ndarray:
     with the scales of the training rows: the fitted map's `W_standardized_`), so that a target
     word whose logit merely varies more over the inputs does not top every row; any other fit as it is.
     """
-    return pair.estimator.W_standardized_ if pair.config.standardize else pair.coef
+    return pair.estimator.W_standardized_ if pair.config.standardize else pair.W
 
 
 def precision_from_tables(relation: BoundRelation, tables: Mapping[str, LogitTable], configs: Sequence[FitConfig], *,
@@ -331,7 +331,7 @@ def rates_text(rates: Mapping[int, float]) -> str:
     return " / ".join(f"{rates[k]:.2f}" for k in KS)
 
 
-def precision_table(
+def measure_precision(
     lm: LM,
     registry,
     relations: Sequence[RelationSpec],

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 from lincorr.collection import CollectSettings
 from lincorr.fit import FitConfig
-from lincorr.studies.logits.precision import KS, PrecisionTable, precision_table
+from lincorr.studies.logits.precision import KS, PrecisionTable, measure_precision
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.models import LM, load_model
 from lincorr.outputs import staged_directory, write_csv, write_json
@@ -120,7 +120,7 @@ def measure_scale(
     for spec in model_specs:
         lm = load(spec)
         inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed)
-        table = precision_table(lm, registry, relations, inputs, configs, settings=settings)
+        table = measure_precision(lm, registry, relations, inputs, configs, settings=settings)
         points.append(ScalePoint(lm.name, sum(p.numel() for p in lm.model.parameters()), table))
         del lm
     return ScaleResult(tuple(sorted(points, key=lambda p: p.n_parameters)))

@@ -31,7 +31,7 @@ from lincorr.templates import fill
 
 __all__ = [
     "SOFTMAX_OVER", "Vocabulary", "AblationConfig", "AblationResult", "vocabulary_from_model", "pca_vocabularies", "pooled_embeddings",
-    "run_ablation", "ablate",
+    "measure_ablation", "ablate",
 ]
 
 
@@ -195,7 +195,7 @@ def pooled_embeddings(prompts: Sequence[str], tokenizer, input_embeddings: torch
     return summed / mask.sum(1, keepdim=True)
 
 
-def run_ablation(vocabulary: Vocabulary, tokenizer, relation: BoundRelation, *, mapping: str = "real", seed: int = 0,
+def measure_ablation(vocabulary: Vocabulary, tokenizer, relation: BoundRelation, *, mapping: str = "real", seed: int = 0,
                  config: AblationConfig = AblationConfig()) -> AblationResult:
     """Both stages and the test for one relation (its templates, domains and reference pairs), mapping and seed."""
     started = time.perf_counter()
@@ -309,14 +309,14 @@ def ablate(
     config: AblationConfig = AblationConfig(),
     registry=None,
 ) -> AblationResult:
-    """run_ablation for a registry relation: its prompts' templates, their domains and the reference pairs.
+    """measure_ablation for a registry relation: its prompts' templates, their domains and the reference pairs.
 
     Under "letters" the words' own tokens do not matter (only their first letters are taught), so subwords stay in.
     """
     bound = bind_relation(registry or load_registry(), relation, tokenizer, keep_subwords=mapping == "letters", require_pairs=False)
     if not bound.pairs:
         raise LincorrError(f"the registry has no reference pairs from '{relation.source}' to '{relation.target}'; add a references entry")
-    return run_ablation(vocabulary, tokenizer, bound, mapping=mapping, seed=seed, config=config)
+    return measure_ablation(vocabulary, tokenizer, bound, mapping=mapping, seed=seed, config=config)
 
 
 def _train(

@@ -16,7 +16,7 @@ from lincorr.results import Stored, record
 from lincorr.studies.training.ablation import AblationConfig, AblationResult, Vocabulary, ablate, pca_vocabularies
 from lincorr.studies.training.token_pairs import MAPPINGS
 
-__all__ = ["AblationTable", "WidthSweep", "run_table7", "run_width_sweep", "shared_settings"]
+__all__ = ["AblationTable", "WidthSweep", "measure_table7", "measure_width_sweep", "shared_settings"]
 
 
 def over_seeds(results: Sequence[AblationResult]) -> dict[str, float]:
@@ -104,7 +104,7 @@ def shared_settings(results: Sequence[AblationResult]) -> dict:
     return {key: value for key, value in first.items() if all(r.settings.get(key) == value for r in results)}
 
 
-def run_table7(
+def measure_table7(
     vocabulary: Vocabulary,
     tokenizer,
     *,
@@ -178,7 +178,7 @@ class WidthSweep(Stored):
             write_json(out / "widths.json", self.rows())
 
 
-def run_width_sweep(
+def measure_width_sweep(
     vocabulary: Vocabulary,
     tokenizer,
     relation: RelationSpec = RelationSpec("city", "country"),

@@ -59,13 +59,13 @@ def edit_delta(source_before: np.ndarray, source_index: int, margin: float) -> f
     return float(max(others.max() - source_before[source_index], 0.0) + margin) if others.size else float(margin)
 
 
-def predicted_target_logits(coef: np.ndarray, target_before: np.ndarray, source_index: int, delta: float) -> np.ndarray:
+def predicted_target_logits(W: np.ndarray, target_before: np.ndarray, source_index: int, delta: float) -> np.ndarray:
     """Target logits after raising source logit `source_index` by `delta`: t + delta * W[s, :] -> `[n_target]`."""
-    return np.asarray(target_before, np.float64) + delta * np.asarray(coef[source_index], np.float64)
+    return np.asarray(target_before, np.float64) + delta * np.asarray(W[source_index], np.float64)
 
 
 def predict_from_logits(
-    coef: np.ndarray, source_before: np.ndarray, target_before: np.ndarray, source_index: int, source_words: Sequence[str],
+    W: np.ndarray, source_before: np.ndarray, target_before: np.ndarray, source_index: int, source_words: Sequence[str],
     target_words: Sequence[str], reference_columns_of_s: Sequence[int] = (), margin: float = DEFAULT_MARGIN,
     delta: float | None = None,
 ) -> EditPrediction:
@@ -75,7 +75,7 @@ def predict_from_logits(
     """
     if delta is None:
         delta = edit_delta(np.asarray(source_before, np.float64), source_index, margin)
-    predicted = predicted_target_logits(coef, target_before, source_index, delta)
+    predicted = predicted_target_logits(W, target_before, source_index, delta)
     order = np.argsort(-predicted, kind="stable")
     probabilities = softmax(predicted, axis=-1)
     columns = list(reference_columns_of_s)
@@ -105,7 +105,7 @@ def predict_edit(lm: LM, relation: BoundRelation, value: str, subject: str, *, m
                            f"see `lincorr domains` for the words it keeps")
     source_before = entity_logits(lm, relation.source, [subject])[0]
     target_before = entity_logits(lm, relation.target, [subject])[0]
-    return predict_from_logits(relation.fit.coef, source_before, target_before, index, relation.source.domain.words,
+    return predict_from_logits(relation.fit.W, source_before, target_before, index, relation.source.domain.words,
                                relation.target.domain.words, relation.columns.get(index, ()), margin, delta)
 
 

@@ -32,7 +32,7 @@ from lincorr.templates import fill
 
 __all__ = [
     "DEFAULT_TRAIN", "TrainingPreset", "PAPER_MAX_EPOCHS", "PAPER_PRESET", "CATEGORIES", "GeneralizationConfig", "FactOutcome",
-    "GeneralizationResult", "run_generalization",
+    "GeneralizationResult", "measure_generalization",
 ]
 
 
@@ -139,14 +139,14 @@ def score_outcomes(
     target_before: np.ndarray, target_after: np.ndarray, margin: float = DEFAULT_MARGIN,
 ) -> list[FactOutcome]:
     """Bookkeeping for one seed: tables are `[n_entities, n_source]` / `[n_entities, n_target]` before and after training."""
-    coef, bias = relation.fit.coef, relation.fit.intercept
+    W, bias = relation.fit.W, relation.fit.intercept
     target_words = relation.target.domain.words
     outcomes = []
     for i, (entity, s) in enumerate(zip(entities, answer_rows)):
         right = relation.columns[s]
         generated = int(np.argmax(target_after[i]))
-        ref = max(right, key=lambda c: coef[s, c])
-        prediction = predict_from_logits(coef, source_before[i], target_before[i], s, relation.source.domain.words, target_words, right, margin)
+        ref = max(right, key=lambda c: W[s, c])
+        prediction = predict_from_logits(W, source_before[i], target_before[i], s, relation.source.domain.words, target_words, right, margin)
         learned = int(np.argmax(source_after[i])) == s
         generalized = generated in right
         outcomes.append(FactOutcome(
@@ -155,9 +155,9 @@ def score_outcomes(
             source_delta=float(source_after[i, s] - source_before[i, s]), target_before=target_words[int(np.argmax(target_before[i]))],
             generated=target_words[generated], generalized_before=int(np.argmax(target_before[i])) in right, generalized=generalized,
             predicted=prediction.predicted_target, predicted_confidence=prediction.confidence, predicted_success=prediction.success_probability,
-            w_ref=float(coef[s, ref]), w_gen=float(coef[s, generated]), w_max=float(coef[s].max()), bias_ref=float(bias[ref]),
+            w_ref=float(W[s, ref]), w_gen=float(W[s, generated]), w_max=float(W[s].max()), bias_ref=float(bias[ref]),
             bias_gen=float(bias[generated]),
-            category=diagnose(generalized, learned, float(coef[s, ref]), float(coef[s, generated]), float(bias[ref]), float(bias[generated])),
+            category=diagnose(generalized, learned, float(W[s, ref]), float(W[s, generated]), float(bias[ref]), float(bias[generated])),
         ))
     return outcomes
 
@@ -178,7 +178,7 @@ def held_out_deltas(outcomes: Sequence[FactOutcome]) -> np.ndarray:
 
 def calibrate_predictions(relation: BoundRelation, outcomes: Sequence[FactOutcome], target_before: np.ndarray) -> list[FactOutcome]:
     """Redo each fact's prediction with the rise training produced on held-out facts; `target_before` is `[n_facts, n_target]`."""
-    coef, target_words = relation.fit.coef, relation.target.domain.words
+    W, target_words = relation.fit.W, relation.target.domain.words
     source_index = {word: i for i, word in enumerate(relation.source.domain.words)}
     calibrated = []
     for outcome, logits, delta in zip(outcomes, target_before, held_out_deltas(outcomes)):
@@ -186,7 +186,7 @@ def calibrate_predictions(relation: BoundRelation, outcomes: Sequence[FactOutcom
             calibrated.append(outcome)
             continue
         s = source_index[outcome.source_answer]
-        prediction = predict_from_logits(coef, np.zeros(0), logits, s, relation.source.domain.words, target_words,
+        prediction = predict_from_logits(W, np.zeros(0), logits, s, relation.source.domain.words, target_words,
                                          relation.columns[s], delta=delta)
         calibrated.append(dataclasses.replace(outcome, calibrated_delta=delta, predicted_calibrated=prediction.predicted_target,
                                               predicted_success_calibrated=prediction.success_probability))
@@ -374,7 +374,7 @@ class GeneralizationResult(Stored):
             self.plot_weight_curve(out / "fig5.png")
 
 
-def run_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
+def measure_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
                        config: GeneralizationConfig = GeneralizationConfig(), settings: CollectSettings = CollectSettings()
                        ) -> GeneralizationResult:
     """Teach fresh entities source facts (one training run per seed) and read their target answers before and after.

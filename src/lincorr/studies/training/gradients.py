@@ -35,7 +35,7 @@ from lincorr.results import Stored, record
 from lincorr.templates import fill
 
 __all__ = [
-    "ChangeCorrelation", "GradientConfig", "GradientCorrelation", "GradientTable", "centred_per_input", "gradient_correlation_from_changes", "measure_gradient_correlation", "gradient_table",
+    "ChangeCorrelation", "GradientConfig", "GradientCorrelation", "GradientTable", "centred_per_input", "gradient_correlation_from_changes", "measure_gradient_correlation", "measure_table4",
 ]
 
 
@@ -135,7 +135,7 @@ def centred_per_input(changes: np.ndarray) -> np.ndarray:
     return changes - changes.mean(axis=1, keepdims=True)
 
 
-def gradient_correlation_from_changes(coef: np.ndarray, source_change: np.ndarray, target_change: np.ndarray, *, centred: bool = False,
+def gradient_correlation_from_changes(W: np.ndarray, source_change: np.ndarray, target_change: np.ndarray, *, centred: bool = False,
                                       n_control: int = 200, seed: int = 0) -> ChangeCorrelation:
     """Label-wise r of `source_change @ W` against `target_change` `[n_eval, n_target]`, and with row-shuffled W's.
 
@@ -144,8 +144,8 @@ def gradient_correlation_from_changes(coef: np.ndarray, source_change: np.ndarra
     if centred:
         source_change, target_change = centred_per_input(source_change), centred_per_input(target_change)
     rng = np.random.default_rng(seed)
-    control = [np.nanmean(labelwise_pearson(source_change @ coef[rng.permutation(coef.shape[0])], target_change)) for _ in range(n_control)]
-    return ChangeCorrelation(labelwise_pearson(source_change @ coef, target_change), np.array(control))
+    control = [np.nanmean(labelwise_pearson(source_change @ W[rng.permutation(W.shape[0])], target_change)) for _ in range(n_control)]
+    return ChangeCorrelation(labelwise_pearson(source_change @ W, target_change), np.array(control))
 
 
 def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, config: GradientConfig = GradientConfig(),
@@ -169,7 +169,7 @@ def measure_gradient_correlation(lm: LM, registry, relation: RelationSpec, confi
     tuned = wrap_model(stepped.model, lm.tokenizer, name=f"{lm.name}+step")
     after = [entity_logits(tuned, p, eval_inputs) for p in (relation.source, relation.target)]
     source_change, target_change = after[0] - before[0], after[1] - before[1]
-    paper, ours = (gradient_correlation_from_changes(relation.fit.coef, source_change, target_change, centred=centred,
+    paper, ours = (gradient_correlation_from_changes(relation.fit.W, source_change, target_change, centred=centred,
                                                      n_control=config.n_control, seed=config.seed) for centred in (False, True))
     return GradientCorrelation(
         label=relation.label, model_name=lm.name, source=relation.source.name, target=relation.target.name, logit_r=relation.fit.labelwise_r_mean,
@@ -206,7 +206,7 @@ class GradientTable(Stored):
 
     @staticmethod
     def row_line(row: dict) -> str:
-        """One finished row of `gradient_table` (its `on_row` argument) in one line."""
+        """One finished row of `measure_table4` (its `on_row` argument) in one line."""
         done = (f"skipped: {row['skipped']}" if "skipped" in row else
                 f"gradient r {row['gradient_r']:.2f} (control {row['control_r']:.2f}); centred {row['centred_gradient_r']:.2f} "
                 f"(control {row['centred_control_r']:.2f}, p {row['centred_p_value']:.2g})")
@@ -234,7 +234,7 @@ class GradientTable(Stored):
             (out / "table4.md").write_text(self.text() + "\n", encoding="utf-8")
 
 
-def gradient_table(lm: LM, registry, relations=None, config: GradientConfig = GradientConfig(), settings: CollectSettings = CollectSettings(),
+def measure_table4(lm: LM, registry, relations=None, config: GradientConfig = GradientConfig(), settings: CollectSettings = CollectSettings(),
                    *, on_row=None) -> GradientTable:
     """Table 4 over `relations` (default: the paper's eight); a relation this tokenizer cannot express is skipped with its reason.
 

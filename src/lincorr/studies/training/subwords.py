@@ -14,7 +14,7 @@ import numpy as np
 from lincorr.collection import CollectSettings
 from lincorr.domains import CATEGORIES
 from lincorr.fit import fit_relation
-from lincorr.studies.training.generalization import GeneralizationConfig, GeneralizationResult, run_generalization
+from lincorr.studies.training.generalization import GeneralizationConfig, GeneralizationResult, measure_generalization
 from lincorr.metrics import hit_at_k, rate
 from lincorr.models import LM
 from lincorr.outputs import settings_key, staged_directory, write_json
@@ -22,7 +22,7 @@ from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec
 from lincorr.results import Stored, record
 
-__all__ = ["SubwordResult", "subword_study"]
+__all__ = ["SubwordResult", "measure_subwords"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,13 +62,13 @@ class SubwordResult(Stored):
             self.generalization.save(out / "generalization")
 
 
-def subword_study(lm: LM, registry, relation: RelationSpec = RelationSpec("city", "country"),
+def measure_subwords(lm: LM, registry, relation: RelationSpec = RelationSpec("city", "country"),
                   config: GeneralizationConfig = GeneralizationConfig(keep_subwords=True, balance_categories=True),
                   settings: CollectSettings = CollectSettings()) -> SubwordResult:
     """Fit W and run the generalization study with subword answers kept and facts spread evenly over categories, then split every score by category."""
     config = dataclasses.replace(config, keep_subwords=True, balance_categories=True)
     relation = fit_relation(lm, registry, relation, n_inputs=config.n_inputs, fit=config.fit, keep_subwords=True, settings=settings)
-    result = run_generalization(lm, registry, relation, config)
+    result = measure_generalization(lm, registry, relation, config)
     categories = np.array(relation.target.domain.categories)
     rows = []
     for category in CATEGORIES:
@@ -77,7 +77,7 @@ def subword_study(lm: LM, registry, relation: RelationSpec = RelationSpec("city"
         rows.append({
             "category": category, "n_target_words": int((categories == category).sum()),
             "labelwise_r": float(np.nanmean(relation.fit.labelwise_r[categories == category])) if (categories == category).any() else float("nan"),
-            "hit_at_5": hit_at_k(relation.fit.coef, subjects, ks=(5,))[5], "n_subjects": len(subjects),
+            "hit_at_5": hit_at_k(relation.fit.W, subjects, ks=(5,))[5], "n_subjects": len(subjects),
             "generalization_rate": rate(o.generalized for o in facts), "rate_before": rate(o.generalized_before for o in facts),
             "n_facts": len(facts),
         })

@@ -13,9 +13,9 @@ from lincorr.outputs import settings_key, staged_directory, write_json, write_te
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, study_key
 from lincorr.results import Stored, record
-from lincorr.studies.training.generalization import GeneralizationConfig, run_generalization
+from lincorr.studies.training.generalization import GeneralizationConfig, measure_generalization
 
-__all__ = ["GeneralizationTable", "generalization_table"]
+__all__ = ["GeneralizationTable", "measure_table5"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +72,7 @@ class GeneralizationTable(Stored):
             write_text_atomic(out / "table5.md", self.markdown() + "\n")
 
 
-def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | None = None,
+def measure_table5(lm: LM, registry, relations: Sequence[RelationSpec] | None = None,
                          config: GeneralizationConfig = GeneralizationConfig(), settings: CollectSettings = CollectSettings(), *,
                          on_row=None) -> GeneralizationTable:
     """Table 5 over `relations` (default: the paper's eleven); `on_row` sees each row as it is finished.
@@ -84,7 +84,7 @@ def generalization_table(lm: LM, registry, relations: Sequence[RelationSpec] | N
     rows = []
     for relation in relations or paper.relations():
         key = {**study_key("generalize", lm.fingerprint, registry, relation, config), "collection": settings.key()}
-        row = stored_row("generalize", key, relation.label, lambda: run_generalization(lm, registry, relation, config, settings).summary(),
+        row = stored_row("generalize", key, relation.label, lambda: measure_generalization(lm, registry, relation, config, settings).summary(),
                          code=__name__, use_cache=settings.use_cache)
         if (published := paper.row(relation.label)) is not None:
             row |= {"paper_generalization_rate": published["generalization_rate"], "paper_random_baseline": published["random_baseline"],

@@ -146,7 +146,7 @@ def ovector_w(lm: LM, registry, task: TaskSpec, layer: int, *, relation: Relatio
     without, with_vector = (run(lm, prompts, token_ids=token_ids, interventions=i, batch_size=batch_size).logits
                             for i in ((), [added]))
     effect = (with_vector - without).float().cpu().numpy()
-    w_rows = bound.fit.coef[rows]
+    w_rows = bound.fit.W[rows]
     effect_centred, w_centred = effect - effect.mean(0), w_rows - w_rows.mean(0)
     control = shuffled_rows_test(w_centred, effect_centred, n_shuffles, seed)
     target_words = bound.target.domain.words
