@@ -1,7 +1,8 @@
-"""The claim tables of docs/results.md, made from the committed reproductions under docs/reproductions/.
+"""The claim tables of docs/results.md (Peng et al.) and docs/mechanisms.md (Merullo et al., Feng et al.), made from the
+committed reproductions under docs/reproductions/.
 
     python docs/reproductions.py           # print every block
-    python docs/reproductions.py --write   # rewrite them in docs/results.md (between each block's markers)
+    python docs/reproductions.py --write   # rewrite them in their documents (between each block's markers)
 
 A committed reproduction is the reproduction.json of `lincorr reproduce PAPER --model M --out DIR`,
 copied to docs/reproductions/M/PAPER.json. A test fails when a block in the document differs from
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCUMENT = ROOT / "docs" / "results.md"
+DOCUMENTS = {"peng": ROOT / "docs" / "results.md", "merullo": ROOT / "docs" / "mechanisms.md", "feng": ROOT / "docs" / "mechanisms.md"}
 REPRODUCTIONS = ROOT / "docs" / "reproductions"
 
 
@@ -69,19 +70,19 @@ def blocks() -> dict[tuple[str, str], str]:
 
 
 def current_block(model: str, paper: str) -> str:
-    text = DOCUMENT.read_text(encoding="utf-8")
+    text = DOCUMENTS[paper].read_text(encoding="utf-8")
     start, end = markers(model, paper)
     return text[text.index(start) + len(start):text.index(end)].strip()
 
 
 def main() -> None:
     if sys.argv[1:] == ["--write"]:
-        text = DOCUMENT.read_text(encoding="utf-8")
         for (model, paper), table in blocks().items():
+            document = DOCUMENTS[paper]
+            text = document.read_text(encoding="utf-8")
             start, end = markers(model, paper)
             head, rest = text.split(start, 1)
-            text = f"{head}{start}\n{table}\n{end}{rest.split(end, 1)[1]}"
-        DOCUMENT.write_text(text, encoding="utf-8")
+            document.write_text(f"{head}{start}\n{table}\n{end}{rest.split(end, 1)[1]}", encoding="utf-8")
     else:
         print("\n\n".join(blocks().values()))
 
