@@ -21,6 +21,7 @@ from lincorr.errors import LincorrError
 from lincorr.paper import paper_table
 from lincorr.report import build_report, read_run
 
+
 def test_every_study_directory_becomes_one_section_with_its_figures(tiny_runs):
     report = build_report(list(tiny_runs.values()))
     assert len(report.sections) == len(tiny_runs)
@@ -28,6 +29,15 @@ def test_every_study_directory_becomes_one_section_with_its_figures(tiny_runs):
     assert report.figures == sum(FIGURES.values())
     # Each section is the study its provenance.json names.
     assert [section.study for section in report.sections] == [STUDIES.get(name, name) for name in tiny_runs]
+
+
+def test_a_reproduction_opens_the_report_with_its_claim_table(tiny_runs):
+    report = build_report([tiny_runs["fit"], tiny_runs["reproduce"]])
+    assert [section.study for section in report.sections] == ["reproduce", "fit"]
+    claims = next(block for block in report.sections[0].blocks if hasattr(block, "rows"))
+    assert [row[0] for row in claims.rows] == ["peng.table2", "peng.fig2"]
+    assert [row[-1] for row in claims.rows] == ["reproduced", "not applicable"]
+    assert "llama-3-8b: City->Country" in claims.rows[0][2]
 
 
 def test_sections_carry_command_fingerprint_settings_and_version(tiny_runs):

@@ -11,7 +11,7 @@ from lincorr.cli import main
 FIT = ["--estimator", "ridge", "--alpha", "1", "--bootstrap", "10"]
 TRAIN = ["-n", "40", "--n-facts", "3", "--epochs", "8", "--lr", "1e-2", "--train-batch-size", "4"]
 # Study directory -> how many figures its section draws: one directory per result type (`lincorr.studies.RESULT_TYPES`).
-FIGURES = {"fit": 2, "matrix": 3, "precision": 1, "precision-curve": 1, "lre": 1, "cases": 1, "resilience": 4, "scale": 3, "generalize": 1,
+FIGURES = {"reproduce": 1, "fit": 2, "matrix": 3, "precision": 1, "precision-curve": 1, "lre": 1, "cases": 1, "resilience": 4, "scale": 3, "generalize": 1,
            "subwords": 1, "gradcorr": 1, "predict": 1, "table5": 1, "table7": 1, "widths": 1, "scores": 2, "ocr": 1, "freeze": 2,
            "ordering": 2, "graft": 1, "extractive-predict": 1, "lens": 1, "ovector": 1, "ffn-ablate": 1, "ovector-w": 1}
 # The study each run directory's provenance.json names.
@@ -162,4 +162,19 @@ def write_tiny_runs(root) -> dict:
                      for width in (16, 32) for mapping, rate in (("real", 0.6), ("shuffled", 0.1)) for seed in (0, 1))).save(root / "widths")
     write_extractive_and_lens_runs(root)
     write_vector_runs(root)
+    write_reproduction_run(root)
     return {name: root / name for name in FIGURES}
+
+
+def write_reproduction_run(root) -> None:
+    """A planted claim table: one claim measured and tested, one that no step measures."""
+    from lincorr.reproduce.runner import ClaimResult, ReproductionResult
+
+    measured = ClaimResult("peng.table2", "Table 2", "W ranks the right target first", {"model": "llama-3-8b", "rows": [
+        {"label": "City->Country", "source": "city", "target": "country", "hit_influenced": [0.42, 0.6, 0.7]}]},
+        {"City->Country": {"ols": {"hit_influenced": [0.3, 0.5, 0.6]}}}, "City->Country Hit@1 ols 0.30 (chance 0.010)",
+        "binomial: 6/20 hits vs chance 0.01", 0.3, 1e-8, "reproduced", "", step="precision", code_digest="planted",
+        measured_at="2026-01-01T00:00:00+00:00", seconds=1.0)
+    diagram = ClaimResult("peng.fig2", "Figure 2", "the hypothesis", {}, {}, "", "", None, None, "not applicable",
+                          "a diagram of the hypothesis, nothing measured")
+    ReproductionResult("peng", "Peng et al.", "tiny-llama", "params:planted", "quick", (measured, diagram)).save(root / "reproduce")

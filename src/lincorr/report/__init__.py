@@ -21,7 +21,11 @@ __all__ = ["Report", "Section", "build_report", "check_report_file", "read_run"]
 
 
 def build_report(run_dirs: Sequence, *, title: str = "lincorr report") -> Report:
-    """One section per study result found in `run_dirs`, in the order given; a LincorrError for a directory that holds none."""
+    """One section per study result found in `run_dirs`: reproductions' claim tables first, the rest in the order given.
+
+    A LincorrError for a directory that holds none.
+    """
     if not run_dirs:
         raise LincorrError("name at least one run directory (the --out or --save-dir of a lincorr command)")
-    return Report(title, tuple(section for directory in run_dirs for section in read_run(directory)))
+    sections = [section for directory in run_dirs for section in read_run(directory)]
+    return Report(title, tuple(sorted(sections, key=lambda section: section.study != "reproduce")))

@@ -41,6 +41,7 @@ RESULT_TYPES = {
     "extractive-ordering": "lincorr.studies.extractive.origins:OrderingResult",
     "extractive-graft": "lincorr.studies.extractive.origins:GraftResult",
     "extractive-predict": "lincorr.studies.extractive.predict:PredictResult",
+    "reproduce": "lincorr.reproduce.runner:ReproductionResult",
 }
 
 
