@@ -120,6 +120,18 @@ def test_verdicts_and_resume_on_a_tiny_model(planted, llama_lm, tmp_path):
     assert "peng.strong" in loaded.text() and "| peng.weak |" in loaded.markdown()
 
 
+def test_the_command_measures_saves_and_prints_the_claim_table(planted, llama_lm, tmp_path, monkeypatch, capsys):
+    import lincorr.reproduce
+    from lincorr.cli import reproduce as command
+
+    monkeypatch.setattr(command, "load_lm", lambda args: llama_lm)
+    monkeypatch.setattr(lincorr.reproduce, "load_paper", lambda name: planted_paper())
+    assert main(["reproduce", "peng", "--out", str(tmp_path / "run")]) == 0
+    printed = capsys.readouterr().out
+    assert "peng.strong" in printed and f"wrote {tmp_path / 'run'}/" in printed
+    assert ReproductionResult.load(tmp_path / "run").counts() == {"reproduced": 1, "not reproduced": 1, "not applicable": 1}
+
+
 def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypatch, capsys):
     reproduce("peng", llama_lm, registry=load_registry()).save(tmp_path / "run")
     assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
