@@ -15,7 +15,6 @@ from lincorr.cli.options import (
     load_registry_from,
     print_json,
     save_and_print,
-    wrote,
 )
 from lincorr.errors import UsageError
 
@@ -56,4 +55,4 @@ def run_reproduce(args) -> None:
     paper.chosen(args.only)  # a misspelt id fails now, not after the model loads
     result = reproduce(args.paper, load_lm(args), only=args.only, budget=args.budget, registry=load_registry_from(args),
                        settings=collect_settings(args))
-    save_and_print(args, result, lambda: result.text() + wrote(args))
+    save_and_print(args, result)
