@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from lincorr.reproduce import peng_logits, peng_training
+from lincorr.reproduce import feng_steps, peng_logits, peng_training
 
-STEPS = {**peng_logits.STEPS, **peng_training.STEPS}
+STEPS = {**peng_logits.STEPS, **peng_training.STEPS, **feng_steps.STEPS}
 
 
 def step_module(name: str) -> str:
