@@ -25,9 +25,6 @@ from lincorr.studies.extractive.ocr import SMALL_TRAIN, HopData, OcrConfig, chan
 from lincorr.studies.extractive.positions import ROLES
 from lincorr.studies.extractive.scores import linearized_scores, score_components
 
-PARTS = ("mlp", "heads", "all")
-
-
 @dataclasses.dataclass(frozen=True)
 class TunedHop:
     """One hop's data and fine-tuned model, with every fact's and implication's rank: {"facts"|"implications": {"before"|"after": [n]}}."""
