@@ -4,6 +4,7 @@ whole paper runs on a tiny model."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -14,7 +15,7 @@ from lincorr.internals import layout
 from lincorr.models import wrap_model
 from lincorr.reproduce import BUDGETS, load_paper, reproduce
 from lincorr.reproduce.claims import Paper
-from lincorr.reproduce.feng_steps import TunedHop, depth_test, hop_config, localisation, ocr
+from lincorr.reproduce.feng_steps import TunedHop, depth_test, freeze, hop_config, localisation, ocr
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.verdicts import verdict
 from lincorr.studies.extractive.ocr import hop_data, load_world
@@ -62,10 +63,10 @@ def tiny(world_tokenizer, tmp_path):  # noqa: F811 (the imported fixture)
     return wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny"), tiny_world_registry(tmp_path)
 
 
-def planted_hop(lm, registry, settings: dict, before: list, after: list) -> dict:
-    """`ctx.shared` holding a first-hop model (the untrained one) whose implication ranks go from `before` to `after`."""
-    config = hop_config(Context(lm, registry, settings), "first")
-    data = hop_data(load_world(registry), lm.tokenizer, "first", config.n_facts)
+def planted_hop(lm, registry, settings: dict, before: list, after: list, hop: str = "first") -> dict:
+    """`ctx.shared` holding a `hop` model (the untrained one) whose implication ranks go from `before` to `after`."""
+    config = hop_config(Context(lm, registry, settings), hop)
+    data = hop_data(load_world(registry), lm.tokenizer, hop, config.n_facts)
     ranks = {kind: {"before": np.array(before), "after": np.array(after)} for kind in ("facts", "implications")}
     return {("feng.hop", config): TunedHop(config, data, lm, ranks)}
 
@@ -95,6 +96,22 @@ def test_the_localisation_verdict_follows_the_planted_scores(tiny, early, expect
     assert measured.ours["positive_mass_by_block"][planted_layer] == 1.0
     # Two blocks: the planted block is the extreme of both orders, so the permutation p is 1/2 at best, never significant.
     assert measured.test.direction_holds == early and verdict(measured.test) == "not reproduced"
+
+
+def test_table_2_judges_the_paper_split_and_stores_the_score_split_as_a_variant(tiny):
+    """Informative mass planted early for the first hop and late for the second: the scores choose block 1 of 2."""
+    lm, registry = tiny
+    settings = {**TINY_HOPS, "pre": False}
+    shared = {}
+    components = score_components(lm)
+    for hop, layer in (("first", 0), ("second", 1)):
+        planted = planted_hop(lm, registry, settings, [3] * 5, [0] * 5, hop)
+        shared |= planted
+        config = next(iter(planted))[1]  # the key ("feng.hop", config)
+        shared[("feng.scores", config, False)] = {"informative": np.array([float(c.layer == layer) for c in components])}
+    measured = freeze(Context(lm, registry, settings, shared=shared))
+    assert measured.ours["split"] == measured.ours["score_split"] == 1 and measured.variant is not None
+    json.dumps({"ours": measured.ours, "variant": measured.variant.summary()})  # what the runner stores
 
 
 def tiny_paper() -> Paper:

@@ -157,7 +157,9 @@ def freeze_tests(ctx: Context, split: int, pre: bool) -> tuple[dict, Test]:
         rows[hop] = {s: [round(float(r["facts"].mean()), 2), round(float(r["implications"].mean()), 2)] for s, r in settings.items()}
         implications = {s: r["implications"] for s, r in settings.items()}
         tests += [implication_test(hop, f"{harmful}_{when}", f"{harmless}_{when}", implications) for when in ("post", "pre") if pre or when == "post"]
-    return rows, combined(tests, "paired tests")
+    test = combined(tests, "paired tests")
+    # A numpy bool would stop the variant's summary from being stored as JSON.
+    return rows, dataclasses.replace(test, direction_holds=bool(test.direction_holds))
 
 
 def freeze(ctx: Context) -> Measured:
