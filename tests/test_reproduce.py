@@ -31,8 +31,9 @@ from tests.helpers.cli_errors import one_error_line
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_every_claim_resolves_to_a_step_or_a_stated_reason():
-    paper = load_paper("peng")
+@pytest.mark.parametrize("paper_name", ["peng", "merullo", "feng"])
+def test_every_claim_resolves_to_a_step_or_a_stated_reason(paper_name):
+    paper = load_paper(paper_name)
     for claim in paper.claims:
         if claim.step is None:
             assert claim.not_applicable and not claim.settings, claim.id

@@ -21,7 +21,8 @@ from lincorr.errors import UsageError
 
 def add_reproduce_command(commands) -> None:
     parser = add_command(commands, "reproduce", "run a paper's tables and figures as claims, each tested: reproduced, not reproduced or not applicable")
-    parser.add_argument("paper", nargs="?", default=None, help="the paper: peng (linear correlation) or merullo (vector arithmetic)")
+    parser.add_argument("paper", nargs="?", default=None,
+                        help="the paper: peng (linear correlation), merullo (vector arithmetic) or feng (extractive structures)")
     parser.add_argument("--only", default=None, metavar="ID,...", help="only these claims (e.g. peng.table2,peng.table4); --list names them")
     parser.add_argument("--budget", choices=("quick", "paper"), default="quick",
                         help="quick: small N and few relations, a first look in minutes; paper: the paper's N, relations and training")

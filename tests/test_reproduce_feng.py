@@ -1,0 +1,140 @@
+"""`lincorr reproduce feng`: every claim resolves, the steps' verdicts follow from planted ranks and scores, and the
+whole paper runs on a tiny model."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from test_extractive import tiny_world_registry, world_tokenizer  # noqa: F401 (world_tokenizer is a fixture)
+
+import lincorr.reproduce.runner as runner
+from lincorr.internals import layout
+from lincorr.models import wrap_model
+from lincorr.reproduce import BUDGETS, load_paper, reproduce
+from lincorr.reproduce.claims import Paper
+from lincorr.reproduce.feng_steps import TunedHop, depth_test, freeze, hop_config, localisation, ocr
+from lincorr.reproduce.step import Context
+from lincorr.reproduce.verdicts import verdict
+from lincorr.studies.extractive.ocr import hop_data, load_world
+from lincorr.studies.extractive.positions import ROLES
+from lincorr.studies.extractive.scores import score_components
+from helpers.tiny import tiny_llama
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+# Small enough for a 2-block model and the 5-city registry of `tiny_world_registry`.
+TINY_HOPS = {"n_facts": 5}
+TINY_ORIGINS = {"n_train": 6, "n_test": 3, "n_cities": 4}
+
+
+def test_the_feng_claims_cover_every_table_and_figure_with_their_own_steps():
+    """Each claim resolving to a step or a reason is tested for every paper in test_reproduce.py."""
+    paper = load_paper("feng")
+    assert all(c.step.startswith("feng_") for c in paper.claims if c.step)
+    assert {c.id.split(".")[1] for c in paper.claims} == {f"table{n}" for n in range(1, 4)} | {f"fig{n}" for n in range(1, 7)}
+    assert paper.claim("feng.table2").paper_numbers()["model"] == "OLMo-7B"
+
+
+def test_the_claims_of_one_hop_share_its_training_settings():
+    """Each hop is fine-tuned once per reproduction: every claim on it must ask for the same facts and training."""
+    for budget in BUDGETS:
+        keys = {(s.get("hop"), s["n_facts"], s["seed"], str(s["learning_rate_by_model"]))
+                for c in load_paper("feng").claims if c.step and (s := c.settings_for(budget)) and "n_facts" in s}
+        assert len({k[1:] for k in keys}) == 1, budget
+
+
+@pytest.mark.parametrize("mass, toward, expected", [
+    ([5.0, 4.0, 3.0, 1.0, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0], "early", "reproduced"),
+    ([5.0, 4.0, 3.0, 1.0, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0], "late", "not reproduced"),
+    ([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.2, 1.0, 3.0, 6.0], "late", "reproduced"),
+    ([1.0] * 10, "early", "not reproduced"),  # spread evenly: no direction
+    ([0.0] * 10, "early", "not reproduced"),  # no positive mass
+])
+def test_the_depth_test_follows_where_the_mass_sits(mass, toward, expected):
+    test = depth_test(np.array(mass), toward, "planted mass", n_resamples=999)
+    assert verdict(test) == expected
+
+
+@pytest.fixture
+def tiny(world_tokenizer, tmp_path):  # noqa: F811 (the imported fixture)
+    return wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny"), tiny_world_registry(tmp_path)
+
+
+def planted_hop(lm, registry, settings: dict, before: list, after: list, hop: str = "first") -> dict:
+    """`ctx.shared` holding a `hop` model (the untrained one) whose implication ranks go from `before` to `after`."""
+    config = hop_config(Context(lm, registry, settings), hop)
+    data = hop_data(load_world(registry), lm.tokenizer, hop, config.n_facts)
+    ranks = {kind: {"before": np.array(before), "after": np.array(after)} for kind in ("facts", "implications")}
+    return {("feng.hop", config): TunedHop(config, data, lm, ranks)}
+
+
+@pytest.mark.parametrize("after, expected", [([0, 0, 1, 0, 0], "reproduced"), ([4, 3, 4, 4, 3], "not reproduced")])
+def test_the_ocr_verdict_follows_the_planted_ranks(tiny, after, expected):
+    lm, registry = tiny
+    settings = {**TINY_HOPS, "hop": "first"}
+    shared = planted_hop(lm, registry, settings, [3, 4, 2, 4, 3], after)
+    measured = ocr(Context(lm, registry, settings, shared=shared))
+    assert verdict(measured.test) == expected and measured.ours["implications_mean_rank_after"] == pytest.approx(np.mean(after))
+
+
+@pytest.mark.parametrize("early, expected", [(True, "reproduced"), (False, "not reproduced")])
+def test_the_localisation_verdict_follows_the_planted_scores(tiny, early, expected):
+    """Informative mass planted in the first block's MLP at the subject tokens sits early; in the last block's, late."""
+    lm, registry = tiny
+    settings = {**TINY_HOPS, "hop": "first", "score": "informative", "part": "mlp", "role": "subject", "toward": "early"}
+    shared = planted_hop(lm, registry, settings, [3] * 5, [0] * 5)
+    components = score_components(lm)
+    by_role = np.zeros((len(components), len(ROLES)))
+    planted_layer = 0 if early else layout(lm).n_layers - 1
+    by_role[components.index(next(c for c in components if c.kind == "mlp" and c.layer == planted_layer)), ROLES.index("subject")] = 1.0
+    config = next(iter(shared.values())).config
+    shared[("feng.scores", config, False)] = {"informative_by_role": by_role}
+    measured = localisation(Context(lm, registry, settings, shared=shared))
+    assert measured.ours["positive_mass_by_block"][planted_layer] == 1.0
+    # Two blocks: the planted block is the extreme of both orders, so the permutation p is 1/2 at best, never significant.
+    assert measured.test.direction_holds == early and verdict(measured.test) == "not reproduced"
+
+
+def test_table_2_judges_the_paper_split_and_stores_the_score_split_as_a_variant(tiny):
+    """Informative mass planted early for the first hop and late for the second: the scores choose block 1 of 2."""
+    lm, registry = tiny
+    settings = {**TINY_HOPS, "pre": False}
+    shared = {}
+    components = score_components(lm)
+    for hop, layer in (("first", 0), ("second", 1)):
+        planted = planted_hop(lm, registry, settings, [3] * 5, [0] * 5, hop)
+        shared |= planted
+        config = next(iter(planted))[1]  # the key ("feng.hop", config)
+        shared[("feng.scores", config, False)] = {"informative": np.array([float(c.layer == layer) for c in components])}
+    measured = freeze(Context(lm, registry, settings, shared=shared))
+    assert measured.ours["split"] == measured.ours["score_split"] == 1 and measured.variant is not None
+    json.dumps({"ours": measured.ours, "variant": measured.variant.summary()})  # what the runner stores
+
+
+def tiny_paper() -> Paper:
+    """feng.yaml with each measured claim's paper settings cut to the tiny model's size, run at the quick budget."""
+    paper = load_paper("feng")
+    claims = []
+    for claim in paper.claims:
+        if claim.step:
+            tiny = TINY_ORIGINS if "n_train" in claim.settings["paper"] else TINY_HOPS
+            claim = dataclasses.replace(claim, settings={"quick": {**claim.settings["paper"], **tiny}})
+        claims.append(claim)
+    return Paper(paper.name, paper.title, tuple(claims))
+
+
+def test_the_whole_paper_runs_on_a_tiny_model(tiny, monkeypatch):
+    lm, registry = tiny
+    monkeypatch.setattr(runner, "load_paper", lambda name: tiny_paper())
+    result = reproduce("feng", lm, registry=registry)
+    by_id = {c.id: c for c in result.claims}
+    assert [c.id for c in result.claims] == [c.id for c in load_paper("feng").claims]
+    assert {by_id[i].verdict for i in ("feng.fig1", "feng.table1", "feng.fig5")} == {"not applicable"}
+    measured = [c for c in result.claims if c.step]
+    assert all(c.verdict in ("reproduced", "not reproduced") and 0.0 <= c.p_value <= 1.0 for c in measured), result.text()
+    assert set(by_id["feng.table2"].ours["rows"]["first"]) >= {"none", "all", "early_post", "late_post", "early_pre", "late_pre"}
+    assert set(by_id["feng.table3"].ours["rows"]) == {"W_F'", "W_graft", "W~_graft"}
+    assert by_id["feng.fig6"].ours["mlp"]["n"] == 2 and by_id["feng.fig6"].ours["head"]["n"] == 2 * layout(lm).n_heads
