@@ -374,7 +374,7 @@ def test_w_predictor_scores_each_fact_from_the_untrained_fit(world_tokenizer, tm
         assert row["w_ref"] == pytest.approx(float(bound.fit.W[source, right]))
         assert row["right_after"] == (row["implication_rank_after"] == 0) and row["w_rank_score"] <= 0
     result.save(tmp_path / "predict")
-    assert {"predict.json", "predict.csv", "predict.png"} <= {p.name for p in (tmp_path / "predict").iterdir()}
+    assert {"ocr_prediction.json", "ocr_prediction.csv", "ocr_prediction.png"} <= {p.name for p in (tmp_path / "predict").iterdir()}
 
 
 # ---------------------------------------------------------------- the command line

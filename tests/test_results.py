@@ -28,7 +28,7 @@ SUMMARY_FILES = {
     "ablate-table7": ("table7.json", "rows"), "ablate-widths": ("widths.json", "rows"), "lens": ("lens.json", None),
     "ovector": ("ovector.json", None), "ffn-ablate": ("ffn_ablation.json", None), "ovector-w": ("ovector_w.json", None),
     "extractive-ocr": ("ocr.json", None), "extractive-scores": ("scores.json", None), "extractive-freeze": ("freeze.json", None),
-    "extractive-ordering": ("ordering.json", None), "extractive-graft": ("graft.json", None), "extractive-predict": ("predict.json", None),
+    "extractive-ordering": ("ordering.json", None), "extractive-graft": ("graft.json", None), "extractive-predict": ("ocr_prediction.json", None),
     "reproduce": ("reproduction.json", None),
 }
 

@@ -77,7 +77,7 @@ def add_extractive_command(commands) -> None:
     graft.set_defaults(handler=study_handler("origins", "measure_graft", origins_config))
 
     predict = study("predict", "does W[city, language] of the untrained model predict which first-hop implications come out right?",
-                    "predict.json, predict.csv and predict.png")
+                    "ocr_prediction.json, ocr_prediction.csv and ocr_prediction.png")
     add_n_facts(predict)
     add_n_inputs_option(predict, "vocabulary inputs W is fitted on")
     add_collect_settings(predict)

@@ -178,7 +178,7 @@ PREDICT = {"model": ANY, "n_predicted": SCALAR, "n_right_after": SCALAR, "n_righ
 
 def read_extractive_predict(directory: Path) -> Section:
     """`lincorr extractive predict --out`: each fact's W[city, language] against its implication rank after training, and the AUCs."""
-    result = read_document(directory / "predict.json", PREDICT)
+    result = read_document(directory / "ocr_prediction.json", PREDICT)
     facts = [fact for fact in result["facts"] if fact["w_ref"] is not None]
     figure = figures.scatter_figure([fact["w_ref"] for fact in facts], [plotted(fact["implication_rank_after"]) for fact in facts],
                                     [f"{fact['name']}: {fact['city']} -> {fact['language']}" for fact in facts],

@@ -54,7 +54,7 @@ STUDY_READERS: dict[str, tuple[tuple[str, ...], Reader]] = {
     "extractive-freeze": (("freeze.json",), extractive.read_freeze),
     "extractive-ordering": (("ordering.json",), extractive.read_ordering),
     "extractive-graft": (("graft.json",), extractive.read_graft),
-    "extractive-predict": (("predict.json",), extractive.read_extractive_predict),
+    "extractive-predict": (("ocr_prediction.json",), extractive.read_extractive_predict),
     "reproduce": (("reproduction.json",), reproduction.read_reproduction),
 }
 # Studies whose directories lincorr wrote before provenance.json named the study: known by their files alone.

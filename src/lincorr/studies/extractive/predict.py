@@ -112,13 +112,13 @@ class PredictResult(Stored):
             axis.set_title(f"{self.model_name}: AUC of W[city, language] {self.aucs()['w_ref']:.2f}", fontsize=9)
 
     def save(self, directory) -> None:
-        """predict.json (summary with every fact), predict.csv, predict.png."""
+        """ocr_prediction.json (summary with every fact), ocr_prediction.csv, ocr_prediction.png."""
         with staged_directory(directory) as out:
             record(out, self, settings=settings_key(self.config))
-            write_json(out / "predict.json", self.summary())
+            write_json(out / "ocr_prediction.json", self.summary())
             header = list(self.rows[0])
-            write_csv(out / "predict.csv", header, [[r[k] for k in header] for r in self.rows])
-            self.plot(out / "predict.png")
+            write_csv(out / "ocr_prediction.csv", header, [[r[k] for k in header] for r in self.rows])
+            self.plot(out / "ocr_prediction.png")
 
 
 def measure_ocr_prediction(lm: LM, registry, config: PredictConfig = PredictConfig(), settings: CollectSettings = CollectSettings()) -> PredictResult:
