@@ -95,8 +95,9 @@ def test_a_run_whose_rank_died_resumes_from_the_cache_and_equals_the_single_proc
 
 
 @pytest.mark.multiprocess
-def test_device_map_is_refused_under_torchrun(workspace, tmp_path):
-    refused = run(workspace, [*matrix_args(workspace), "--device-map", "auto"], tmp_path / "c", 2)
+def test_device_map_is_refused_under_torchrun_by_rank_0_even_when_it_comes_late(workspace, tmp_path):
+    # The launcher stops every process once one fails; rank 1 must not fail first and silence rank 0.
+    refused = run(workspace, [*matrix_args(workspace), "--device-map", "auto"], tmp_path / "c", 2, LINCORR_TEST_RANK0_LATE_S="5")
     assert refused.returncode != 0
     errors = [line for line in refused.stderr.splitlines() if line.startswith("lincorr: error:")]
     assert len(errors) == 1 and "--device-map" in errors[0], refused.stderr  # rank 0 says it, once

@@ -11,6 +11,7 @@ import errno
 import logging
 import os
 import sys
+import time
 
 from lincorr import __version__
 from lincorr.cli.ablation import add_ablation_command
@@ -28,6 +29,7 @@ from lincorr.errors import LincorrError, StorageError, UsageError
 from lincorr.progress import quiet
 
 # What the machine, not lincorr, refused: a full disk or quota, a read-only disk, a missing permission.
+SHARED_ERROR_GRACE_S = 30  # far longer than the two ranks of one launch drift apart, even on a loaded machine
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 
 
@@ -130,12 +132,17 @@ def end_run(team, finished: bool) -> None:
 def report_error(error: LincorrError, *, rank: int | None = None) -> int:
     """The one line every mistake ends in; exit code 2.
 
-    Under torchrun every process meets the same mistake in the command line or its files, so only rank 0 (or a process
+    Under torchrun every process meets the same mistake in the command line or its files, so rank 0 (or a process
     started alone) prints it; an error met by another rank while serving its share (`rank`) is its own and is printed.
+    Another rank meeting a shared mistake waits for rank 0 to end the run first, because the launcher stops every
+    process as soon as one exits with an error, and a rank leaving at once could stop rank 0 before it has spoken;
+    if rank 0 has not ended the run within the grace period, the mistake was this rank's alone and it says so.
     """
-    if rank is None and os.environ.get("RANK", "0") != "0":
-        return 2
     where = f"rank {rank}: " if rank is not None else ""
+    launched_rank = os.environ.get("RANK", "0")
+    if rank is None and launched_rank != "0":
+        time.sleep(SHARED_ERROR_GRACE_S)
+        where = f"rank {launched_rank}: "
     print(f"lincorr: error: {where}{' '.join(str(error).splitlines())}", file=sys.stderr)
     return 2
 
