@@ -16,6 +16,8 @@ import math
 import sys
 from pathlib import Path
 
+from lincorr.report.reproduction import published_cell
+
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = {"peng": ROOT / "docs" / "results.md", "merullo": ROOT / "docs" / "mechanisms.md", "feng": ROOT / "docs" / "mechanisms.md"}
 REPRODUCTIONS = ROOT / "docs" / "reproductions"
@@ -27,22 +29,6 @@ def markers(model: str, paper: str) -> tuple[str, str]:
 
 def cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
-
-
-def paper_cell(paper: dict) -> str:
-    """The published numbers, shortly: the model, then each row's first number (or words)."""
-    if not paper:
-        return ""
-    shown = []
-    for row in paper.get("rows", [])[:4]:
-        values = [v for k, v in row.items() if k not in ("label", "source", "target")]
-        if values:
-            value = values[0]
-            if isinstance(value, list):
-                value = "/".join(f"{v:g}" if isinstance(v, (int, float)) else str(v) for v in value[:5])
-            shown.append(f"{row['label']} {value}")
-    more = " …" if len(paper.get("rows", [])) > 4 else ""
-    return f"{paper['model']}: " + "; ".join(shown) + more
 
 
 def block(path: Path) -> str:
@@ -59,7 +45,7 @@ def block(path: Path) -> str:
         ours = c["ours_text"] if c["verdict"] != "not applicable" else c["reason"]
         code = f"`{c['code_digest'][:10]}`" if c["code_digest"] else ""
         measured = (c["measured_at"] or "")[:10]
-        lines.append(f"| {c['id']} | {cell(c['where'])} | {cell(paper_cell(c['paper']))} | {cell(ours)} | {cell(c['test'])} | {p} "
+        lines.append(f"| {c['id']} | {cell(c['where'])} | {cell(published_cell(c['paper']))} | {cell(ours)} | {cell(c['test'])} | {p} "
                      f"| {c['verdict']} | {code} | {measured} |")
     return "\n".join(lines)
 

@@ -40,6 +40,17 @@ def test_a_reproduction_opens_the_report_with_its_claim_table(tiny_runs):
     assert "llama-3-8b: City->Country" in claims.rows[0][2]
 
 
+def test_a_claims_published_numbers_fit_one_cell_whatever_their_shape():
+    from lincorr.report.reproduction import published_cell
+
+    rows = [{"label": f"r{i}", "source": "a", "target": "b", "hit": [0.5, 0.25]} for i in range(6)]
+    assert published_cell({"model": "m", "rows": rows}) == "m: r0 0.5/0.25; r1 0.5/0.25; r2 0.5/0.25; r3 0.5/0.25 …"
+    nested = {"model": "OLMo-7B", "values": {"none": {"first": [0.0, 1.8]}, "all": 9.2}}
+    assert published_cell(nested) == "OLMo-7B: none first 0/1.8; all 9.2"
+    assert published_cell({"model": "m", "rows": ["not a row", {"label": "x"}], "values": "not numbers"}) == "m: "
+    assert published_cell(None) == published_cell([1, 2]) == published_cell({}) == ""
+
+
 def test_sections_carry_command_fingerprint_settings_and_version(tiny_runs):
     from lincorr import __version__
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 from lincorr.report import figures
@@ -18,16 +19,33 @@ REPRODUCTION = {
 }
 
 
-def published(paper) -> str:
-    """The paper's numbers of a claim in one cell: the model it used, then each row's label and first value."""
-    if not isinstance(paper, dict) or not paper:
+def published_cell(paper: object, shown_rows: int = 4) -> str:
+    """A claim's published numbers (`Claim.paper_numbers()`, or as read back from a file) in one table cell: the model,
+    then each row's label and first number (a list as "a/b/c"), then the paper's single values; "…" when rows are left out.
+
+    The report's claim table and the generated docs (docs/reproductions.py) print this, so one claim reads the same in both. The input may come from
+    someone else's reproduction.json, so anything not of the expected shape is skipped, never trusted.
+    """
+    if not isinstance(paper, Mapping) or not paper:
         return ""
-    rows = [row for row in paper.get("rows", ()) if isinstance(row, dict)]
-    shown = [f"{row.get('label', '')} {next((value for key, value in row.items() if key not in ('label', 'source', 'target')), '')}"
-             for row in rows[:4]]
-    values = paper.get("values") if isinstance(paper.get("values"), dict) else {}
-    shown += [f"{key} {value}" for key, value in list(values.items())[:4]]
-    return f"{paper.get('model', '')}: " + "; ".join(shown)
+    rows = [row for row in paper.get("rows", ()) if isinstance(row, Mapping)]
+    shown = []
+    for row in rows[:shown_rows]:
+        numbers = [value for key, value in row.items() if key not in ("label", "source", "target")]
+        if numbers:
+            shown.append(f"{row.get('label', '')} {_short(numbers[0])}")
+    values = paper.get("values") if isinstance(paper.get("values"), Mapping) else {}
+    shown += [f"{key} {_short(value)}" for key, value in list(values.items())[:shown_rows]]
+    more = " …" if len(rows) > shown_rows else ""
+    return f"{paper.get('model', '')}: " + "; ".join(shown) + more
+
+
+def _short(value: object) -> str:
+    if isinstance(value, list):
+        return "/".join(_short(v) for v in value[:5])
+    if isinstance(value, Mapping):
+        return ", ".join(f"{key} {_short(v)}" for key, v in value.items())
+    return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
 def evidence(claims: list[dict]) -> Figure | None:
@@ -53,7 +71,7 @@ def read_reproduction(directory: Path) -> Section:
     table = Table(f"the claims of {run['paper']}: the paper's numbers beside ours, each tested", (
         Column("claim", ""), Column("where", ""), Column("paper", ""), Column("ours", ""), Column("test", ""), Column("p", ".3g"),
         Column("verdict", "")), tuple(
-        (claim["id"], claim["where"], published(claim["paper"]),
+        (claim["id"], claim["where"], published_cell(claim["paper"]),
          (claim.get("ours_text") or "") if claim["verdict"] != "not applicable" else (claim.get("reason") or ""),
          claim["test"], number(claim["p_value"]), claim["verdict"]) for claim in claims))
     blocks = (numbers, table, *(figure for figure in (evidence(claims),) if figure))
