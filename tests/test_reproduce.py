@@ -7,6 +7,7 @@ import inspect
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import lincorr.reproduce.runner as runner
@@ -162,6 +163,32 @@ def test_the_precision_step_runs_on_a_tiny_model(llama_lm):
     measured = STEPS["precision"](ctx)
     rows = measured.ours["relations"]["City->Country"]
     assert set(rows) == {"ols", "ridge-std"} and measured.test is not None and 0.0 <= measured.test.p_value <= 1.0
+
+
+def test_the_bias_alone_predicts_each_held_out_input_by_the_training_mean():
+    from types import SimpleNamespace
+
+    from lincorr.reproduce.peng_appendix import bias_only_instancewise_r
+
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=12) + rng.normal(scale=0.5, size=(40, 12))
+    fit = SimpleNamespace(target=SimpleNamespace(values=values), train_index=np.arange(20), test_index=np.arange(20, 40))
+    prior = values[:20].mean(axis=0)
+    expected = [np.corrcoef(prior, values[i])[0, 1] for i in range(20, 40)]
+    assert np.allclose(bias_only_instancewise_r(fit), expected, atol=1e-12)
+
+
+def test_the_appendix_steps_share_one_fit_per_cell_on_a_tiny_model(llama_lm):
+    ctx = Context(llama_lm, load_registry(), {"family": "attribute", "prompts": ["city", "country"], "n_inputs": 60})
+    instancewise, spread = STEPS["instancewise"](ctx), STEPS["spread"](ctx)
+    assert len(ctx.shared) == 1, "the two claims read the same fits"
+    fits = next(iter(ctx.shared.values()))
+    assert set(fits) == {("city", "country"), ("country", "city")}
+    assert instancewise.ours["n_cells"] == spread.ours["n_cells"] == 2
+    stds = {f"{s}->{t}": np.nanstd(fit.labelwise_r[np.isfinite(fit.labelwise_r)]) for (s, t), fit in fits.items()}
+    assert spread.ours["cells"] == pytest.approx({cell: round(std, 3) for cell, std in stds.items()})
+    assert spread.ours["cells_below"] == sum(std < 0.05 for std in stds.values())
+    assert instancewise.test is not None and spread.test is not None
 
 
 def test_the_claim_tables_of_results_md_are_the_committed_reproductions():

@@ -23,13 +23,15 @@ PRESETS = {"paper": PAPER_PRESET.apply(DEFAULT_TRAIN), "lincorr": DEFAULT_TRAIN}
 
 
 def gradients(ctx: Context) -> Measured:
-    """Table 4: one optimiser step on source facts; dS @ W against dT, tested with each input's changes centred (a common shift cannot pass)."""
-    relations = ctx.chosen({r.label: r for r in paper_table("table4").relations()})
+    """Tables 4 and 8 (the settings' `table`): one optimiser step on source facts; dS @ W against dT, tested with each
+    input's changes centred (a common shift cannot pass)."""
+    table_name = str(ctx.settings.get("table", "table4"))
+    relations = ctx.chosen({r.label: r for r in paper_table(table_name).relations()})
     config = GradientConfig(n_inputs=int(ctx.settings["n_inputs"]), n_step_facts=int(ctx.settings.get("n_step_facts", 32)),
                             n_eval=int(ctx.settings.get("n_eval", 200)))
     table = measure_table4(ctx.lm, ctx.registry, relations, config, ctx.collect)
     if not table.rows:
-        raise NotApplicable("no relation of Table 4 can be expressed on this model: " + "; ".join(r for _, r in table.skipped))
+        raise NotApplicable(f"no relation of {table_name} can be expressed on this model: " + "; ".join(r for _, r in table.skipped))
     ours = {row.label: {"logit_r": round(row.logit_r, 3), "gradient_r": round(row.gradient_r, 3), "control_r": round(row.control_r, 3),
                         "centred_gradient_r": round(row.centred_gradient_r, 3), "centred_control_r": round(row.centred_control_r, 3),
                         "centred_p": row.centred_p_value} for row in table.rows}

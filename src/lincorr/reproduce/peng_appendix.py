@@ -1,0 +1,69 @@
+"""The steps behind Peng et al.'s appendix figures on the correlation metric itself: instance-wise r (Fig. 10) and the
+spread of the label-wise r over target words (Fig. 23).
+
+Both read the fits of a family's off-diagonal cells, fitted once per reproduction the way Fig. 3's
+claims fit them (ols, half the inputs held out), so the two claims and Fig. 3 speak of one set of Ws.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lincorr.collection import collect
+from lincorr.fit import FitConfig, PairResult, fit_tables
+from lincorr.metrics import instancewise_pearson
+from lincorr.prompts import registry_prompts
+from lincorr.reproduce.peng_logits import PAPER_FIT, family_grid, mean
+from lincorr.reproduce.step import Context, Measured
+from lincorr.reproduce.verdicts import binomial_above, paired_greater
+
+# Appendix J: "a std generally lower than 0.05".
+PAPER_SPREAD = 0.05
+
+
+def cell_fits(ctx: Context) -> dict[tuple[str, str], PairResult]:
+    """W of every off-diagonal cell of the claim's family grid, by (source, target); fitted once per reproduction."""
+    config = FitConfig(estimator=PAPER_FIT, alpha="cv", n_boot=10, n_control=1)
+    grid = family_grid(ctx)
+    inputs = ctx.inputs()
+    key = ("cell fits", grid.prompt_names(), len(inputs))
+    if key not in ctx.shared:
+        cells = [cell for row in grid.cells for cell in row if cell and cell[0] != cell[1]]
+        prompts, _ = registry_prompts(ctx.registry, grid.prompt_names(), ctx.lm.tokenizer)
+        tables = collect(ctx.lm, prompts, inputs, ctx.collect)
+        ctx.shared[key] = {(s, t): fit_tables(tables[s], tables[t], config) for s, t in cells}
+    return ctx.shared[key]
+
+
+def bias_only_instancewise_r(fit: PairResult) -> np.ndarray:
+    """Per held-out input, r across target words between its logits and the training mean: what the bias alone predicts. `[n_test]`"""
+    actual = fit.target.values[fit.test_index]
+    prior = np.broadcast_to(fit.target.values[fit.train_index].mean(axis=0), actual.shape)
+    return instancewise_pearson(prior, actual)
+
+
+def instancewise(ctx: Context) -> Measured:
+    """Fig. 10: instance-wise r of W on held-out inputs, tested against the prediction of the bias alone (the paper's caveat)."""
+    fits = cell_fits(ctx)
+    with_w = np.concatenate([fit.instancewise_r for fit in fits.values()])
+    bias_only = np.concatenate([bias_only_instancewise_r(fit) for fit in fits.values()])
+    ours = {"n_inputs": len(ctx.inputs()), "estimator": PAPER_FIT, "n_cells": len(fits), "instancewise_r_mean": mean(with_w),
+            "bias_only_r_mean": mean(bias_only),
+            "cells": {f"{s}->{t}": mean(fit.instancewise_r) for (s, t), fit in fits.items()}}
+    text = (f"{len(fits)} cells: instance-wise r of W {ours['instancewise_r_mean']:.2f}, of the bias alone "
+            f"{ours['bias_only_r_mean']:.2f}")
+    return Measured(ours, text, paired_greater(with_w, bias_only, "instance-wise r of each held-out input: W vs the bias alone"))
+
+
+def spread(ctx: Context) -> Measured:
+    """Fig. 23: the std of the label-wise r over target words, per cell; tested as most cells below the paper's 0.05."""
+    fits = cell_fits(ctx)
+    stds = {f"{s}->{t}": float(np.nanstd(fit.labelwise_r[np.isfinite(fit.labelwise_r)])) for (s, t), fit in fits.items()}
+    below = sum(std < PAPER_SPREAD for std in stds.values())
+    ours = {"n_inputs": len(ctx.inputs()), "estimator": PAPER_FIT, "n_cells": len(stds), "cells_below": below,
+            "median_std": round(float(np.median(list(stds.values()))), 3), "cells": {cell: round(std, 3) for cell, std in stds.items()}}
+    text = f"std of the label-wise r below {PAPER_SPREAD} in {below} of {len(stds)} cells (median {ours['median_std']:.3f})"
+    return Measured(ours, text, binomial_above(below, len(stds), 0.5, f"cells with std below {PAPER_SPREAD}"))
+
+
+STEPS = {"instancewise": instancewise, "spread": spread}
