@@ -38,6 +38,23 @@ def test_a_reproduction_opens_the_report_with_its_claim_table(tiny_runs):
     assert [row[0] for row in claims.rows] == ["peng.table2", "peng.fig2"]
     assert [row[-1] for row in claims.rows] == ["reproduced", "not applicable"]
     assert "llama-3-8b: City->Country" in claims.rows[0][2]
+    beside = [block for block in report.sections[0].blocks if hasattr(block, "figure")][1]
+    bars = {bar.name: (list(bar.x), list(bar.y)) for bar in beside.figure.data}
+    assert bars == {"paper": (["City->Country hit_influenced"], [0.42]), "ours ols": (["City->Country hit_influenced"], [0.3])}
+
+
+def test_the_paper_is_drawn_beside_ours_only_where_the_measurement_names_its_rows():
+    from lincorr.report.reproduction import paper_beside_ours
+
+    paper = {"model": "m", "rows": [{"label": "A->B", "source": "a", "target": "b", "r": 0.9, "hit": [0.5, 0.6]},
+                                    {"label": "C->D", "source": "c", "target": "d", "r": 0.4}]}
+    ours = {"relations": {"A->B": {"ols": {"r": 0.7, "hit": [0.2, 0.3]}, "ridge": {"r": 0.8}}}, "r": 0.1}
+    figure = paper_beside_ours({"where": "Table 9", "paper": paper, "ours": ours}).figure
+    bars = {bar.name: [None if value != value else value for value in bar.y] for bar in figure.data}  # NaN: a gap
+    assert list(figure.data[0].x) == ["A->B r", "A->B hit"]
+    assert bars == {"paper": [0.9, 0.5], "ours relations/ols": [0.7, 0.2], "ours relations/ridge": [0.8, None]}
+    assert paper_beside_ours({"paper": paper, "ours": {"r": 0.1}}) is None, "a number naming no row is not the row's"
+    assert paper_beside_ours({"paper": "not a table", "ours": ours}) is None
 
 
 def test_a_claims_published_numbers_fit_one_cell_whatever_their_shape():

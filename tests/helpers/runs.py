@@ -11,7 +11,7 @@ from lincorr.cli import main
 FIT = ["--estimator", "ridge", "--alpha", "1", "--bootstrap", "10"]
 TRAIN = ["-n", "40", "--n-facts", "3", "--epochs", "8", "--lr", "1e-2", "--train-batch-size", "4"]
 # Study directory -> how many figures its section draws: one directory per result type (`lincorr.studies.RESULT_TYPES`).
-FIGURES = {"reproduce": 1, "fit": 2, "matrix": 3, "precision": 1, "precision-curve": 1, "lre": 1, "cases": 1, "resilience": 4, "scale": 3, "generalize": 1,
+FIGURES = {"reproduce": 2, "fit": 2, "matrix": 3, "precision": 1, "precision-curve": 1, "lre": 1, "cases": 1, "resilience": 4, "scale": 3, "generalize": 1,
            "subwords": 1, "gradcorr": 1, "predict": 1, "table5": 1, "table7": 1, "widths": 1, "scores": 2, "ocr": 1, "freeze": 2,
            "ordering": 2, "graft": 1, "extractive-predict": 1, "lens": 1, "ovector": 1, "ffn-ablate": 1, "ovector-w": 1}
 # The study each run directory's provenance.json names.

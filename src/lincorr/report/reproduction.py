@@ -14,7 +14,7 @@ from lincorr.report.sections import number, read_provenance
 VERDICTS = ("reproduced", "not reproduced", "not applicable")
 REPRODUCTION = {
     "paper": TEXT, "title": Maybe(TEXT), "model": TEXT, "budget": Maybe(TEXT),
-    "claims": Items({"id": TEXT, "where": TEXT, "statement": TEXT, "paper": ANY, "ours_text": Maybe((TEXT, type(None))), "test": TEXT,
+    "claims": Items({"id": TEXT, "where": TEXT, "statement": TEXT, "paper": ANY, "ours": Maybe(ANY), "ours_text": Maybe((TEXT, type(None))), "test": TEXT,
                      "p_value": NUMBER, "verdict": TEXT, "reason": Maybe((TEXT, type(None)))}),
 }
 
@@ -61,6 +61,44 @@ def evidence(claims: list[dict]) -> Figure | None:
     return Figure(figure, "A claim is reproduced when its effect points the paper's way and its bar passes the dotted line.")
 
 
+def _numbers(value: object, path: tuple[str, ...] = ()):
+    """(path, number) for every number in a claim's `ours`, a list standing for its first entry (Hit@1 of Hit@1/3/5)."""
+    if isinstance(value, Mapping):
+        for key, inner in value.items():
+            yield from _numbers(inner, (*path, str(key)))
+    elif isinstance(value, list) and value and not isinstance(value[0], (list, Mapping)):
+        yield from _numbers(value[0], path)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool) and path:
+        yield path, float(value)
+
+
+def paper_beside_ours(claim: Mapping) -> Figure | None:
+    """The paper's row numbers and ours as grouped bars, row by row and number by number.
+
+    Ours for a paper row "L" and number "k" is every number of the claim's measurement whose path names L and ends in
+    k (`relations/L/ols/k`), one series per path (the paper's estimator and lincorr's, say); a row or number the
+    measurement does not name is left out, and a claim with none gets no figure.
+    """
+    paper = claim.get("paper")
+    rows = [row for row in paper.get("rows", ()) if isinstance(row, Mapping)] if isinstance(paper, Mapping) else []
+    measured = list(_numbers(claim.get("ours")))
+    bars: dict[str, dict[str, float]] = {}  # "L k" -> series name -> value
+    for row in rows:
+        label = str(row.get("label", ""))
+        for (key,), published in _numbers({k: v for k, v in row.items() if k not in ("label", "source", "target")}):
+            ours = {f"ours {'/'.join(p for p in path if p not in (label, key))}".strip(): value
+                    for path, value in measured if path[-1] == key and label in path}
+            if ours:
+                bars[f"{label} {key}"] = {"paper": published, **ours}
+    if not bars:
+        return None
+    names = list(dict.fromkeys(name for values in bars.values() for name in values))
+    series = {name: [values.get(name) for values in bars.values()] for name in names}
+    title = f"{claim.get('where', '')}: the paper ({paper.get('model', '')}) beside ours"
+    return Figure(figures.grouped_bar_figure(list(bars), series, title, y_name="value"),
+                  "Each published number beside the one this run measured for the same row; a list is shown by its first entry.")
+
+
 def read_reproduction(directory: Path) -> Section:
     """reproduction.json: the counts of each verdict, the claim table, and the evidence of each measured claim."""
     run = read_document(directory / "reproduction.json", REPRODUCTION)
@@ -74,6 +112,7 @@ def read_reproduction(directory: Path) -> Section:
         (claim["id"], claim["where"], published_cell(claim["paper"]),
          (claim.get("ours_text") or "") if claim["verdict"] != "not applicable" else (claim.get("reason") or ""),
          claim["test"], number(claim["p_value"]), claim["verdict"]) for claim in claims))
-    blocks = (numbers, table, *(figure for figure in (evidence(claims),) if figure))
+    beside = (paper_beside_ours(claim) for claim in claims if claim["verdict"] != "not applicable")
+    blocks = (numbers, table, *(figure for figure in (evidence(claims), *beside) if figure))
     return Section(f"reproduction of {run['paper']} on {run['model']}", "reproduce", str(directory),
                    read_provenance(directory, run, model=run["model"]), blocks)
