@@ -199,6 +199,42 @@ def test_the_lre_step_says_why_a_model_keeps_no_relation(llama_lm):
         STEPS["lre"](ctx)
 
 
+def test_a_resilience_claim_without_a_second_checkpoint_says_how_to_give_one(llama_lm):
+    result = reproduce("peng", llama_lm, only="peng.fig8,peng.fig24", registry=load_registry())
+    assert [c.verdict for c in result.claims] == ["not applicable"] * 2
+    assert all("--eval-model" in c.reason and c.code_digest is None for c in result.claims), "no step ran"
+
+
+def test_w_carried_to_a_second_checkpoint_is_scored_on_its_logits(llama_lm, tokenizer):
+    from lincorr.models import wrap_model
+    from lincorr.reproduce.pair import EVAL_LM
+    from tests.helpers.tiny import tiny_llama
+
+    settings = {"family": "attribute", "prompts": ["city", "country"], "n_inputs": 60}
+    itself = STEPS["resilience"](Context(llama_lm, load_registry(), settings, shared={EVAL_LM: llama_lm}))
+    assert itself.ours["carried_r_mean"] == itself.ours["before_r_mean"] == itself.ours["after_r_mean"], "A's W on A is W before"
+    other = wrap_model(tiny_llama(len(tokenizer), seed=1), tokenizer, name="tiny-llama-other")
+    ctx = Context(llama_lm, load_registry(), settings, shared={EVAL_LM: other})
+    carried, spread = STEPS["resilience"](ctx), STEPS["resilience_spread"](ctx)
+    assert carried.ours["before_r_mean"] == itself.ours["before_r_mean"] and carried.ours["eval_model"] == "tiny-llama-other"
+    assert carried.ours["carried_r_mean"] != carried.ours["before_r_mean"], "scored on the other model's logits"
+    assert spread.ours["n_cells"] == carried.ours["n_cells"] == 2 and carried.test is not None
+
+
+def test_a_second_checkpoint_with_another_tokenizer_is_refused(llama_lm):
+    from lincorr.errors import LincorrError
+    from lincorr.models import wrap_model
+    from lincorr.reproduce.pair import EVAL_LM
+    from tests.helpers.tiny import MODEL_WORDS, tiny_llama, tiny_tokenizer
+
+    other_tokenizer = tiny_tokenizer([*MODEL_WORDS, "unshared"])
+    other = wrap_model(tiny_llama(len(other_tokenizer)), other_tokenizer, name="tiny-llama-other-vocabulary")
+    ctx = Context(llama_lm, load_registry(), {"family": "attribute", "prompts": ["city", "country"], "n_inputs": 60},
+                  shared={EVAL_LM: other})
+    with pytest.raises(LincorrError, match="different tokenizers"):
+        STEPS["resilience"](ctx)
+
+
 def test_the_claim_tables_of_results_md_are_the_committed_reproductions():
     """docs/results.md shows what the committed runs measured: regenerate with `python docs/reproductions.py --write`."""
     tool = importlib.util.spec_from_file_location("reproductions", ROOT / "docs" / "reproductions.py")

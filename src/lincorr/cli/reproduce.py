@@ -28,6 +28,9 @@ def add_reproduce_command(commands) -> None:
                         help="quick: small N and few relations, a first look in minutes; paper: the paper's N, relations and training")
     parser.add_argument("--list", action="store_true", help="list the paper's claims and exit")
     parser.add_argument("--status", default=None, metavar="DIR", help="list the claims of a saved reproduction whose code has changed since")
+    parser.add_argument("--eval-model", default=None, metavar="MODEL",
+                        help="a second checkpoint of --model with its tokenizer (e.g. its instruct version), for the claims "
+                             "that ask whether W survives post-training; without it they are not applicable")
     add_out_option(parser, "reproduction.json, claims.md and provenance.json")
     for add_options in (add_json_option, add_model_options, add_registry_option, add_quiet_option):
         add_options(parser)
@@ -55,5 +58,5 @@ def run_reproduce(args) -> None:
         return
     paper.chosen(args.only)  # a misspelt id fails now, not after the model loads
     result = reproduce(args.paper, load_lm(args), only=args.only, budget=args.budget, registry=load_registry_from(args),
-                       settings=collect_settings(args))
+                       settings=collect_settings(args), eval_model=load_lm(args, args.eval_model) if args.eval_model else None)
     save_and_print(args, result)

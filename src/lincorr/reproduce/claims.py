@@ -35,6 +35,7 @@ class Claim:
     test: str  # the test of the phenomenon, in words
     settings: Mapping[str, Mapping[str, object]]  # budget -> the step's settings; a budget left out is not run at it
     not_applicable: str | None = None  # why no step measures it (when `step` is None)
+    eval_model: bool = False  # its step also reads a second checkpoint of the model (`--eval-model`)
 
     def settings_for(self, budget: str) -> Mapping[str, object] | None:
         """The step's settings at `budget`, or None when the claim is not run at that budget."""
@@ -86,7 +87,7 @@ def claim_from(entry: dict, paper: str) -> Claim:
         published_label=str(published["label"]) if isinstance(published, dict) and "label" in published else None,
         step=entry.get("step"), test=entry.get("test", ""),
         settings={budget: dict(entry[budget]) for budget in BUDGETS if entry.get(budget) is not None},
-        not_applicable=entry.get("not_applicable"),
+        not_applicable=entry.get("not_applicable"), eval_model=bool(entry.get("eval_model", False)),
     )
     if not claim.id.startswith(f"{paper}."):
         raise LincorrError(f"claim {claim.id} of {paper}.yaml must start with '{paper}.'")

@@ -26,6 +26,7 @@ from lincorr.outputs import staged_directory, write_json, write_text_atomic
 from lincorr.progress import progress_bar
 from lincorr.provenance import code_digest
 from lincorr.reproduce.claims import BUDGETS, Claim, load_paper
+from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS, step_module
 from lincorr.reproduce.verdicts import verdict
@@ -76,11 +77,13 @@ class ReproductionResult:
     model_fingerprint: str
     budget: str
     claims: tuple[ClaimResult, ...]
+    eval_model: str = ""  # the second checkpoint (`--eval-model`) the resilience claims read, if one was given
 
     def summary(self) -> dict:
         """The JSON of `lincorr reproduce --json`: {"paper", "model", "claims": [...]} with the title, fingerprint and budget."""
         return {"paper": self.paper, "title": self.title, "model": self.model_name, "model_fingerprint": self.model_fingerprint,
-                "budget": self.budget, "claims": [claim.summary() for claim in self.claims]}
+                "budget": self.budget, **({"eval_model": self.eval_model} if self.eval_model else {}),
+                "claims": [claim.summary() for claim in self.claims]}
 
     def counts(self) -> dict[str, int]:
         """How many claims ended in each verdict."""
@@ -126,7 +129,7 @@ class ReproductionResult:
         if data is None or "claims" not in data:
             raise InputError(f"{path} is not a saved reproduction (no {RESULT_FILE} with claims); pass the --out directory of `lincorr reproduce`")
         return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
-                   tuple(ClaimResult.from_summary(row) for row in data["claims"]))
+                   tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""))
 
 
 def unmeasured(claim: Claim, reason: str) -> ClaimResult:
@@ -152,11 +155,13 @@ def measure_claim(claim: Claim, ctx: Context) -> dict:
 
 
 def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, budget: str = "quick", registry=None,
-              settings: CollectSettings = CollectSettings()) -> ReproductionResult:
+              settings: CollectSettings = CollectSettings(), eval_model: LM | str | None = None) -> ReproductionResult:
     """Every claim of `paper` ("peng") on a model (an LM or a model spec) at `budget` ("quick" or "paper"), or those named in `only`.
 
     `settings` say how the logit tables are collected; without their cache every claim is measured again.
-    Each finished claim is stored at once; a rerun finds it and measures only what is missing or whose code changed.
+    `eval_model` is a second checkpoint of the model (base -> instruct) for the claims that need one; without it they are
+    not applicable. Each finished claim is stored at once; a rerun finds it and measures only what is missing or whose
+    code changed.
     """
     if budget not in BUDGETS:
         raise InputError(f"unknown budget '{budget}'; use one of {', '.join(BUDGETS)}")
@@ -164,7 +169,8 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     chosen = claims_of.chosen(only)
     lm = lm_or_model if isinstance(lm_or_model, LM) else load_model(lm_or_model)
     registry = registry or load_registry()
-    shared: dict = {}
+    second = eval_model if isinstance(eval_model, LM) or eval_model is None else load_model(eval_model)
+    shared: dict = {EVAL_LM: second} if second is not None else {}
     results = []
     for claim in progress_bar(chosen, desc=f"reproduce {paper}", unit="claim"):
         claim_settings = claim.settings_for(budget) if claim.step else None
@@ -174,8 +180,12 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
         if claim_settings is None:
             results.append(unmeasured(claim, f"not run at --budget {budget} (too long for a first look); run --budget paper"))
             continue
+        if claim.eval_model and second is None:
+            results.append(unmeasured(claim, NEEDS_EVAL_MODEL))
+            continue
         ctx = Context(lm, registry, claim_settings, settings, shared)
-        key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key()}
+        key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key(),
+               **({"eval_model": second.fingerprint} if claim.eval_model else {})}
         row = stored_result("reproduce", key, lambda: measure_claim(claim, ctx), code=step_module(claim.step), use_cache=settings.use_cache)
         results.append(ClaimResult.from_summary(row))
-    return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, tuple(results))
+    return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, tuple(results), second.name if second else "")

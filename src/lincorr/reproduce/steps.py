@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from lincorr.reproduce import feng_steps, merullo_steps, peng_appendix, peng_logits, peng_lre, peng_training
+from lincorr.reproduce import feng_steps, merullo_steps, peng_appendix, peng_logits, peng_lre, peng_resilience, peng_training
 
-STEPS = {**peng_logits.STEPS, **peng_appendix.STEPS, **peng_lre.STEPS, **peng_training.STEPS, **merullo_steps.STEPS, **feng_steps.STEPS}
+STEPS = {**peng_logits.STEPS, **peng_appendix.STEPS, **peng_lre.STEPS, **peng_resilience.STEPS, **peng_training.STEPS, **merullo_steps.STEPS, **feng_steps.STEPS}
 
 
 def step_module(name: str) -> str:

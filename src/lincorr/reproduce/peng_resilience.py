@@ -1,0 +1,77 @@
+"""The steps behind Peng et al.'s resilience claims (§4.2, Appendix G): does W fitted before post-training still predict
+the logits after it?
+
+W is fitted on the reproduction's model (A, the base) and scored on the second checkpoint's logits
+(B, `--eval-model`) for the same held-out inputs, beside B's own W and A's W on A. The cells are a
+family's off-diagonal cells (Figs. 8, 9) or a paper table's relations (Table 9).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lincorr.collection import collect
+from lincorr.fit import FitConfig, PairResult, fit_tables, fit_targets
+from lincorr.paper import paper_table
+from lincorr.prompts import registry_prompts
+from lincorr.reproduce.pair import eval_lm
+from lincorr.reproduce.peng_appendix import PAPER_SPREAD
+from lincorr.reproduce.peng_logits import PAPER_FIT, family_grid, mean
+from lincorr.reproduce.step import Context, Measured
+from lincorr.reproduce.verdicts import binomial_above, paired_greater
+from lincorr.studies.logits.resilience import check_same_tokenizer
+
+
+def claim_cells(ctx: Context) -> list[tuple[str, str]]:
+    """(source, target) prompt names: the relations of the settings' paper `table`, or the family grid's off-diagonal cells."""
+    if "table" in ctx.settings:
+        relations = ctx.chosen({r.label: r for r in paper_table(str(ctx.settings["table"])).relations()})
+        return [(r.source, r.target) for r in relations]
+    return [cell for row in family_grid(ctx).cells for cell in row if cell and cell[0] != cell[1]]
+
+
+def carried_fits(ctx: Context) -> dict[tuple[str, str], dict[str, PairResult]]:
+    """Per cell: A's W on B ("carried"), B's own W ("after") and A's W on A ("before"); fitted once per reproduction."""
+    after_lm = eval_lm(ctx)
+    check_same_tokenizer(ctx.lm, after_lm)
+    cells = claim_cells(ctx)
+    names = tuple(dict.fromkeys(name for cell in cells for name in cell))
+    key = ("carried fits", names, tuple(cells), len(ctx.inputs()))
+    if key not in ctx.shared:
+        config = FitConfig(estimator=PAPER_FIT, alpha="cv", n_boot=10, n_control=1)
+        prompts, _ = registry_prompts(ctx.registry, list(names), ctx.lm.tokenizer)
+        before, after = (collect(lm, prompts, ctx.inputs(), ctx.collect) for lm in (ctx.lm, after_lm))
+        ctx.shared[key] = {(s, t): {
+            "carried": fit_targets(before[s], {t: before[t]}, config, evaluate_on=(after[s], {t: after[t]}))[t],
+            "after": fit_tables(after[s], after[t], config), "before": fit_tables(before[s], before[t], config)}
+            for s, t in cells}
+    return ctx.shared[key]
+
+
+def resilience(ctx: Context) -> Measured:
+    """Figs. 8, 9 and Table 9: the label-wise r of A's W on B's logits, tested against W fitted on shuffled pairs."""
+    fits = carried_fits(ctx)
+    carried = np.concatenate([cell["carried"].labelwise_r for cell in fits.values()])
+    control = np.concatenate([cell["carried"].control_labelwise_r for cell in fits.values()])
+    ours = {"n_inputs": len(ctx.inputs()), "estimator": PAPER_FIT, "eval_model": eval_lm(ctx).name, "n_cells": len(fits),
+            "carried_r_mean": mean(carried), "control_r_mean": mean(control),
+            "after_r_mean": mean([cell["after"].labelwise_r_mean for cell in fits.values()]),
+            "before_r_mean": mean([cell["before"].labelwise_r_mean for cell in fits.values()]),
+            "cells": {f"{s}->{t}": mean(cell["carried"].labelwise_r) for (s, t), cell in fits.items()}}
+    text = (f"{len(fits)} cells: W of {ctx.lm.name} on {ours['eval_model']} r {ours['carried_r_mean']:.2f} (shuffled "
+            f"{ours['control_r_mean']:.2f}); its own W {ours['after_r_mean']:.2f}, before {ours['before_r_mean']:.2f}")
+    return Measured(ours, text, paired_greater(carried, control, "label-wise r of each target word, A's W on B vs W fitted on shuffled pairs"))
+
+
+def resilience_spread(ctx: Context) -> Measured:
+    """Fig. 24: the std over target words of the label-wise r of A's W on B, per cell; most cells below the paper's 0.05."""
+    fits = carried_fits(ctx)
+    stds = {f"{s}->{t}": float(np.nanstd(r[np.isfinite(r)])) for (s, t), cell in fits.items() for r in (cell["carried"].labelwise_r,)}
+    below = sum(std < PAPER_SPREAD for std in stds.values())
+    ours = {"n_inputs": len(ctx.inputs()), "eval_model": eval_lm(ctx).name, "n_cells": len(stds), "cells_below": below,
+            "median_std": round(float(np.median(list(stds.values()))), 3), "cells": {cell: round(std, 3) for cell, std in stds.items()}}
+    text = f"std of the carried label-wise r below {PAPER_SPREAD} in {below} of {len(stds)} cells (median {ours['median_std']:.3f})"
+    return Measured(ours, text, binomial_above(below, len(stds), 0.5, f"cells with std below {PAPER_SPREAD}"))
+
+
+STEPS = {"resilience": resilience, "resilience_spread": resilience_spread}
