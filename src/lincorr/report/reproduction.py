@@ -72,7 +72,7 @@ def _numbers(value: object, path: tuple[str, ...] = ()):
         yield path, float(value)
 
 
-def paper_beside_ours(claim: Mapping) -> Figure | None:
+def paper_beside_ours(claim: Mapping, budget: str = "") -> Figure | None:
     """The paper's row numbers and ours as grouped bars, row by row and number by number.
 
     Ours for a paper row "L" and number "k" is every number of the claim's measurement whose path names L and ends in
@@ -96,7 +96,9 @@ def paper_beside_ours(claim: Mapping) -> Figure | None:
     series = {name: [values.get(name) for values in bars.values()] for name in names}
     title = f"{claim.get('where', '')}: the paper ({paper.get('model', '')}) beside ours"
     return Figure(figures.grouped_bar_figure(list(bars), series, title, y_name="value"),
-                  "Each published number beside the one this run measured for the same row; a list is shown by its first entry.")
+                  f"Each published number beside the one this run measured for the same row, on this run's model at its budget "
+                  f"({budget or 'unrecorded'}; the paper's model and N are the paper's); a series named after a setting "
+                  "(ols, ridge-std, a training preset) was measured with it; a list is shown by its first entry.")
 
 
 def read_reproduction(directory: Path) -> Section:
@@ -112,7 +114,7 @@ def read_reproduction(directory: Path) -> Section:
         (claim["id"], claim["where"], published_cell(claim["paper"]),
          (claim.get("ours_text") or "") if claim["verdict"] != "not applicable" else (claim.get("reason") or ""),
          claim["test"], number(claim["p_value"]), claim["verdict"]) for claim in claims))
-    beside = (paper_beside_ours(claim) for claim in claims if claim["verdict"] != "not applicable")
+    beside = (paper_beside_ours(claim, run.get("budget") or "") for claim in claims if claim["verdict"] != "not applicable")
     blocks = (numbers, table, *(figure for figure in (evidence(claims), *beside) if figure))
     return Section(f"reproduction of {run['paper']} on {run['model']}", "reproduce", str(directory),
                    read_provenance(directory, run, model=run["model"]), blocks)
