@@ -15,10 +15,10 @@ from lincorr.fit import FitConfig, PairResult, fit_tables, fit_targets
 from lincorr.paper import paper_table
 from lincorr.prompts import registry_prompts
 from lincorr.reproduce.pair import eval_lm
-from lincorr.reproduce.peng_appendix import PAPER_SPREAD
+from lincorr.reproduce.peng_appendix import spread_of
 from lincorr.reproduce.peng_logits import PAPER_FIT, family_grid, mean
 from lincorr.reproduce.step import Context, Measured
-from lincorr.reproduce.verdicts import binomial_above, paired_greater
+from lincorr.reproduce.verdicts import paired_greater
 from lincorr.studies.logits.resilience import check_same_tokenizer
 
 
@@ -64,14 +64,9 @@ def resilience(ctx: Context) -> Measured:
 
 
 def resilience_spread(ctx: Context) -> Measured:
-    """Fig. 24: the std over target words of the label-wise r of A's W on B, per cell; most cells below the paper's 0.05."""
-    fits = carried_fits(ctx)
-    stds = {f"{s}->{t}": float(np.nanstd(r[np.isfinite(r)])) for (s, t), cell in fits.items() for r in (cell["carried"].labelwise_r,)}
-    below = sum(std < PAPER_SPREAD for std in stds.values())
-    ours = {"n_inputs": len(ctx.inputs()), "eval_model": eval_lm(ctx).name, "n_cells": len(stds), "cells_below": below,
-            "median_std": round(float(np.median(list(stds.values()))), 3), "cells": {cell: round(std, 3) for cell, std in stds.items()}}
-    text = f"std of the carried label-wise r below {PAPER_SPREAD} in {below} of {len(stds)} cells (median {ours['median_std']:.3f})"
-    return Measured(ours, text, binomial_above(below, len(stds), 0.5, f"cells with std below {PAPER_SPREAD}"))
+    """Fig. 24: Fig. 23's spread (`peng_appendix.spread_of`) of the label-wise r of A's W on B."""
+    carried = {f"{s}->{t}": cell["carried"].labelwise_r for (s, t), cell in carried_fits(ctx).items()}
+    return spread_of(carried, "carried label-wise r", n_inputs=len(ctx.inputs()), eval_model=eval_lm(ctx).name)
 
 
 STEPS = {"resilience": resilience, "resilience_spread": resilience_spread}
