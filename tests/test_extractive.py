@@ -294,6 +294,35 @@ def test_orderings_feed_exactly_the_documented_sequence(world_tokenizer, tmp_pat
     assert {"ordering.json", "ordering.csv", "ordering.png"} <= {p.name for p in (tmp_path / "ordering").iterdir()}
 
 
+def test_the_ordering_step_trains_on_what_the_ordering_study_trains_on(world_tokenizer, tmp_path, monkeypatch):
+    """The reproduction's Fig. 4 step and the study feed the same examples in the same sequence, each phase continuing
+    from the model the one before it returned (the study's sequence is pinned by the test above)."""
+    import lincorr.studies.extractive.ocr as extractive
+    from lincorr.reproduce import feng_origins
+    from lincorr.reproduce.step import Context
+
+    real = extractive.train_on_facts
+    calls = {"study": [], "step": []}
+
+    def recording_into(run: str):
+        def recording(model, tokenizer, facts, config, **options):
+            result = real(model, tokenizer, facts, config, **options)
+            calls[run].append((model, [(f.prompt, f.answer) for f in facts], result.model))
+            return result
+        return recording
+
+    lm = wrap_model(tiny_llama(len(world_tokenizer)), world_tokenizer, name="tiny")
+    registry = tiny_world_registry(tmp_path)
+    monkeypatch.setattr(extractive, "train_on_facts", recording_into("study"))
+    measure_ordering(lm, registry, OriginsConfig(n_train=6, n_test=3, n_cities=4))
+    monkeypatch.setattr(extractive, "train_on_facts", recording_into("step"))
+    feng_origins.ordering(Context(lm, registry, {"n_train": 6, "n_test": 3, "n_cities": 4}))
+    assert [facts for _, facts, _ in calls["step"]] == [facts for _, facts, _ in calls["study"]]
+    step = calls["step"]
+    assert [i for i, (model, _, _) in enumerate(step) if model is lm.model] == [0, 3, 6]  # each order starts from W
+    assert all(step[i + 1][0] is step[i][2] for i in (0, 1, 3, 4, 6))
+
+
 def test_grafting_is_exact_arithmetic_on_every_parameter(word_tokenizer):
     base, plus = float64_pair(tiny_llama, word_tokenizer, 0.3)
     _, minus = float64_pair(tiny_llama, word_tokenizer, 0.1)
@@ -317,12 +346,33 @@ def test_graft_study_reports_table_3_and_both_correlations(world_tokenizer, tmp_
     assert {"graft.json", "graft_scores.csv", "graft.png"} <= {p.name for p in (tmp_path / "graft").iterdir()}
 
 
-def test_graft_study_grafts_and_scores_the_weight_sets_the_paper_names(world_tokenizer, tmp_path, monkeypatch):
-    """Planted: each training adds its own amount to one weight, so every weight set's value says how it was built.
-    W_graft = W_F' + (W_F,ImplF - W_F) and W~_graft = W_F' + (W_ImplF - W): a swapped operand gives another number; the
-    informative scores compare W_F' with W_graft and the downstream scores W_F,ImplF with it trained on the test facts."""
+def _planted_graft_study(lm, registry, config, monkeypatch, planted_training, state, planted_scores) -> dict:
     import lincorr.studies.extractive.origins as origins
 
+    monkeypatch.setattr(origins, "train_model", planted_training)
+    monkeypatch.setattr(origins, "mean_rank", lambda model, queries: state(model))
+    monkeypatch.setattr(origins, "linearized_scores", planted_scores)
+    return {row["weights"]: row["facts_original"] for row in measure_graft(lm, registry, config).rows}
+
+
+def _planted_graft_step(lm, registry, config, monkeypatch, planted_training, state, planted_scores) -> dict:
+    from lincorr.reproduce import feng_origins
+    from lincorr.reproduce.step import Context
+
+    monkeypatch.setattr(feng_origins, "train_model", planted_training)
+    monkeypatch.setattr(feng_origins, "ranks", lambda model, queries: np.array([state(model)]))
+    monkeypatch.setattr(feng_origins, "linearized_scores", planted_scores)
+    settings = {"n_train": config.n_train, "n_test": config.n_test, "n_cities": config.n_cities}
+    grafted = feng_origins.grafted(Context(lm, registry, settings))
+    return {weights: float(by_asked["impl_original"][0]) for weights, by_asked in grafted.ranks.items()}
+
+
+@pytest.mark.parametrize("built_by", [_planted_graft_study, _planted_graft_step], ids=["study", "reproduction step"])
+def test_grafting_builds_and_scores_the_weight_sets_the_paper_names(world_tokenizer, tmp_path, monkeypatch, built_by):
+    """Planted: each training adds its own amount to one weight, so every weight set's value says how it was built.
+    W_graft = W_F' + (W_F,ImplF - W_F) and W~_graft = W_F' + (W_ImplF - W): a swapped operand gives another number; the
+    informative scores compare W_F' with W_graft and the downstream scores W_F,ImplF with it trained on the test facts.
+    Both the graft study and the reproduction's Table 3 / Fig. 6 step are held to it."""
     lm = wrap_model(tiny_llama(len(world_tokenizer)).double(), world_tokenizer, name="W")
     planted = {"W_F": 1.0, "W_F,ImplF": 10.0, "W_ImplF": 100.0, "W_F'": 1000.0, "W_F,ImplF+test": 10000.0}
     original = lm.model.lm_head.weight[0, 0].item()
@@ -330,7 +380,7 @@ def test_graft_study_grafts_and_scores_the_weight_sets_the_paper_names(world_tok
     def planted_training(base, facts, train, name=""):
         model = copy.deepcopy(base.model)
         with torch.no_grad():
-            model.lm_head.weight[0, 0] += planted[name]
+            model.lm_head.weight[0, 0] += planted[name.removesuffix(" facts")]
         return wrap_model(model, base.tokenizer, name=name), None
 
     def state(model) -> float:
@@ -342,14 +392,12 @@ def test_graft_study_grafts_and_scores_the_weight_sets_the_paper_names(world_tok
         scored.append((state(before), state(after)))
         return {"informative": np.arange(len(components), dtype=float), "downstream": np.arange(len(components), dtype=float)}
 
-    monkeypatch.setattr(origins, "train_model", planted_training)
-    monkeypatch.setattr(origins, "mean_rank", lambda model, queries: state(model))
-    monkeypatch.setattr(origins, "linearized_scores", planted_scores)
     quick = TrainConfig(learning_rate=1e-2, epochs=1, batch_size=4)
-    result = measure_graft(lm, tiny_world_registry(tmp_path), OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick))
-    built = {row["weights"]: row["facts_original"] for row in result.rows}
-    assert built == {"W": 0.0, "W_F": 1.0, "W_F,ImplF": 11.0, "W_ImplF": 100.0, "W_F'": 1000.0,
-                     "W_graft": 1000.0 + (11.0 - 1.0), "W~_graft": 1000.0 + (100.0 - 0.0)}
+    config = OriginsConfig(n_train=6, n_test=3, n_cities=4, continued=quick, train=quick)
+    built = built_by(lm, tiny_world_registry(tmp_path), config, monkeypatch, planted_training, state, planted_scores)
+    expected = {"W": 0.0, "W_F": 1.0, "W_F,ImplF": 11.0, "W_ImplF": 100.0, "W_F'": 1000.0,
+                "W_graft": 1000.0 + (11.0 - 1.0), "W~_graft": 1000.0 + (100.0 - 0.0)}
+    assert built == {weights: expected[weights] for weights in built} and {"W_F'", "W_graft", "W~_graft"} <= set(built)
     assert scored == [(1000.0, 1010.0), (11.0, 10011.0)]  # informative: W_F' -> W_graft; downstream: W_F,ImplF -> +test
 
 
