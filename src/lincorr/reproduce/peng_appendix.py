@@ -1,8 +1,8 @@
 """The steps behind Peng et al.'s appendix figures on the correlation metric itself: instance-wise r (Fig. 10) and the
 spread of the label-wise r over target words (Fig. 23).
 
-Both read the fits of a family's off-diagonal cells, fitted once per reproduction the way Fig. 3's
-claims fit them (ols, half the inputs held out), so the two claims and Fig. 3 speak of one set of Ws.
+Both read the fits of a family's off-diagonal cells that Fig. 3's claims read (`peng_logits.cell_fits`: ols, half the
+inputs held out, fitted once per reproduction), so the two claims and Fig. 3 speak of one set of Ws.
 """
 
 from __future__ import annotations
@@ -11,30 +11,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from lincorr.collection import collect
-from lincorr.fit import FitConfig, PairResult, fit_tables
+from lincorr.fit import PairResult
 from lincorr.metrics import instancewise_pearson
-from lincorr.prompts import registry_prompts
-from lincorr.reproduce.peng_logits import PAPER_FIT, family_grid, mean
+from lincorr.reproduce.peng_logits import PAPER_FIT, cell_fits, mean
 from lincorr.reproduce.step import Context, Measured
 from lincorr.reproduce.verdicts import binomial_above, paired_greater
 
 # Appendix J: "a std generally lower than 0.05".
 PAPER_SPREAD = 0.05
-
-
-def cell_fits(ctx: Context) -> dict[tuple[str, str], PairResult]:
-    """W of every off-diagonal cell of the claim's family grid, by (source, target); fitted once per reproduction."""
-    config = FitConfig(estimator=PAPER_FIT, alpha="cv", n_boot=10, n_control=1)
-    grid = family_grid(ctx)
-    inputs = ctx.inputs()
-    key = ("cell fits", grid.prompt_names(), len(inputs))
-    if key not in ctx.shared:
-        cells = [cell for row in grid.cells for cell in row if cell and cell[0] != cell[1]]
-        prompts, _ = registry_prompts(ctx.registry, grid.prompt_names(), ctx.lm.tokenizer)
-        tables = collect(ctx.lm, prompts, inputs, ctx.collect)
-        ctx.shared[key] = {(s, t): fit_tables(tables[s], tables[t], config) for s, t in cells}
-    return ctx.shared[key]
 
 
 def bias_only_instancewise_r(fit: PairResult) -> np.ndarray:

@@ -12,14 +12,13 @@ import math
 import numpy as np
 
 from lincorr.collection import collect
-from lincorr.fit import FitConfig, fit_tables
+from lincorr.fit import FitConfig, PairResult, fit_tables
 from lincorr.paper import paper_table
-from lincorr.prompts import registry_prompts
 from lincorr.relations import RelationSpec, bind_relation
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.verdicts import Test, binomial_above, combined, paired_greater
 from lincorr.studies.logits.cases import measure_cases, paper_cases
-from lincorr.studies.logits.matrix import Grid, measure_matrix
+from lincorr.studies.logits.matrix import Grid, measure_matrix, prepare_grid
 from lincorr.studies.logits.precision import precision_fits, measure_precision
 
 PAPER_FIT = "ols"
@@ -71,26 +70,44 @@ def family_grid(ctx: Context) -> Grid:
     return Grid.square(names, f"{family} family")
 
 
+def cell_fit_config(ctx: Context) -> FitConfig:
+    """How a family's cells are fitted: the claim's estimator (the paper's ols unless the settings name another)."""
+    return FitConfig(estimator=ctx.settings.get("estimator", PAPER_FIT), alpha="cv", n_boot=10, n_control=1)
+
+
+def cell_fits(ctx: Context) -> dict[tuple[str, str], PairResult]:
+    """W of every off-diagonal cell of the claim's family grid, by (source, target); fitted once per reproduction.
+
+    The grid keeps the prompts with a usable domain for this tokenizer, as the matrix study's.
+    """
+    config = cell_fit_config(ctx)
+    inputs = ctx.inputs()
+    grid, prompts, _ = prepare_grid(ctx.registry, family_grid(ctx), ctx.lm.tokenizer, len(inputs), config)
+    key = ("cell fits", grid.prompt_names(), len(inputs), config.estimator)
+    if key not in ctx.shared:
+        tables = collect(ctx.lm, prompts, inputs, ctx.collect)
+        cells = [cell for row in grid.cells for cell in row if cell and cell[0] != cell[1]]
+        ctx.shared[key] = {(s, t): fit_tables(tables[s], tables[t], config) for s, t in cells}
+    return ctx.shared[key]
+
+
 def matrix(ctx: Context) -> Measured:
     """Fig. 3: a family's matrix (ols); the label-wise r of each off-diagonal cell's target words tested against W fitted on shuffled pairs."""
-    config = FitConfig(estimator=ctx.settings.get("estimator", PAPER_FIT), alpha="cv", n_boot=10, n_control=1)
-    inputs = ctx.inputs()
-    result = measure_matrix(ctx.lm, ctx.registry, family_grid(ctx), inputs, config, ctx.collect)
+    config = cell_fit_config(ctx)
+    result = measure_matrix(ctx.lm, ctx.registry, family_grid(ctx), ctx.inputs(), config, ctx.collect)
     positions = [(i, j) for i, row in enumerate(result.grid.cells) for j, cell in enumerate(row) if cell and cell[0] != cell[1]]
-    cells = [result.grid.cells[i][j] for i, j in positions]
-    prompts, _ = registry_prompts(ctx.registry, result.grid.prompt_names(), ctx.lm.tokenizer)
-    tables = collect(ctx.lm, prompts, inputs, ctx.collect)
-    fits = [fit_tables(tables[s], tables[t], config) for s, t in cells]
+    fits_by_cell = cell_fits(ctx)
+    fits = [fits_by_cell[result.grid.cells[i][j]] for i, j in positions]
     r = [fit.labelwise_r_mean for fit in fits]
     control = [float(np.nanmean(fit.control_labelwise_r)) for fit in fits]
     # Tested over every target word of every cell: a 2-cell matrix has too few cells for a rank test of its own.
     by_word = [np.concatenate([getattr(fit, name) for fit in fits]) for name in ("labelwise_r", "control_labelwise_r")]
     instancewise = [float(result.instancewise_r[i, j]) for i, j in positions]
     ours = {"n_inputs": result.n_inputs, "estimator": config.estimator, "rows": list(result.grid.row_labels),
-            "columns": list(result.grid.column_labels), "n_cells": len(cells), "labelwise_r_mean": mean(r),
+            "columns": list(result.grid.column_labels), "n_cells": len(fits), "labelwise_r_mean": mean(r),
             "control_r_mean": mean(control), "instancewise_r_mean": mean(instancewise),
             "skipped": [name for name, _ in result.skipped]}
-    text = (f"{len(cells)} cells of {len(result.grid.row_labels)}x{len(result.grid.column_labels)}: label-wise r {ours['labelwise_r_mean']:.2f} "
+    text = (f"{len(fits)} cells of {len(result.grid.row_labels)}x{len(result.grid.column_labels)}: label-wise r {ours['labelwise_r_mean']:.2f} "
             f"(shuffled {ours['control_r_mean']:.2f}), instance-wise r {ours['instancewise_r_mean']:.2f}")
     return Measured(ours, text, paired_greater(*by_word, "label-wise r of each target word vs W fitted on shuffled pairs"))
 
