@@ -298,7 +298,7 @@ def test_the_ordering_step_trains_on_what_the_ordering_study_trains_on(world_tok
     """The reproduction's Fig. 4 step and the study feed the same examples in the same sequence, each phase continuing
     from the model the one before it returned (the study's sequence is pinned by the test above)."""
     import lincorr.studies.extractive.ocr as extractive
-    from lincorr.reproduce import feng_origins
+    from lincorr.reproduce.feng import origins as feng_origins
     from lincorr.reproduce.step import Context
 
     real = extractive.train_on_facts
@@ -356,7 +356,7 @@ def _planted_graft_study(lm, registry, config, monkeypatch, planted_training, st
 
 
 def _planted_graft_step(lm, registry, config, monkeypatch, planted_training, state, planted_scores) -> dict:
-    from lincorr.reproduce import feng_origins
+    from lincorr.reproduce.feng import origins as feng_origins
     from lincorr.reproduce.step import Context
 
     monkeypatch.setattr(feng_origins, "train_model", planted_training)

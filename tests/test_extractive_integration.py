@@ -19,7 +19,7 @@ from lincorr.studies.extractive.ocr import SMALL_TRAIN, hop_data, load_world, me
 from lincorr.studies.extractive.scores import exact_scores, linearized_scores, score_components
 from lincorr.internals import head, layout, mlp
 from lincorr.knowledge import load_registry
-from lincorr.reproduce import feng_origins
+from lincorr.reproduce.feng import origins as feng_origins
 from lincorr.reproduce.step import Context
 
 pytestmark = pytest.mark.integration
@@ -104,7 +104,7 @@ def test_first_hop_facts_live_in_the_early_blocks_and_second_hop_implications_ne
 
 @pytest.fixture(scope="module")
 def origins(bundled, session_cache):
-    """A reproduction context for the §6 steps at the claims' sizes (`feng.yaml`: 80 training names, 20 test names, 20 cities)."""
+    """A reproduction context for the §6 steps at the claims' sizes (`feng/claims.yaml`: 80 training names, 20 test names, 20 cities)."""
     return Context(bundled("gemma-3-270m"), load_registry(), {"n_train": 80, "n_test": 20, "n_cities": 20, "seed": 0})
 
 

@@ -168,7 +168,7 @@ def test_the_precision_step_runs_on_a_tiny_model(llama_lm):
 def test_the_bias_alone_predicts_each_held_out_input_by_the_training_mean():
     from types import SimpleNamespace
 
-    from lincorr.reproduce.peng_appendix import bias_only_instancewise_r
+    from lincorr.reproduce.peng.appendix import bias_only_instancewise_r
 
     rng = np.random.default_rng(0)
     values = rng.normal(size=12) + rng.normal(scale=0.5, size=(40, 12))

@@ -15,7 +15,7 @@ from lincorr.internals import layout
 from lincorr.models import wrap_model
 from lincorr.reproduce import BUDGETS, load_paper, reproduce
 from lincorr.reproduce.claims import Paper
-from lincorr.reproduce.feng_steps import TunedHop, depth_test, freeze, hop_config, localisation, ocr
+from lincorr.reproduce.feng.steps import TunedHop, depth_test, freeze, hop_config, localisation, ocr
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.verdicts import verdict
 from lincorr.studies.extractive.ocr import hop_data, load_world
@@ -115,7 +115,7 @@ def test_table_2_judges_the_paper_split_and_stores_the_score_split_as_a_variant(
 
 
 def tiny_paper() -> Paper:
-    """feng.yaml with each measured claim's paper settings cut to the tiny model's size, run at the quick budget."""
+    """feng/claims.yaml with each measured claim's paper settings cut to the tiny model's size, run at the quick budget."""
     paper = load_paper("feng")
     claims = []
     for claim in paper.claims:

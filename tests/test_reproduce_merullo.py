@@ -11,7 +11,7 @@ from helpers.vectors import planted_task
 
 from lincorr.knowledge import load_registry
 from lincorr.reproduce import BUDGETS, load_paper, reproduce
-from lincorr.reproduce.merullo_steps import TASKS, easiest_test, mechanism_block, over_every_control, transfer_test
+from lincorr.reproduce.merullo.steps import TASKS, easiest_test, mechanism_block, over_every_control, transfer_test
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS
 from lincorr.reproduce.verdicts import VERDICTS, verdict

@@ -1,4 +1,4 @@
-"""A paper's claims as data: one YAML file per paper beside this module (peng.yaml, ...).
+"""A paper's claims as data: one package per paper beside this module, each with its claims.yaml (peng/claims.yaml, ...).
 
 Each claim names where it stands in the paper, its statement in one line, the published numbers
 it is judged against (an entry of paper.yaml, by name), the step that measures it with the
@@ -19,6 +19,7 @@ from lincorr.errors import LincorrError, UsageError
 from lincorr.paper import paper_entry
 
 BUDGETS = ("quick", "paper")
+PAPERS = ("peng", "merullo", "feng")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +91,7 @@ def claim_from(entry: dict, paper: str) -> Claim:
         not_applicable=entry.get("not_applicable"), eval_model=bool(entry.get("eval_model", False)),
     )
     if not claim.id.startswith(f"{paper}."):
-        raise LincorrError(f"claim {claim.id} of {paper}.yaml must start with '{paper}.'")
+        raise LincorrError(f"claim {claim.id} of {paper}/claims.yaml must start with '{paper}.'")
     if (claim.step is None) == (claim.not_applicable is None):
         raise LincorrError(f"claim {claim.id} needs exactly one of a step and a not_applicable reason")
     return claim
@@ -98,14 +99,13 @@ def claim_from(entry: dict, paper: str) -> Claim:
 
 @functools.cache
 def load_paper(name: str) -> Paper:
-    """The claims of paper `name` ("peng") from this package's `<name>.yaml`."""
-    resource = resources.files("lincorr.reproduce").joinpath(f"{name}.yaml")
-    if not resource.is_file():
-        known = sorted(p.name[:-5] for p in resources.files("lincorr.reproduce").iterdir() if p.name.endswith(".yaml"))
-        raise UsageError(f"no claims for paper '{name}'; known: {', '.join(known)}")
+    """The claims of paper `name` ("peng") from `lincorr/reproduce/<name>/claims.yaml`; a name, never a path."""
+    if name not in PAPERS:
+        raise UsageError(f"no claims for paper '{name}'; known: {', '.join(PAPERS)}")
+    resource = resources.files("lincorr.reproduce").joinpath(name, "claims.yaml")
     data = yaml.safe_load(resource.read_text(encoding="utf-8"))
     claims = tuple(claim_from(entry, name) for entry in data["claims"])
     duplicates = sorted({c.id for c in claims if sum(d.id == c.id for d in claims) > 1})
     if duplicates:
-        raise LincorrError(f"{name}.yaml repeats claim ids: {', '.join(duplicates)}")
+        raise LincorrError(f"{name}/claims.yaml repeats claim ids: {', '.join(duplicates)}")
     return Paper(name, data["title"], claims)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from lincorr.reproduce import feng_steps, merullo_steps, peng_appendix, peng_logits, peng_lre, peng_resilience, peng_training
+from lincorr.reproduce.feng import steps as feng_steps
+from lincorr.reproduce.merullo import steps as merullo_steps
+from lincorr.reproduce.peng import appendix, logits, lre, resilience, training
 
-STEPS = {**peng_logits.STEPS, **peng_appendix.STEPS, **peng_lre.STEPS, **peng_resilience.STEPS, **peng_training.STEPS, **merullo_steps.STEPS, **feng_steps.STEPS}
+STEPS = {**logits.STEPS, **appendix.STEPS, **lre.STEPS, **resilience.STEPS, **training.STEPS, **merullo_steps.STEPS, **feng_steps.STEPS}
 
 
 def step_module(name: str) -> str:
-    """The module defining step `name` ("lincorr.reproduce.peng_logits"): a change to it, or to what it imports, makes the claim stale."""
+    """The module defining step `name` ("lincorr.reproduce.peng.logits"): a change to it, or to what it imports, makes the claim stale."""
     return STEPS[name].__module__

@@ -17,7 +17,7 @@ import scipy.stats
 
 from lincorr.internals import layout
 from lincorr.models import LM
-from lincorr.reproduce import feng_origins
+from lincorr.reproduce.feng import origins as feng_origins
 from lincorr.reproduce.step import Context, Measured
 from lincorr.reproduce.verdicts import Test, combined, paired_greater
 from lincorr.studies.extractive.freeze import choose_split, paper_split, reset_blocks

@@ -15,8 +15,8 @@ from lincorr.fit import FitConfig, PairResult, fit_tables, fit_targets
 from lincorr.paper import paper_table
 from lincorr.prompts import registry_prompts
 from lincorr.reproduce.pair import eval_lm
-from lincorr.reproduce.peng_appendix import spread_of
-from lincorr.reproduce.peng_logits import PAPER_FIT, family_grid, mean
+from lincorr.reproduce.peng.appendix import spread_of
+from lincorr.reproduce.peng.logits import PAPER_FIT, family_grid, mean
 from lincorr.reproduce.step import Context, Measured
 from lincorr.reproduce.verdicts import paired_greater
 from lincorr.studies.logits.resilience import check_same_tokenizer

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from lincorr.fit import FitConfig
 from lincorr.knowledge.lre import lre_relations
-from lincorr.reproduce.peng_logits import OURS_FIT, PAPER_FIT, hit_at_1_test
+from lincorr.reproduce.peng.logits import OURS_FIT, PAPER_FIT, hit_at_1_test
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.verdicts import combined
 from lincorr.studies.logits.lre import LRE_FITS, SIGNIFICANCE, lre_precision

@@ -13,7 +13,7 @@ import numpy as np
 
 from lincorr.fit import PairResult
 from lincorr.metrics import instancewise_pearson
-from lincorr.reproduce.peng_logits import PAPER_FIT, cell_fits, mean
+from lincorr.reproduce.peng.logits import PAPER_FIT, cell_fits, mean
 from lincorr.reproduce.step import Context, Measured
 from lincorr.reproduce.verdicts import binomial_above, paired_greater
 
