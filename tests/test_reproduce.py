@@ -18,15 +18,7 @@ from lincorr.reproduce import BUDGETS, ReproductionResult, load_paper, reproduce
 from lincorr.reproduce.claims import Claim, Paper
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.steps import STEPS
-from lincorr.reproduce.verdicts import (
-    binomial_above,
-    combined,
-    fisher_greater,
-    mcnemar_gain,
-    paired_greater,
-    ranks_greater,
-    verdict,
-)
+from lincorr.reproduce.verdicts import binomial_above, fisher_greater, judge, mcnemar_gain, paired_greater, ranks_greater
 from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,28 +50,22 @@ def test_paper_numbers_come_from_paper_yaml():
 
 
 @pytest.mark.parametrize("test, expected", [
-    (binomial_above(30, 40, 0.1), "reproduced"),
-    (binomial_above(5, 40, 0.1), "not reproduced"),  # at chance
-    (binomial_above(0, 40, 0.1), "not reproduced"),  # below chance
-    (mcnemar_gain([False] * 20, [True] * 15 + [False] * 5), "reproduced"),
-    (mcnemar_gain([True] * 15 + [False] * 5, [False] * 20), "not reproduced"),  # the wrong way
-    (fisher_greater(40, 50, 5, 50), "reproduced"),
-    (fisher_greater(5, 50, 40, 50), "not reproduced"),
-    (paired_greater([0.8, 0.7, 0.9, 0.6, 0.75, 0.85, 0.7], [0.1, 0.0, 0.2, 0.1, 0.05, 0.1, 0.0]), "reproduced"),
-    (paired_greater([0.1, 0.0, 0.2, 0.1, 0.05, 0.1, 0.0], [0.8, 0.7, 0.9, 0.6, 0.75, 0.85, 0.7]), "not reproduced"),
-    (ranks_greater([5, 6, 7, 8, 9, 10], [0, 1, 2, 3, 4, 1]), "reproduced"),
-    (ranks_greater([0, 1, 2, 3, 4, 1], [5, 6, 7, 8, 9, 10]), "not reproduced"),
+    (binomial_above(30, 40, 0.1, interest=0.3), "reproduced"),
+    (binomial_above(5, 40, 0.1, interest=0.3), "not reproduced"),  # at chance, with ample power to see 0.3 above it
+    (binomial_above(0, 40, 0.1, interest=0.3), "not reproduced"),  # below chance
+    (binomial_above(5, 40, 0.1), "inconclusive"),  # no effect of interest: nothing says the test could have seen one
+    (mcnemar_gain([False] * 20, [True] * 15 + [False] * 5, interest=0.5), "reproduced"),
+    (mcnemar_gain([True] * 15 + [False] * 5, [False] * 20, interest=0.5), "not reproduced"),  # the wrong way
+    (fisher_greater(40, 50, 5, 50, interest=0.5), "reproduced"),
+    (fisher_greater(5, 50, 40, 50, interest=0.5), "not reproduced"),
+    (paired_greater([0.8, 0.7, 0.9, 0.6, 0.75, 0.85, 0.7], [0.1, 0.0, 0.2, 0.1, 0.05, 0.1, 0.0], interest=0.5), "reproduced"),
+    (paired_greater([0.1, 0.0, 0.2, 0.1, 0.05, 0.1, 0.0], [0.8, 0.7, 0.9, 0.6, 0.75, 0.85, 0.7], interest=0.5), "not reproduced"),
+    (ranks_greater([5, 6, 7, 8, 9, 10], [0, 1, 2, 3, 4, 1], interest=0.45), "reproduced"),
+    (ranks_greater([0, 1, 2, 3, 4, 1], [5, 6, 7, 8, 9, 10], interest=0.45), "not reproduced"),
     (None, "not applicable"),
 ])
 def test_verdicts_follow_from_the_statistics(test, expected):
-    assert verdict(test) == expected
-
-
-def test_a_combination_needs_the_direction_in_most_tests():
-    strong = binomial_above(30, 40, 0.1)
-    assert verdict(combined([strong, strong, binomial_above(4, 40, 0.1)], "binomials")) == "reproduced"
-    assert verdict(combined([strong, binomial_above(0, 40, 0.5), binomial_above(0, 40, 0.5)], "binomials")) == "not reproduced"
-    assert 0.0 < combined([strong, strong], "binomials").p_value < strong.p_value  # two strong tests are stronger than one
+    assert judge(test).verdict == expected
 
 
 def planted_paper(**settings) -> Paper:
@@ -98,7 +84,7 @@ def planted(monkeypatch):
 
     def planted_step(ctx: Context) -> Measured:
         calls.append(ctx.settings["hits"])
-        return Measured({"hits": ctx.settings["hits"]}, f"{ctx.settings['hits']}/40", binomial_above(ctx.settings["hits"], 40, 0.1))
+        return Measured({"hits": ctx.settings["hits"]}, f"{ctx.settings['hits']}/40", binomial_above(ctx.settings["hits"], 40, 0.1, interest=0.5))
 
     planted_step.__module__ = "lincorr.reproduce.verdicts"
     monkeypatch.setitem(STEPS, "planted", planted_step)
@@ -110,7 +96,9 @@ def test_verdicts_and_resume_on_a_tiny_model(planted, llama_lm, tmp_path):
     result = reproduce("peng", llama_lm, registry=load_registry())
     assert [c.verdict for c in result.claims] == ["reproduced", "not reproduced", "not applicable"]
     assert result.claims[2].reason == "a diagram" and planted == [35, 4]
-    assert {"id", "statement", "paper", "ours", "test", "p_value", "verdict", "reason"} <= set(result.summary()["claims"][0])
+    assert {"id", "statement", "paper", "ours", "test", "p_value", "adjusted_p", "power", "detail", "verdict", "reason"} <= set(result.summary()["claims"][0])
+    strong, weak = result.claims[:2]
+    assert strong.adjusted_p == pytest.approx(2 * strong.p_value) and weak.adjusted_p == pytest.approx(max(weak.p_value, strong.adjusted_p))
     assert result.summary()["paper"] == "peng" and result.summary()["model"] == "tiny-llama"
     again = reproduce("peng", llama_lm, registry=load_registry())  # finished claims come from the cache
     assert planted == [35, 4] and again.summary() == result.summary()
@@ -131,7 +119,7 @@ def test_the_command_measures_saves_and_prints_the_claim_table(planted, llama_lm
     assert main(["reproduce", "peng", "--out", str(tmp_path / "run")]) == 0
     printed = capsys.readouterr().out
     assert "peng.strong" in printed and f"wrote {tmp_path / 'run'}/" in printed
-    assert ReproductionResult.load(tmp_path / "run").counts() == {"reproduced": 1, "not reproduced": 1, "not applicable": 1}
+    assert ReproductionResult.load(tmp_path / "run").counts() == {"reproduced": 1, "not reproduced": 1, "inconclusive": 0, "not applicable": 1}
 
 
 def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypatch, capsys):

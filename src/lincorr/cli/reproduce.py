@@ -1,4 +1,4 @@
-"""`lincorr reproduce`: a paper's claims on one model, each reproduced, not reproduced or not applicable; `--status` of a saved run."""
+"""`lincorr reproduce`: a paper's claims on one model, each reproduced, not reproduced, inconclusive or not applicable; `--status` of a saved run."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from lincorr.errors import UsageError
 
 
 def add_reproduce_command(commands) -> None:
-    parser = add_command(commands, "reproduce", "run a paper's tables and figures as claims, each tested: reproduced, not reproduced or not applicable")
+    parser = add_command(commands, "reproduce", "run a paper's tables and figures as claims, each tested: reproduced, not reproduced, inconclusive or not applicable")
     parser.add_argument("paper", nargs="?", default=None,
                         help="the paper: peng (linear correlation), merullo (vector arithmetic) or feng (extractive structures)")
     parser.add_argument("--only", default=None, metavar="ID,...", help="only these claims (e.g. peng.table2,peng.table4); --list names them")

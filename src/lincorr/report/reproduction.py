@@ -10,8 +10,9 @@ from lincorr.report import figures
 from lincorr.report.files import ANY, NUMBER, TEXT, Items, Maybe, read_document
 from lincorr.report.page import Column, Figure, KeyNumbers, Section, Table
 from lincorr.report.sections import number, read_provenance
+from lincorr.report.effects import effect_text
 
-VERDICTS = ("reproduced", "not reproduced", "not applicable")
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
 REPRODUCTION = {
     "paper": TEXT, "title": Maybe(TEXT), "model": TEXT, "budget": Maybe(TEXT),
     "claims": Items({"id": TEXT, "where": TEXT, "statement": TEXT, "paper": ANY, "ours": Maybe(ANY), "ours_text": Maybe((TEXT, type(None))), "test": TEXT,
@@ -109,11 +110,12 @@ def read_reproduction(directory: Path) -> Section:
     numbers = KeyNumbers((("paper", run.get("title") or run["paper"]), ("model", run["model"]),
                           ("budget", run.get("budget") or ""), ("verdicts", counts)))
     table = Table(f"the claims of {run['paper']}: the paper's numbers beside ours, each tested", (
-        Column("claim", ""), Column("where", ""), Column("paper", ""), Column("ours", ""), Column("test", ""), Column("p", ".3g"),
-        Column("verdict", "")), tuple(
+        Column("claim", ""), Column("where", ""), Column("paper", ""), Column("ours", ""), Column("test", ""),
+        Column("effect, power", ""), Column("p", ".3g"), Column("adjusted p", ".3g"), Column("verdict", "")), tuple(
         (claim["id"], claim["where"], published_cell(claim["paper"]),
          (claim.get("ours_text") or "") if claim["verdict"] != "not applicable" else (claim.get("reason") or ""),
-         claim["test"], number(claim["p_value"]), claim["verdict"]) for claim in claims))
+         claim["test"], effect_text(claim.get("detail"), claim.get("power"), claim.get("units_needed")), number(claim["p_value"]),
+         number(claim.get("adjusted_p")), claim["verdict"]) for claim in claims))
     beside = (paper_beside_ours(claim, run.get("budget") or "") for claim in claims if claim["verdict"] != "not applicable")
     blocks = (numbers, table, *(figure for figure in (evidence(claims), *beside) if figure))
     return Section(f"reproduction of {run['paper']} on {run['model']}", "reproduce", str(directory),

@@ -37,6 +37,10 @@ class Claim:
     settings: Mapping[str, Mapping[str, object]]  # budget -> the step's settings; a budget left out is not run at it
     not_applicable: str | None = None  # why no step measures it (when `step` is None)
     eval_model: bool = False  # its step also reads a second checkpoint of the model (`--eval-model`)
+    # The effect the claim is judged against, in its test's units (the paper's own effect where it gives one), and why
+    # that value: a test that could not have seen it ends `inconclusive`, never `not reproduced`.
+    interest: float | None = None
+    interest_reason: str | None = None
 
     def settings_for(self, budget: str) -> Mapping[str, object] | None:
         """The step's settings at `budget`, or None when the claim is not run at that budget."""
@@ -89,6 +93,8 @@ def claim_from(entry: dict, paper: str) -> Claim:
         step=entry.get("step"), test=entry.get("test", ""),
         settings={budget: dict(entry[budget]) for budget in BUDGETS if entry.get(budget) is not None},
         not_applicable=entry.get("not_applicable"), eval_model=bool(entry.get("eval_model", False)),
+        interest=float(entry["interest"]["value"]) if "interest" in entry else None,
+        interest_reason=str(entry["interest"]["reason"]) if "interest" in entry else None,
     )
     if not claim.id.startswith(f"{paper}."):
         raise LincorrError(f"claim {claim.id} of {paper}/claims.yaml must start with '{paper}.'")

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import math
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -29,7 +30,8 @@ from lincorr.reproduce.claims import BUDGETS, Claim, load_paper
 from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS, step_module
-from lincorr.reproduce.verdicts import verdict
+from lincorr.report.effects import effect_text
+from lincorr.reproduce.verdicts import ALPHA, VERDICTS, Test, holm, judge
 from lincorr.results import record
 
 RESULT_FILE = "reproduction.json"
@@ -37,7 +39,8 @@ RESULT_FILE = "reproduction.json"
 
 @dataclasses.dataclass(frozen=True)
 class ClaimResult:
-    """One claim as measured: the paper's numbers, ours, the test with its statistic and p-value, the verdict and why."""
+    """One claim as measured: the paper's numbers, ours, the test (its statistic, raw and adjusted p-value, effect with its
+    interval, the effect judged against and the power to see it), the verdict and why."""
 
     id: str
     where: str
@@ -50,19 +53,50 @@ class ClaimResult:
     p_value: float | None
     verdict: str
     reason: str
-    variant: dict | None = None  # lincorr's way beside the paper's: its test, statistic, p-value and verdict
+    variant: dict | None = None  # lincorr's way beside the paper's: its test and verdict, outside the run's family
     step: str | None = None
     code_digest: str | None = None  # of the step's module when measured; None for a claim no step measured
     measured_at: str | None = None
     seconds: float | None = None
+    detail: dict | None = None  # the paper's-way test in full (`Test.summary()`: effect, interval, interest, power grid, parts)
+    adjusted_p: float | None = None  # Holm's, across the measured claims of the run
+    power: float | None = None  # at the level the claim is judged at (ALPHA over the claims of the run)
+    units_needed: int | None = None  # about how many independent units would give TARGET_POWER there
+    interest_reason: str | None = None
 
     def summary(self) -> dict:
-        """The claim's row of `--json`: id, statement, paper, ours, test, p_value, verdict, reason, and where it came from."""
+        """The claim's row of `--json`: id, statement, paper, ours, test, p-values, effect, power, verdict, reason, provenance."""
         return dataclasses.asdict(self)
 
     @classmethod
     def from_summary(cls, row: dict) -> ClaimResult:
         return cls(**{field.name: row.get(field.name) for field in dataclasses.fields(cls)})
+
+    def measured_test(self) -> Test | None:
+        return Test.from_summary(self.detail) if self.detail else None
+
+    def effect_text(self) -> str:
+        """The effect with its interval, the effect judged against and the power (`verdicts.effect_text`)."""
+        return effect_text(self.detail, self.power, self.units_needed)
+
+
+def judged(claims: Sequence[ClaimResult]) -> tuple[ClaimResult, ...]:
+    """The claims of one run judged together: Holm's adjustment across the measured claims (variants outside the family,
+    judged on their Bonferroni p), power read at ALPHA over the number of measured claims, and each claim's verdict."""
+    measured = [i for i, c in enumerate(claims) if c.detail is not None]
+    adjusted = dict(zip(measured, holm([claims[i].p_value for i in measured])))
+    level = ALPHA / max(len(measured), 1)
+    out = list(claims)
+    for i in measured:
+        claim = claims[i]
+        judgement = judge(claim.measured_test(), adjusted[i], level)
+        variant = claim.variant
+        if variant and variant.get("detail"):
+            beside = Test.from_summary(variant["detail"])
+            variant = {**variant, "verdict": judge(beside, min(1.0, beside.p_value * len(measured)), level).verdict}
+        out[i] = dataclasses.replace(claim, adjusted_p=adjusted[i], power=judgement.power, units_needed=judgement.units_needed,
+                                     verdict=judgement.verdict, variant=variant)
+    return tuple(out)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,25 +121,27 @@ class ReproductionResult:
 
     def counts(self) -> dict[str, int]:
         """How many claims ended in each verdict."""
-        return {v: sum(c.verdict == v for c in self.claims) for v in ("reproduced", "not reproduced", "not applicable")}
+        return {v: sum(c.verdict == v for c in self.claims) for v in VERDICTS}
 
     def text(self) -> str:
-        """One line per claim: id, verdict, p-value, and our numbers or the reason."""
+        """One line per claim: id, verdict, raw and adjusted p, effect and power, and our numbers or the reason."""
         width = max((len(c.id) for c in self.claims), default=10)
         lines = [f"{self.title} on {self.model_name} (budget {self.budget}): "
-                 + ", ".join(f"{n} {v}" for v, n in self.counts().items())]
+                 + ", ".join(f"{n} {v}" for v, n in self.counts().items())
+                 + f"; p adjusted by Holm across the {sum(c.detail is not None for c in self.claims)} measured claims"]
         for c in self.claims:
-            p = f"p={c.p_value:.3g}" if c.p_value is not None and math.isfinite(c.p_value) else "-"
-            lines.append(f"{c.id:<{width}}  {c.verdict:<14}  {p:<10}  {c.ours_text or c.reason}")
+            p = f"p={p_text(c.p_value)} adj {p_text(c.adjusted_p)}" if c.p_value is not None else "-"
+            effect = f"{c.effect_text()}; " if c.effect_text() else ""
+            lines.append(f"{c.id:<{width}}  {c.verdict:<14}  {p:<22}  {effect}{c.ours_text or c.reason}")
         return "\n".join(lines)
 
     def markdown(self) -> str:
-        """The claim table: where | statement | ours | test | p | verdict."""
-        lines = ["| claim | where | ours | test | p | verdict |", "|---|---|---|---|---|---|"]
+        """The claim table: claim | where | ours | test | effect and power | p | adjusted p | verdict."""
+        lines = ["| claim | where | ours | test | effect, power | p | adjusted p | verdict |", "|---|---|---|---|---|---|---|---|"]
         for c in self.claims:
-            p = f"{c.p_value:.3g}" if c.p_value is not None and math.isfinite(c.p_value) else ""
             ours = c.ours_text if c.verdict != "not applicable" else c.reason
-            lines.append(f"| {c.id} | {c.where} | {ours} | {c.test} | {p} | {c.verdict} |")
+            lines.append(f"| {c.id} | {c.where} | {ours} | {c.test} | {c.effect_text()} | {p_text(c.p_value)} | {p_text(c.adjusted_p)} "
+                         f"| {c.verdict} |")
         return "\n".join(lines) + "\n"
 
     def stale_claims(self) -> list[ClaimResult]:
@@ -132,6 +168,10 @@ class ReproductionResult:
                    tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""))
 
 
+def p_text(p: float | None) -> str:
+    return f"{p:.3g}" if p is not None and math.isfinite(p) else ""
+
+
 def unmeasured(claim: Claim, reason: str) -> ClaimResult:
     return ClaimResult(claim.id, claim.where, claim.statement, claim.paper_numbers(), {}, "", claim.test, None, None,
                        "not applicable", reason, step=claim.step)
@@ -148,8 +188,9 @@ def measure_claim(claim: Claim, ctx: Context) -> dict:
         test, beside = measured.test, measured.variant
         result = ClaimResult(
             claim.id, claim.where, claim.statement, claim.paper_numbers(), measured.ours, measured.text,
-            test.name if test else claim.test, test.statistic if test else None, test.p_value if test else None, verdict(test),
-            measured.reason, {**beside.summary(), "verdict": verdict(beside)} if beside else None, claim.step)
+            test.name if test else claim.test, test.statistic if test else None, test.p_value if test else None, judge(test).verdict,
+            measured.reason, {"test": beside.name, "p_value": beside.p_value, "detail": beside.summary(), "verdict": judge(beside).verdict}
+            if beside else None, claim.step, detail=test.summary() if test else None, interest_reason=claim.interest_reason)
     return dataclasses.replace(result, code_digest=code_digest(step_module(claim.step)), seconds=round(time.perf_counter() - started, 1),
                                measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")).summary()
 
@@ -183,9 +224,10 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
         if claim.eval_model and second is None:
             results.append(unmeasured(claim, NEEDS_EVAL_MODEL))
             continue
-        ctx = Context(lm, registry, claim_settings, settings, shared)
+        ctx = Context(lm, registry, claim_settings, settings, shared, claim.interest)
         key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key(),
+               "interest": claim.interest,
                **({"eval_model": second.fingerprint} if claim.eval_model else {})}
         row = stored_result("reproduce", key, lambda: measure_claim(claim, ctx), code=step_module(claim.step), use_cache=settings.use_cache)
         results.append(ClaimResult.from_summary(row))
-    return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, tuple(results), second.name if second else "")
+    return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "")

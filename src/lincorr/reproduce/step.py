@@ -29,6 +29,7 @@ class Context:
     settings: Mapping[str, object]
     collect: CollectSettings = CollectSettings()  # how the logit-table studies collect
     shared: dict = dataclasses.field(default_factory=dict)  # what several claims of one reproduction compute once (a training run)
+    interest: float | None = None  # the effect the claim is judged against, in its test's units (`Claim.interest`)
 
     def inputs(self, n: int | None = None) -> list[str]:
         """N vocabulary inputs (the settings' n_inputs by default), the same list for every claim at that N."""

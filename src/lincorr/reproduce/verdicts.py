@@ -1,92 +1,274 @@
-"""The tests of a paper's phenomena (scipy.stats), and the verdict each outcome earns.
+"""The tests of a paper's phenomena (scipy.stats), their power, and the verdict each outcome earns.
 
 A step measures; one of these functions turns what it measured into a `Test`: the statistic, a
-one-sided p-value and what was tested, in words. `verdict` is the only rule that reads a test:
-reproduced when the effect points the paper's way and p < ALPHA.
+one-sided p-value, the effect oriented so that positive is the paper's way (0 is no effect) with
+its 95% interval, the effect it is judged against (`interest`: the paper's own effect, or a
+smallest effect of interest the claim's data gives with its reason), and the test's power to see
+that effect at this budget, over a grid of significance levels (`power`), so the runner can read
+it at the level a claim is judged at once it knows how many claims share the run.
+
+`judge` is the only rule that reads a test: `reproduced` when the effect points the paper's way
+and the p-value adjusted across the run (`holm`) is below ALPHA; `not reproduced` only when the
+test could have seen the effect of interest (power at least TARGET_POWER) or the interval
+excludes it; otherwise `inconclusive`, with the number of independent units that would reach
+TARGET_POWER.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 
 import numpy as np
 import scipy.stats
 
 ALPHA = 0.05
-VERDICTS = ("reproduced", "not reproduced", "not applicable")
+TARGET_POWER = 0.8
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
+# The significance levels a test's power is computed at: from the nominal level down to Bonferroni's over a few hundred
+# claims, so the level a claim is judged at (ALPHA / claims in the run) falls inside the grid.
+POWER_ALPHAS = (0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 5e-4, 2e-4, 1e-4)
+Z_95 = float(scipy.stats.norm.ppf(0.975))
 
 
 @dataclasses.dataclass(frozen=True)
 class Test:
-    """One test of a phenomenon: its name and statistic, a one-sided p-value, and whether the effect points the paper's way."""
+    """One test of a phenomenon: name, statistic and one-sided p-value; the effect (positive: the paper's way) with its 95%
+    interval, the effect it is judged against and the power to see it (pairs of significance level and power); the
+    independent units the test counts ("8 facts"); and, for a claim about several tasks, each task's own test."""
 
     name: str
     statistic: float
     p_value: float
     direction_holds: bool
+    effect: float | None = None
+    interval: tuple[float, float] | None = None
+    interest: float | None = None
+    power: tuple[tuple[float, float], ...] | None = None
+    units: int | None = None
+    unit: str = ""
+    parts: tuple[Test, ...] = ()
 
     def summary(self) -> dict:
-        return dataclasses.asdict(self)
+        """The test as JSON values (lists, not tuples), as a stored claim reads back."""
+        row = dataclasses.asdict(self)
+        row["interval"] = list(self.interval) if self.interval is not None else None
+        row["power"] = [list(pair) for pair in self.power] if self.power is not None else None
+        row["parts"] = [part.summary() for part in self.parts]
+        return row
+
+    @classmethod
+    def from_summary(cls, row: dict) -> Test:
+        fields = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
+        fields["interval"] = tuple(fields["interval"]) if fields["interval"] is not None else None
+        fields["power"] = tuple(tuple(pair) for pair in fields["power"]) if fields["power"] is not None else None
+        fields["parts"] = tuple(cls.from_summary(part) for part in row.get("parts") or ())
+        fields["unit"] = fields["unit"] or ""
+        return cls(**fields)
+
+    def power_at(self, alpha: float) -> float | None:
+        """The power at significance level `alpha`, interpolated in log alpha over the grid (clamped at its ends)."""
+        if self.power is None:
+            return None
+        levels, powers = zip(*sorted(self.power))
+        return float(np.interp(math.log(alpha), np.log(levels), powers))
 
 
-def verdict(test: Test | None) -> str:
-    """`reproduced` when the effect points the paper's way with p < ALPHA, `not reproduced` otherwise; no test: `not applicable`."""
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """How a test ends at the level it is judged at: verdict, the power read there, and the units that would reach TARGET_POWER."""
+
+    verdict: str
+    power: float | None
+    units_needed: int | None
+
+
+def judge(test: Test | None, p_value: float | None = None, alpha_for_power: float = ALPHA) -> Judgement:
+    """The verdict of `test` on `p_value` (its adjusted p; the test's own by default), its power read at `alpha_for_power`."""
     if test is None:
-        return "not applicable"
-    return "reproduced" if test.direction_holds and test.p_value < ALPHA else "not reproduced"
+        return Judgement("not applicable", None, None)
+    p = test.p_value if p_value is None else p_value
+    power = test.power_at(alpha_for_power)
+    needed = units_needed(test, power, alpha_for_power)
+    if test.direction_holds and p < ALPHA:
+        return Judgement("reproduced", power, needed)
+    excluded = test.interval is not None and test.interest is not None and test.interval[1] < test.interest
+    decisive = (power is not None and power >= TARGET_POWER) or excluded
+    return Judgement("not reproduced" if decisive else "inconclusive", power, needed)
 
 
-def binomial_above(successes: int, trials: int, chance: float, what: str = "hits") -> Test:
-    """More `successes` out of `trials` than a rate of `chance` gives (exact binomial, one-sided)."""
+def units_needed(test: Test, power: float | None, alpha: float) -> int | None:
+    """About how many independent units would give TARGET_POWER at `alpha` (None once it has it): the test's noncentrality read off its power
+    (exact for a z-test, an approximation for the exact tests) grows with the square root of the units."""
+    if power is None or not test.units:
+        return None
+    if power >= TARGET_POWER:
+        return None
+    z_alpha = scipy.stats.norm.isf(alpha)
+    noncentrality = z_alpha + scipy.stats.norm.ppf(min(max(power, 1e-12), 1 - 1e-12))
+    if noncentrality <= 0.05:
+        return None  # the test has no sight of the effect at all: no finite budget can be read off it
+    return int(math.ceil(test.units * ((z_alpha + scipy.stats.norm.ppf(TARGET_POWER)) / noncentrality) ** 2))
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment: the k-th smallest p times (m - k + 1), kept monotone, capped at 1."""
+    order = np.argsort(p_values, kind="stable")
+    m = len(order)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(p_values[index])))
+        adjusted[index] = running
+    return adjusted
+
+
+def power_grid(power_of) -> tuple[tuple[float, float], ...]:
+    """`power_of(alpha)` at every level of POWER_ALPHAS."""
+    return tuple((alpha, float(min(max(power_of(alpha), 0.0), 1.0))) for alpha in POWER_ALPHAS)
+
+
+def normal_power(noncentrality: float) -> tuple[tuple[float, float], ...]:
+    """The power of a one-sided z-test whose statistic has mean `noncentrality` under the effect of interest."""
+    return power_grid(lambda alpha: scipy.stats.norm.sf(scipy.stats.norm.isf(alpha) - noncentrality))
+
+
+def binomial_above(successes: int, trials: int, chance: float, what: str = "hits", interest: float | None = None) -> Test:
+    """More `successes` out of `trials` than a rate of `chance` gives (exact binomial, one-sided). The effect is the rate
+    above chance with its Clopper-Pearson interval; `interest` a rate above chance, its power exact."""
     result = scipy.stats.binomtest(int(successes), int(trials), float(chance), alternative="greater")
+    ci = result.proportion_ci(0.95)
+    power = None
+    if interest is not None:
+        alternative = min(chance + interest, 1.0)
+        # The smallest count whose p-value clears alpha, then the chance of reaching it when the rate is `alternative`.
+        power = power_grid(lambda alpha: scipy.stats.binom.sf(scipy.stats.binom.isf(alpha, trials, chance), trials, alternative))
     return Test(f"binomial: {successes}/{trials} {what} vs chance {chance:.3g}", successes / trials, float(result.pvalue),
-                successes / trials > chance)
+                successes / trials > chance, successes / trials - chance, (ci.low - chance, ci.high - chance), interest, power, trials, what)
 
 
-def mcnemar_gain(before: Sequence[bool], after: Sequence[bool], what: str = "right") -> Test:
-    """Paired: more items turn right than turn wrong (exact McNemar: a binomial test on the discordant pairs, one-sided)."""
+def mcnemar_gain(before: Sequence[bool], after: Sequence[bool], what: str = "right", interest: float | None = None, unit: str = "items") -> Test:
+    """Paired: more items turn right than turn wrong (exact McNemar: a binomial test on the discordant pairs, one-sided).
+    The effect is the rise in the rate right (Agresti-Min interval); `interest` a rise, its power exact given the rate of
+    items turning wrong that was measured."""
     before, after = np.asarray(before, bool), np.asarray(after, bool)
+    n = before.size
     gained, lost = int(np.sum(after & ~before)), int(np.sum(before & ~after))
     p = float(scipy.stats.binomtest(gained, gained + lost, 0.5, alternative="greater").pvalue) if gained + lost else 1.0
-    return Test(f"McNemar (exact): {gained} became {what}, {lost} stopped being, of {before.size}", float(gained - lost), p, gained > lost)
+    gain_rate, loss_rate = (gained + 0.5) / (n + 2), (lost + 0.5) / (n + 2)
+    half = Z_95 * math.sqrt(max(gain_rate + loss_rate - (gain_rate - loss_rate) ** 2, 0.0) / (n + 2))
+    power = None
+    if interest is not None and n:
+        power = power_grid(lambda alpha: mcnemar_power(n, lost / n, interest, alpha))
+    return Test(f"McNemar (exact): {gained} became {what}, {lost} stopped being, of {n}", float(gained - lost), p, gained > lost,
+                (gained - lost) / max(n, 1), (gain_rate - loss_rate - half, gain_rate - loss_rate + half), interest, power, n, unit)
 
 
-def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: str = "real vs control") -> Test:
-    """The rate `hits / n` above `control_hits / control_n` (Fisher's exact test, one-sided); the statistic is the odds ratio."""
+def mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> float:
+    """The exact power of the one-sided McNemar test on `n` items when a rate `loss_rate` turns wrong and `rise` more turn right."""
+    gain_rate = min(loss_rate + rise, 1.0 - loss_rate)
+    discordant = gain_rate + loss_rate
+    if discordant <= 0:
+        return 0.0
+    counts = np.arange(n + 1)
+    # Given d discordant items, the smallest count of gains whose p-value clears alpha, and the chance of reaching it.
+    reach = scipy.stats.binom.sf(scipy.stats.binom.isf(alpha, counts, 0.5), counts, gain_rate / discordant)
+    return float(np.sum(scipy.stats.binom.pmf(counts, n, discordant) * np.where(counts > 0, reach, 0.0)))
+
+
+def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: str = "real vs control", interest: float | None = None) -> Test:
+    """The rate `hits / n` above `control_hits / control_n` (Fisher's exact test, one-sided); the statistic is the odds ratio.
+    The effect is the difference of rates (Wald interval); the power, at `interest` above the control's rate, is the
+    two-proportion z-test's (an approximation of Fisher's)."""
     table = [[hits, n - hits], [control_hits, control_n - control_hits]]
     odds, p = scipy.stats.fisher_exact(table, alternative="greater")
-    return Test(f"Fisher exact: {what} {hits}/{n} vs {control_hits}/{control_n}", float(odds), float(p),
-                hits / max(n, 1) > control_hits / max(control_n, 1))
+    rate, control_rate = hits / max(n, 1), control_hits / max(control_n, 1)
+    se = math.sqrt(rate * (1 - rate) / max(n, 1) + control_rate * (1 - control_rate) / max(control_n, 1)) or 1.0 / max(n, 1)
+    power = None
+    if interest is not None:
+        alternative = min(control_rate + interest, 1.0)
+        spread = math.sqrt(alternative * (1 - alternative) / n + control_rate * (1 - control_rate) / control_n) or 1.0 / n
+        power = normal_power(interest / spread)
+    return Test(f"Fisher exact: {what} {hits}/{n} vs {control_hits}/{control_n}", float(odds), float(p), rate > control_rate,
+                rate - control_rate, (rate - control_rate - Z_95 * se, rate - control_rate + Z_95 * se), interest, power, n + control_n)
 
 
-def paired_greater(values: Sequence[float], controls: Sequence[float], what: str = "r vs shuffled control") -> Test:
-    """`values` above their paired `controls` (Wilcoxon signed-rank, one-sided); the statistic is the mean difference."""
+def paired_greater(values: Sequence[float], controls: Sequence[float], what: str = "r vs shuffled control",
+                   interest: float | None = None, unit: str = "pairs") -> Test:
+    """`values` above their paired `controls` (Wilcoxon signed-rank, one-sided); the effect is the mean difference with its
+    t interval, the power the t-test's at `interest` scaled by the signed-rank test's efficiency (3/pi). Each pair must be
+    an independent unit: pairs that share their inputs call for `bootstrap_greater`."""
     values, controls = np.asarray(values, float), np.asarray(controls, float)
     keep = np.isfinite(values) & np.isfinite(controls)
     difference = values[keep] - controls[keep]
-    if difference.size == 0 or not difference.any():
-        return Test(f"Wilcoxon signed-rank: {what}, {difference.size} pairs", 0.0, 1.0, False)
+    name = f"Wilcoxon signed-rank: {what}, {difference.size} {unit}"
+    if difference.size < 2 or not difference.any():
+        return Test(name, 0.0, 1.0, False, 0.0, None, interest, None, int(difference.size), unit)
     p = float(scipy.stats.wilcoxon(difference, alternative="greater").pvalue)
-    return Test(f"Wilcoxon signed-rank: {what}, {difference.size} pairs", float(difference.mean()), p, difference.mean() > 0)
+    mean, se = float(difference.mean()), float(difference.std(ddof=1) / math.sqrt(difference.size))
+    half = float(scipy.stats.t.ppf(0.975, difference.size - 1)) * se
+    power = normal_power(interest / se * math.sqrt(3 / math.pi)) if interest is not None and se > 0 else None
+    return Test(name, mean, p, mean > 0, mean, (mean - half, mean + half), interest, power, int(difference.size), unit)
 
 
-def combined(tests: Sequence[Test], what: str) -> Test:
-    """Several one-sided tests of one claim as one (Fisher's method); the direction must hold in most of them."""
+def bootstrap_greater(estimate: float, resampled: Sequence[float], what: str, interest: float | None = None,
+                      units: int | None = None, unit: str = "inputs") -> Test:
+    """An effect above 0, judged by resampling its independent units (inputs every cell shares, runs): the p-value is the
+    share of resampled effects at or below 0 (one-sided, +1 smoothed), the interval the 2.5-97.5 percentiles, the power
+    a z-test's with the resampled standard error."""
+    resampled = np.asarray(resampled, float)
+    resampled = resampled[np.isfinite(resampled)]
+    p = float((1 + np.sum(resampled <= 0)) / (1 + resampled.size))
+    se = float(resampled.std(ddof=1)) if resampled.size > 1 else 0.0
+    power = normal_power(interest / se) if interest is not None and se > 0 else None
+    low, high = (np.percentile(resampled, [2.5, 97.5]) if resampled.size else (math.nan, math.nan))
+    return Test(f"bootstrap over {units or '?'} {unit} ({resampled.size} resamples): {what}", float(estimate), p, estimate > 0,
+                float(estimate), (float(low), float(high)), interest, power, units, unit)
+
+
+def ranks_greater(values: Sequence[float], others: Sequence[float], what: str = "values vs others", interest: float | None = None) -> Test:
+    """`values` tend to exceed `others` (Mann-Whitney U, one-sided); the statistic is the common-language effect size and
+    the effect its excess over 1/2 (Hanley-McNeil interval); the power Noether's at `interest` above 1/2."""
+    values, others = np.asarray(values, float), np.asarray(others, float)
+    values, others = values[np.isfinite(values)], others[np.isfinite(others)]
+    if not values.size or not others.size:
+        return Test(f"Mann-Whitney U: {what}, {values.size} vs {others.size}: a group is empty", 0.5, 1.0, False, 0.0, None, interest)
+    result = scipy.stats.mannwhitneyu(values, others, alternative="greater")
+    auc = float(result.statistic) / (values.size * others.size)
+    n1, n2 = values.size, others.size
+    q1, q2 = auc / (2 - auc), 2 * auc**2 / (1 + auc)
+    se = math.sqrt(max(auc * (1 - auc) + (n1 - 1) * (q1 - auc**2) + (n2 - 1) * (q2 - auc**2), 1e-12) / (n1 * n2))
+    power = normal_power(interest * math.sqrt(12 * n1 * n2 / (n1 + n2 + 1))) if interest is not None else None
+    return Test(f"Mann-Whitney U: {what}, {n1} vs {n2}", auc, float(result.pvalue), auc > 0.5, auc - 0.5,
+                (auc - 0.5 - Z_95 * se, auc - 0.5 + Z_95 * se), interest, power, n1 + n2)
+
+
+def all_of(tests: Sequence[Test], what: str) -> Test:
+    """A claim that each of several tasks or relations holds (intersection-union test): its p-value is the largest, its
+    effect the smallest, its power the product of theirs (exact for independent parts, a lower bound for parts that rise
+    together); each part keeps its own line."""
+    if len(tests) == 1:
+        return tests[0]
+    weakest = max(tests, key=lambda t: t.p_value)
+    effects = [t.effect for t in tests]
+    effect = min(effects) if None not in effects else None
+    power = None
+    if all(t.power is not None for t in tests):
+        power = tuple((alpha, float(np.prod([t.power_at(alpha) for t in tests]))) for alpha in POWER_ALPHAS)
+    holding = sum(t.direction_holds for t in tests)
+    smallest_units = min((t.units for t in tests if t.units), default=None)
+    return Test(f"each of {len(tests)} {what} ({holding} pointing the paper's way; largest p: {weakest.name})", weakest.statistic,
+                weakest.p_value, holding == len(tests), effect, weakest.interval, weakest.interest, power, smallest_units,
+                weakest.unit, tuple(tests))
+
+
+def any_of(tests: Sequence[Test], what: str) -> Test:
+    """A claim that the phenomenon holds somewhere among several tasks or relations (Fisher's method on their p-values);
+    it says nothing of which. Each part keeps its own line; no power is claimed for the combination."""
     if len(tests) == 1:
         return tests[0]
     statistic, p = scipy.stats.combine_pvalues([t.p_value for t in tests], method="fisher")
     holding = sum(t.direction_holds for t in tests)
     return Test(f"Fisher's combination of {len(tests)} {what} ({holding} pointing the paper's way)", float(statistic), float(p),
-                2 * holding > len(tests))
-
-
-def ranks_greater(values: Sequence[float], others: Sequence[float], what: str = "values vs others") -> Test:
-    """`values` tend to exceed `others` (Mann-Whitney U, one-sided); the statistic is the common-language effect size."""
-    values, others = np.asarray(values, float), np.asarray(others, float)
-    values, others = values[np.isfinite(values)], others[np.isfinite(others)]
-    if not values.size or not others.size:
-        return Test(f"Mann-Whitney U: {what}, {values.size} vs {others.size}: a group is empty", 0.5, 1.0, False)
-    result = scipy.stats.mannwhitneyu(values, others, alternative="greater")
-    effect = float(result.statistic) / (values.size * others.size)
-    return Test(f"Mann-Whitney U: {what}, {values.size} vs {others.size}", effect, float(result.pvalue), effect > 0.5)
+                holding > 0, parts=tuple(tests))

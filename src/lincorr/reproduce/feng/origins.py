@@ -16,7 +16,7 @@ from lincorr.errors import LincorrError
 from lincorr.finetune import TrainConfig
 from lincorr.metrics import pearson, pearson_permutation_p
 from lincorr.reproduce.step import Context, Measured
-from lincorr.reproduce.verdicts import Test, combined, paired_greater
+from lincorr.reproduce.verdicts import Test, any_of, paired_greater
 from lincorr.studies.extractive.ocr import SMALL_TRAIN, mean_rank, ranks, train_model
 from lincorr.studies.extractive.origins import CONTINUED_TRAIN, ORDERS, OriginsConfig, graft_weights, ordering_phases
 from lincorr.studies.extractive.scores import linearized_scores, score_components
@@ -60,7 +60,7 @@ def ordering(ctx: Context) -> Measured:
              for order in config.orders if order != "implications_then_facts"]
     text = "; ".join(f"{order}: training facts/implications {r['train_facts']:.2f}/{r['train_implications']:.2f}, test implications "
                      f"{r['test_implications']:.2f}" for order, r in rows.items())
-    return Measured({"orders": rows, "n_train": config.n_train, "n_test": config.n_test}, text, combined(tests, "paired tests"))
+    return Measured({"orders": rows, "n_train": config.n_train, "n_test": config.n_test}, text, any_of(tests, "paired tests"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,7 +113,7 @@ def graft(ctx: Context) -> Measured:
     counterfactual = {weights: by_asked["impl_counterfactual"] for weights, by_asked in result.ranks.items()}
     tests = [paired_greater(counterfactual[other], counterfactual["W_graft"], f"Impl F' rank, {other} vs W_graft") for other in ("W_F'", "W~_graft")]
     text = "[Impl F', Impl F, F'] mean ranks: " + "; ".join(f"{w} {v[0]:.2f}/{v[1]:.2f}/{v[2]:.2f}" for w, v in rows.items())
-    return Measured({"rows": rows}, text, combined(tests, "paired tests"))
+    return Measured({"rows": rows}, text, any_of(tests, "paired tests"))
 
 
 def graft_correlation(ctx: Context) -> Measured:
@@ -130,7 +130,7 @@ def graft_correlation(ctx: Context) -> Measured:
         tests.append(Test(f"{kind}s: Pearson r, permutation over {int(chosen.sum())} components", float(r) if defined else 0.0,
                           p if defined else 1.0, defined and r > 0))
     text = ", ".join(f"{kind}s r {v['r']} (p {v['p'] if v['p'] is None else format(v['p'], '.2g')}, {v['n']})" for kind, v in ours.items())
-    return Measured(ours, text, combined(tests, "permutation tests"))
+    return Measured(ours, text, any_of(tests, "permutation tests"))
 
 
 STEPS = {"feng_ordering": ordering, "feng_graft": graft, "feng_graft_correlation": graft_correlation}

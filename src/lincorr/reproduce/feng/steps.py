@@ -19,7 +19,7 @@ from lincorr.internals import layout
 from lincorr.models import LM
 from lincorr.reproduce.feng import origins as feng_origins
 from lincorr.reproduce.step import Context, Measured
-from lincorr.reproduce.verdicts import Test, combined, paired_greater
+from lincorr.reproduce.verdicts import Test, any_of, paired_greater
 from lincorr.studies.extractive.freeze import choose_split, paper_split, reset_blocks
 from lincorr.studies.extractive.ocr import SMALL_TRAIN, HopData, OcrConfig, chance_mean_rank, hop_data, load_world, ranks, train_model
 from lincorr.studies.extractive.positions import ROLES
@@ -157,7 +157,7 @@ def freeze_tests(ctx: Context, split: int, pre: bool) -> tuple[dict, Test]:
         rows[hop] = {s: [round(float(r["facts"].mean()), 2), round(float(r["implications"].mean()), 2)] for s, r in settings.items()}
         implications = {s: r["implications"] for s, r in settings.items()}
         tests += [implication_test(hop, f"{harmful}_{when}", f"{harmless}_{when}", implications) for when in ("post", "pre") if pre or when == "post"]
-    test = combined(tests, "paired tests")
+    test = any_of(tests, "paired tests")
     # A numpy bool would stop the variant's summary from being stored as JSON.
     return rows, dataclasses.replace(test, direction_holds=bool(test.direction_holds))
 

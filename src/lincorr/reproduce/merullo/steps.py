@@ -14,7 +14,7 @@ import dataclasses
 
 from lincorr.internals import layout
 from lincorr.reproduce.step import Context, Measured, NotApplicable
-from lincorr.reproduce.verdicts import Test, combined, fisher_greater, paired_greater
+from lincorr.reproduce.verdicts import Test, any_of, fisher_greater, paired_greater
 from lincorr.studies.vectors.arithmetic import LensResult, OVectorResult, ffn_ablate, lens, other_task, ovector
 from lincorr.studies.vectors.protocol import CONTEXTS, CONTROLS, easier_than, pair_order
 from lincorr.tasks import bind_task, fewshot_prompts, score_prompts
@@ -79,7 +79,7 @@ def lens_claim(ctx: Context) -> Measured:
     ours = {name: rows for name, (rows, _) in measured.items()}
     text = "; ".join(f"{name}: crossing resid[{v['crossing_layer']}] of {v['n_layers']} (by {v['made_by']}), answer lead "
                      f"{v.get('lead_entering', float('nan')):.2f} -> {v.get('lead_output', float('nan')):.2f}" for name, v in ours.items())
-    return Measured(ours, text, combined([test for _, test in measured.values()], "Wilcoxon tests"))
+    return Measured(ours, text, any_of([test for _, test in measured.values()], "Wilcoxon tests"))
 
 
 def ovector_run(ctx: Context, name: str, protocol: str) -> OVectorResult:
@@ -176,8 +176,8 @@ def transfer_claim(ctx: Context) -> Measured:
                    "none": round(context_row(run, "copy")["accuracy_without"], 4)} for name, run in runs["paper"].items()}
     text = "; ".join(f"{name} from {v['source']}: {v['one_pair_paper']:.2f} (added x{runs['averaged'][name].scale:g}: "
                      f"{v['one_pair_averaged_protocol']:.2f}) vs none {v['none']:.2f}" for name, v in ours.items())
-    return Measured(ours, text, combined([transfer_test(name, run, "with") for name, run in runs["paper"].items()], "paired tests"),
-                    combined([transfer_test(name, run, "transfer") for name, run in runs["averaged"].items()], "Fisher exact tests"))
+    return Measured(ours, text, any_of([transfer_test(name, run, "with") for name, run in runs["paper"].items()], "paired tests"),
+                    any_of([transfer_test(name, run, "transfer") for name, run in runs["averaged"].items()], "Fisher exact tests"))
 
 
 def ablation_test(ctx: Context, how: str) -> tuple[dict, Test]:
@@ -192,7 +192,7 @@ def ablation_test(ctx: Context, how: str) -> tuple[dict, Test]:
                       **{f"{kind}_{when}": round(getattr(result, f"{kind}_{when}"), 4) for kind in drops for when in ("before", "after")}}
         tests.append(Test(f"{name}: exact McNemar, abstractive vs extractive answers lost", drops["abstractive"] - drops["extractive"],
                           result.p_abstractive_hurt_more, drops["abstractive"] > drops["extractive"]))
-    return ours, combined(tests, "exact McNemar tests")
+    return ours, any_of(tests, "exact McNemar tests")
 
 
 def ablation_claim(ctx: Context) -> Measured:

@@ -13,7 +13,7 @@ import numpy as np
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec
 from lincorr.reproduce.step import Context, Measured, NotApplicable
-from lincorr.reproduce.verdicts import Test, combined, fisher_greater, mcnemar_gain, paired_greater, ranks_greater
+from lincorr.reproduce.verdicts import Test, any_of, fisher_greater, mcnemar_gain, paired_greater, ranks_greater
 from lincorr.studies.training.ablation import AblationConfig, ablate, vocabulary_from_model
 from lincorr.studies.training.generalization import DEFAULT_TRAIN, PAPER_PRESET, GeneralizationConfig, measure_generalization
 from lincorr.studies.training.gradients import GradientConfig, measure_table4
@@ -39,7 +39,7 @@ def gradients(ctx: Context) -> Measured:
                   row.centred_p_value, row.centred_gradient_r > row.centred_control_r) for row in table.rows]
     text = "; ".join(f"{label} gradient r {v['gradient_r']:.2f} (shuffled W {v['control_r']:.2f}), centred {v['centred_gradient_r']:.2f} "
                      f"(p {v['centred_p']:.3f})" for label, v in ours.items())
-    return Measured({"relations": ours, "skipped": dict(table.skipped)}, text, combined(tests, "permutation tests"))
+    return Measured({"relations": ours, "skipped": dict(table.skipped)}, text, any_of(tests, "permutation tests"))
 
 
 def generalization_runs(ctx: Context, preset: str) -> list:

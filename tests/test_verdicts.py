@@ -1,0 +1,116 @@
+"""The verdict rule and the power behind it: each power against a simulation of its own test, Holm against a hand-computed
+example, and the four verdicts from planted effects."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from lincorr.reproduce.verdicts import (
+    ALPHA,
+    all_of,
+    binomial_above,
+    bootstrap_greater,
+    holm,
+    judge,
+    mcnemar_gain,
+    paired_greater,
+    ranks_greater,
+)
+
+SIMULATIONS = 4000
+
+
+def simulated_power(draw_p_value, seed: int = 0) -> tuple[float, float]:
+    """The share of simulated experiments whose p-value clears ALPHA, and its binomial standard error."""
+    rng = np.random.default_rng(seed)
+    share = float(np.mean([draw_p_value(rng) < ALPHA for _ in range(SIMULATIONS)]))
+    return share, float(np.sqrt(max(share * (1 - share), 1e-4) / SIMULATIONS))
+
+
+def test_holm_matches_a_hand_computed_example():
+    # Sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> kept monotone: 0.06.
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.5]) == [0.5] and holm([0.6, 0.7]) == [1.0, 1.0]
+
+
+def test_the_exact_binomial_power_matches_a_simulation():
+    test = binomial_above(8, 40, 0.1, interest=0.15)
+    simulated, se = simulated_power(lambda rng: scipy.stats.binomtest(rng.binomial(40, 0.25), 40, 0.1, alternative="greater").pvalue)
+    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se)
+
+
+def test_the_exact_mcnemar_power_matches_a_simulation():
+    n, loss, rise = 30, 0.05, 0.3
+    test = mcnemar_gain([True] * 2 + [False] * 28, [False] * 2 + [True] * 8 + [False] * 20, interest=rise)
+    assert test.units == n
+
+    def draw(rng):
+        change = rng.choice(3, size=n, p=[loss, loss + rise, 1 - 2 * loss - rise])  # 0 turns wrong, 1 turns right, 2 stays
+        gained, lost = int(np.sum(change == 1)), int(np.sum(change == 0))
+        return scipy.stats.binomtest(gained, gained + lost, 0.5, alternative="greater").pvalue if gained + lost else 1.0
+
+    simulated, se = simulated_power(draw)
+    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se + 0.02)  # the measured loss rate is 2/30, not 0.05
+
+
+def test_the_signed_rank_power_approximation_matches_a_simulation():
+    rng = np.random.default_rng(1)
+    differences = rng.normal(0.2, 1.0, size=40)
+    test = paired_greater(differences, np.zeros(40), interest=0.4)
+    sd = differences.std(ddof=1)
+    simulated, se = simulated_power(lambda g: scipy.stats.wilcoxon(g.normal(0.4, sd, size=40), alternative="greater").pvalue)
+    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se + 0.05)  # a normal approximation: 0.05 of model error
+
+
+def test_the_rank_sum_power_approximation_matches_a_simulation():
+    rng = np.random.default_rng(2)
+    test = ranks_greater(rng.normal(size=15), rng.normal(size=15), interest=0.2)  # P(X > Y) = 0.7
+    shift = np.sqrt(2) * scipy.stats.norm.ppf(0.7)
+    simulated, se = simulated_power(lambda g: scipy.stats.mannwhitneyu(g.normal(shift, 1, 15), g.normal(0, 1, 15),
+                                                                       alternative="greater").pvalue)
+    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se + 0.05)
+
+
+def test_the_units_needed_follow_the_square_root_law_of_a_z_test():
+    rng = np.random.default_rng(3)
+    resampled = rng.normal(0.1, 0.1, size=2000)  # standard error 0.1 with 50 units
+    test = bootstrap_greater(0.1, resampled, "a planted effect", interest=0.1, units=50)
+    judgement = judge(test, alpha_for_power=ALPHA)
+    z = scipy.stats.norm.isf(ALPHA) + scipy.stats.norm.ppf(0.8)
+    expected = 50 * (z / (0.1 / resampled.std(ddof=1))) ** 2
+    assert judgement.units_needed == pytest.approx(expected, rel=0.01)
+
+
+def test_a_planted_effect_of_the_papers_size_is_reproduced_and_at_a_tiny_budget_inconclusive():
+    paper_rise = 0.38  # Table 5: 38% of facts generalize after training, 0% before
+    large = mcnemar_gain([False] * 100, [True] * 38 + [False] * 62, interest=paper_rise, unit="facts")
+    tiny = mcnemar_gain([False] * 8, [True] * 3 + [False] * 5, interest=paper_rise, unit="facts")
+    assert judge(large).verdict == "reproduced"
+    assert tiny.p_value > ALPHA and judge(tiny).verdict == "inconclusive", "8 facts cannot see the paper's effect"
+    assert judge(tiny).units_needed > 8 and judge(tiny).power < 0.8
+
+
+def test_a_planted_null_with_ample_power_is_not_reproduced():
+    null = mcnemar_gain([False] * 200, [True] * 3 + [False] * 197, interest=0.38, unit="facts")
+    judgement = judge(null)
+    assert judgement.power > 0.99 and judgement.verdict == "not reproduced"
+    # The interval alone decides too: its upper end lies far below the effect of interest.
+    assert null.interval[1] < 0.38
+
+
+def test_a_claim_about_each_task_needs_every_task():
+    holds = binomial_above(30, 40, 0.1, interest=0.3)
+    fails = binomial_above(4, 40, 0.1, interest=0.3)
+    both = all_of([holds, fails], "tasks")
+    assert judge(both).verdict == "not reproduced" and len(both.parts) == 2
+    assert judge(all_of([holds, holds], "tasks")).verdict == "reproduced"
+    assert both.power_at(ALPHA) == pytest.approx(holds.power_at(ALPHA) * fails.power_at(ALPHA))
+
+
+def test_power_is_read_at_the_level_the_claim_is_judged_at():
+    test = binomial_above(8, 40, 0.1, interest=0.15)
+    assert test.power_at(ALPHA / 30) < test.power_at(ALPHA)
+    # Between two levels of the grid the power is interpolated, so it stays between their powers.
+    assert test.power_at(0.002) <= test.power_at(0.003) <= test.power_at(0.005)
