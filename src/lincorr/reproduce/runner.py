@@ -112,11 +112,14 @@ class ReproductionResult:
     budget: str
     claims: tuple[ClaimResult, ...]
     eval_model: str = ""  # the second checkpoint (`--eval-model`) the resilience claims read, if one was given
+    seconds: float | None = None  # the wall time of the run that made this table, model load included
+    measured: int | None = None  # how many of its claims that run measured (the others came from the cache)
 
     def summary(self) -> dict:
         """The JSON of `lincorr reproduce --json`: {"paper", "model", "claims": [...]} with the title, fingerprint and budget."""
         return {"paper": self.paper, "title": self.title, "model": self.model_name, "model_fingerprint": self.model_fingerprint,
                 "budget": self.budget, **({"eval_model": self.eval_model} if self.eval_model else {}),
+                "seconds": self.seconds, "measured": self.measured,
                 "claims": [claim.summary() for claim in self.claims]}
 
     def counts(self) -> dict[str, int]:
@@ -128,7 +131,9 @@ class ReproductionResult:
         width = max((len(c.id) for c in self.claims), default=10)
         lines = [f"{self.title} on {self.model_name} (budget {self.budget}): "
                  + ", ".join(f"{n} {v}" for v, n in self.counts().items())
-                 + f"; p adjusted by Holm across the {sum(c.detail is not None for c in self.claims)} measured claims"]
+                 + f"; p adjusted by Holm across the {sum(c.detail is not None for c in self.claims)} measured claims"
+                 + (f"; this run took {self.seconds:.0f} s, {self.measured} claims measured, the rest from the cache"
+                    if self.seconds is not None else "")]
         for c in self.claims:
             p = f"p={p_text(c.p_value)} adj {p_text(c.adjusted_p)}" if c.p_value is not None else "-"
             effect = f"{c.effect_text()}; " if c.effect_text() else ""
@@ -165,7 +170,8 @@ class ReproductionResult:
         if data is None or "claims" not in data:
             raise InputError(f"{path} is not a saved reproduction (no {RESULT_FILE} with claims); pass the --out directory of `lincorr reproduce`")
         return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
-                   tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""))
+                   tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""), data.get("seconds"),
+                   data.get("measured"))
 
 
 def p_text(p: float | None) -> str:
@@ -204,6 +210,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     not applicable. Each finished claim is stored at once; a rerun finds it and measures only what is missing or whose
     code changed.
     """
+    started = time.perf_counter()
     if budget not in BUDGETS:
         raise InputError(f"unknown budget '{budget}'; use one of {', '.join(BUDGETS)}")
     claims_of = load_paper(paper)
@@ -212,7 +219,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     registry = registry or load_registry()
     second = eval_model if isinstance(eval_model, LM) or eval_model is None else load_model(eval_model)
     shared: dict = {EVAL_LM: second} if second is not None else {}
-    results = []
+    results, measured = [], []
     for claim in progress_bar(chosen, desc=f"reproduce {paper}", unit="claim"):
         claim_settings = claim.settings_for(budget) if claim.step else None
         if claim.step is None:
@@ -228,6 +235,8 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
         key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key(),
                "interest": claim.interest,
                **({"eval_model": second.fingerprint} if claim.eval_model else {})}
-        row = stored_result("reproduce", key, lambda: measure_claim(claim, ctx), code=step_module(claim.step), use_cache=settings.use_cache)
+        row = stored_result("reproduce", key, lambda: measured.append(claim.id) or measure_claim(claim, ctx), code=step_module(claim.step),
+                            use_cache=settings.use_cache)
         results.append(ClaimResult.from_summary(row))
-    return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "")
+    return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "",
+                              round(time.perf_counter() - started, 1), len(measured))
