@@ -208,7 +208,7 @@ class PairResult:
         inputs = tuple(read_document(directory / "inputs.json", dataclasses.replace(PAIR_FILE, shape=Items(TEXT))))
         try:
             return cls.from_saved(directory, result, inputs)
-        except (TypeError, ValueError, KeyError) as error:
+        except (TypeError, ValueError, KeyError, OverflowError) as error:
             raise InputError(f"{PAIR_FILE.what} {directory} is not what lincorr writes ({error}); {PAIR_FILE.remedy}") from None
 
     @classmethod

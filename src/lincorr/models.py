@@ -321,7 +321,8 @@ def load_pretrained(spec: str, *, dtype: torch.dtype, device_map: str | None, tr
 
 def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
     """Refuse, naming what is missing, a directory that is not a model lincorr can load safely."""
-    if not (directory / "config.json").is_file():
+    # Only a missing config.json is "no config": one that is a FIFO, a link to a device or a loop is refused by what it is, below.
+    if not os.path.lexists(directory / "config.json"):
         found = "it is empty" if not any(directory.iterdir()) else "it has no config.json"
         raise ModelError(f"{directory} is not a saved model ({found}); a model directory holds config.json, "
                            "model.safetensors and the tokenizer's files")

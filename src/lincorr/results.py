@@ -83,7 +83,7 @@ def read_state(cls, directory):
         raise InputError(f"{WHAT} {path} does not hold a '{cls.study}' result; {REMEDY}")
     try:
         return decode(cls, state["fields"])
-    except (TypeError, ValueError, KeyError, AttributeError) as error:
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:
         raise InputError(f"{WHAT} {path} is not what lincorr writes ({error}); {REMEDY}") from None
 
 
@@ -140,7 +140,7 @@ def decode_union(arguments, data):
     for choice in arguments:
         try:
             return decode(choice, data)
-        except (TypeError, ValueError, KeyError, AttributeError):
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
             continue
     raise ValueError(f"{data!r} is none of {arguments}")
 
