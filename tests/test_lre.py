@@ -59,14 +59,17 @@ def test_the_package_data_carries_every_lre_file():
 
 @pytest.mark.parametrize("text, problem", [
     ("{not json", "is not valid JSON"),
-    ('["a list"]', "the JSON is not an object"),
+    ('["a list"]', "the whole file is a list of 1, not an object"),
     ('{"prompt_templates": ["{} is"], "properties": {"relation_type": "factual", "domain_name": "x", "range_name": "y"}}',
-     '"samples" is missing or empty'),
-    ('{"prompt_templates": ["no slot"], "properties": {}, "samples": []}', "needs exactly one {}"),
+     "samples is missing"),
+    ('{"prompt_templates": ["{} is"], "properties": {"relation_type": "factual", "domain_name": "x", "range_name": "y"}, "samples": []}',
+     "samples is empty"),
+    ('{"prompt_templates": ["no slot"], "properties": {"relation_type": "factual", "domain_name": "x", "range_name": "y"}, '
+     '"samples": [{"subject": "a", "object": "b"}]}', "needs exactly one {}"),
     ('{"prompt_templates": ["{} is"], "properties": {"relation_type": "factual", "domain_name": "x", "range_name": "y"}, '
-     '"samples": [{"subject": "a", "object": 3}]}', "the object of sample 1 is 3, not text"),
+     '"samples": [{"subject": "a", "object": 3}]}', "samples[0].object is a whole number, not text"),
     ('{"prompt_templates": ["{} is"], "properties": {"domain_name": "x", "range_name": "y"}, "samples": [{"subject": "a", "object": "b"}]}',
-     "properties.relation_type is None, not text"),
+     "properties.relation_type is missing"),
 ])
 def test_a_malformed_lre_file_is_one_input_error_line(tmp_path, text, problem):
     path = tmp_path / "broken.json"

@@ -12,15 +12,16 @@ import numpy as np
 import scipy.special
 
 from lincorr.collection import CollectSettings, LogitTable, collect
-from lincorr.errors import LincorrError
+from lincorr.errors import InputError, LincorrError
 from lincorr.held_out import control_labelwise_r, pairs_bootstrap_intervals, split_indices, split_sizes
 from lincorr.linear import LinearMap
 from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelwise_pearson, summarize, top_k
 from lincorr.models import LM
 from lincorr.domains import Domain
 from lincorr.outputs import settings_key, staged_directory, write_array, write_json
-from lincorr.reading import read_json
+from lincorr.reading import read_array
 from lincorr.results import decode, record
+from lincorr.schema import NUMBER, REAL, TEXT, Entries, FileKind, Items, read_document
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, ReferenceMatch, RelationSpec, bind_relation, match_reference, relate
@@ -76,6 +77,16 @@ class FitConfig:
                 f"use -n {2 * (n_source + 1)} or more, or --estimator ridge"
             )
         split_sizes(n_inputs, self.test_fraction)
+
+
+# result.json of a saved pair: the fields `PairResult.load` reads (the domains and settings are checked as they are decoded).
+PAIR_FILE = FileKind("saved result", {
+    **{f"{side}_{key}": shape for side in ("source", "target") for key, shape in (("template", TEXT), ("domain", dict))},
+    "source": TEXT, "target": TEXT, "model": TEXT, "model_fingerprint": TEXT, "kind": TEXT, "config": dict, "alpha": REAL,
+    "seconds": REAL, "train_index": Items(int), "test_index": Items(int), "labelwise_r": Entries(NUMBER),
+    "instancewise_r": Items(NUMBER), "labelwise_r_ci95": [NUMBER, NUMBER], "control_labelwise_r": Items(NUMBER),
+    "reference_pairs": Entries(Items(TEXT)),
+}, "rerun the command that wrote it")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,11 +204,20 @@ class PairResult:
         stored, so `estimator` is None and W comes from W.npy.
         """
         directory = Path(directory)
-        result = read_json(directory / "result.json", "saved result")
+        result = read_document(directory / "result.json", PAIR_FILE)
+        inputs = tuple(read_document(directory / "inputs.json", dataclasses.replace(PAIR_FILE, shape=Items(TEXT))))
+        try:
+            return cls.from_saved(directory, result, inputs)
+        except (TypeError, ValueError, KeyError, OverflowError) as error:
+            raise InputError(f"{PAIR_FILE.what} {directory} is not what lincorr writes ({error}); {PAIR_FILE.remedy}") from None
+
+    @classmethod
+    def from_saved(cls, directory: Path, result: dict, inputs: tuple[str, ...]) -> PairResult:
+        def array(name: str) -> np.ndarray:
+            return read_array(directory / name, PAIR_FILE.what, PAIR_FILE.remedy)
 
         def table(side: str) -> LogitTable:
-            return LogitTable(values=np.load(directory / f"{side}_logits.npy", allow_pickle=False),
-                              inputs=tuple(read_json(directory / "inputs.json", "saved result")), template=result[f"{side}_template"],
+            return LogitTable(values=array(f"{side}_logits.npy"), inputs=inputs, template=result[f"{side}_template"],
                               domain=decode(Domain, result[f"{side}_domain"]), kind=result["kind"], model=result["model_fingerprint"])
 
         def numbers(values) -> np.ndarray:
@@ -209,7 +229,7 @@ class PairResult:
         return cls(
             source=source, target=target, source_name=result["source"], target_name=result["target"],
             model_name=result["model"], config=decode(FitConfig, result["config"]),
-            W=np.load(directory / "W.npy", allow_pickle=False), intercept=np.load(directory / "b.npy", allow_pickle=False),
+            W=array("W.npy"), intercept=array("b.npy"),
             alpha=float(result["alpha"]), train_index=np.array(result["train_index"], dtype=int),
             test_index=np.array(result["test_index"], dtype=int), labelwise_r=numbers(result["labelwise_r"].values()),
             instancewise_r=numbers(result["instancewise_r"]), labelwise_r_ci95=(low, high),

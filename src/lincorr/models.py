@@ -17,7 +17,8 @@ import torch
 
 from lincorr.cache import conversion_state, converted_model_directory, file_sha256, record_conversion
 from lincorr.errors import DeviceError, ModelError
-from lincorr.filesystem import read_json, replaced_directory
+from lincorr.filesystem import replaced_directory
+from lincorr.schema import TEXT, FileKind, Maybe, read_document
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ GGUF_MAGIC = b"GGUF"
 GGUF_READ_ERRORS = (ValueError, KeyError, IndexError, EOFError, struct.error)
 PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+# Only what lincorr reads before transformers does: whether the model needs code of its own.
+MODEL_CONFIG = FileKind("model config", {"model_type": Maybe(TEXT)}, "save the model again with save_pretrained(dir)", "save_pretrained")
 
 
 @dataclasses.dataclass(eq=False)
@@ -318,7 +321,8 @@ def load_pretrained(spec: str, *, dtype: torch.dtype, device_map: str | None, tr
 
 def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
     """Refuse, naming what is missing, a directory that is not a model lincorr can load safely."""
-    if not (directory / "config.json").is_file():
+    # Only a missing config.json is "no config": one that is a FIFO, a link to a device or a loop is refused by what it is, below.
+    if not os.path.lexists(directory / "config.json"):
         found = "it is empty" if not any(directory.iterdir()) else "it has no config.json"
         raise ModelError(f"{directory} is not a saved model ({found}); a model directory holds config.json, "
                            "model.safetensors and the tokenizer's files")
@@ -331,9 +335,7 @@ def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         raise ModelError(f"{directory} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save it beside the model with "
                            "tokenizer.save_pretrained(dir)")
-    config = read_json(directory / "config.json")
-    if config is None:
-        raise ModelError(f"{directory / 'config.json'} is not valid JSON")
+    config = read_document(directory / "config.json", MODEL_CONFIG)
     if not trust_remote_code and needs_remote_code(config):
         raise ModelError(f"{directory} needs its own Python code (model type '{config.get('model_type')}' is not in transformers); "
                            "pass --trust-remote-code only if you trust its author")

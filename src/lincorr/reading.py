@@ -16,10 +16,13 @@ import re
 import stat
 from pathlib import Path
 
+import numpy as np
+
 from lincorr.errors import InputError
 
 MAX_FILE_BYTES = 100 * 1024 * 1024  # 100.0 MB as `human_size` writes it
 MAX_NESTING = 64
+FLOAT_DIGITS = 308  # whole numbers up to 308 digits stay whole; the largest float is 1.8e308
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 # JSON strings, so that brackets inside them are not counted as nesting.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
@@ -81,9 +84,31 @@ def parse_json(text: str, path, what: str, fix: str = ""):
     """`text`, read from `path`, parsed as JSON once its nesting is checked; `fix` ends the error where it is not JSON."""
     check_nesting(path, what, json_depth(text))
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=json_int)
     except json.JSONDecodeError as error:
         raise InputError(f"{path}:{error.lineno}: {what} is not valid JSON ({error.msg}){'; ' + fix if fix else ''}") from None
+
+
+def json_int(digits: str) -> int | float:
+    """A JSON whole number; one of more digits than a float's range holds is read as a float (±inf beyond 1.8e308),
+    so that no reader's arithmetic or formatting overflows on it, and Python's 4,300-digit limit on int() is never reached."""
+    return float(digits) if len(digits.lstrip("-")) > FLOAT_DIGITS else int(digits)
+
+
+def read_array(path, what: str, fix: str) -> np.ndarray:
+    """A numeric array saved with `np.save`, never unpickled; an InputError naming the file for objects or anything else."""
+    regular_file_size(path, what)
+    try:
+        # Memory-mapped first: a header that claims more than the file holds is refused by the file's size, not by an allocation.
+        values = np.load(path, mmap_mode="r", allow_pickle=False)
+        if isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
+            return np.array(values)
+        problem = f"it holds {values.dtype} values, not numbers" if isinstance(values, np.ndarray) else "it is an archive of arrays"
+    except (OSError, ValueError, EOFError) as error:
+        # numpy's first sentence says what it found (pickled objects, too little data); its second, how to
+        # unpickle the file anyway, is no advice for a file from someone else.
+        problem = f"numpy cannot load it as an array ({str(error).partition('. ')[0].rstrip('.')})"
+    raise InputError(f"{what} {path} is not what lincorr writes: {problem}; {fix}")
 
 
 def check_nesting(path, what: str, depth: int) -> None:

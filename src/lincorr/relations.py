@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from lincorr.domains import Domain
 from lincorr.errors import DataError, InputError
-from lincorr.reading import parse_json, read_text, visible
+from lincorr.reading import parse_json, read_bytes, read_text, visible
 from lincorr.outputs import settings_key
 from lincorr.prompts import Prompt, registry_prompt
 
@@ -284,7 +284,7 @@ def read_reference_file(path) -> ReferenceFile:
         pairs = tsv_reference_pairs(path, text)
     if not pairs:
         raise InputError(f"reference file {path} has no pairs; write {REFERENCE_SHAPES}")
-    return ReferenceFile(str(path), hashlib.sha256(path.read_bytes()).hexdigest(), pairs)
+    return ReferenceFile(str(path), hashlib.sha256(read_bytes(path, "reference file")).hexdigest(), pairs)
 
 
 def tsv_reference_pairs(path: Path, text: str) -> ReferencePairs:

@@ -24,13 +24,15 @@ import numpy as np
 
 from lincorr.errors import InputError
 from lincorr.outputs import write_json, write_provenance
-from lincorr.reading import read_json
+from lincorr.schema import ANY, NULL, TEXT, FileKind, Maybe, read_document
 
 __all__ = ["Result", "Stored", "STATE_FILE", "record", "encode", "decode", "read_state", "read_study"]
 
 STATE_FILE = "result_state.json"
 WHAT = "saved result"
 REMEDY = "rerun the command that wrote it"
+STATE = FileKind(WHAT, {"study": TEXT, "fields": ANY}, REMEDY)  # the fields are checked as `decode` rebuilds them
+PROVENANCE = FileKind(WHAT, {"study": Maybe((TEXT, NULL))}, REMEDY)
 # Arrays hold numbers or truth values; anything else (objects, text) is never made from a file.
 ARRAY_KINDS = "fiub"
 
@@ -70,22 +72,18 @@ def record(out: Path, result, *, model_fingerprint=None, settings: dict | None =
 
 def read_study(directory) -> str | None:
     """The study provenance.json names in `directory`; None for a run saved before lincorr recorded it."""
-    provenance = read_json(Path(directory) / "provenance.json", WHAT)
-    study = provenance.get("study") if isinstance(provenance, dict) else None
-    if study is not None and not isinstance(study, str):
-        raise InputError(f"{WHAT} {Path(directory) / 'provenance.json'}: its study is not a name; {REMEDY}")
-    return study
+    return read_document(Path(directory) / "provenance.json", PROVENANCE).get("study")
 
 
 def read_state(cls, directory):
     """The `cls` whose fields `record` wrote into `directory`."""
     path = Path(directory) / STATE_FILE
-    state = read_json(path, WHAT)
-    if not isinstance(state, dict) or state.get("study") != cls.study:
+    state = read_document(path, STATE)
+    if state["study"] != cls.study:
         raise InputError(f"{WHAT} {path} does not hold a '{cls.study}' result; {REMEDY}")
     try:
-        return decode(cls, state.get("fields"))
-    except (TypeError, ValueError, KeyError, AttributeError) as error:
+        return decode(cls, state["fields"])
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:
         raise InputError(f"{WHAT} {path} is not what lincorr writes ({error}); {REMEDY}") from None
 
 
@@ -142,7 +140,7 @@ def decode_union(arguments, data):
     for choice in arguments:
         try:
             return decode(choice, data)
-        except (TypeError, ValueError, KeyError, AttributeError):
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError):
             continue
     raise ValueError(f"{data!r} is none of {arguments}")
 

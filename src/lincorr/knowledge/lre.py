@@ -33,8 +33,8 @@ import numpy as np
 
 from lincorr.errors import InputError
 from lincorr.knowledge.registry import PromptSpec, Reference, Registry
-from lincorr.reading import read_json
 from lincorr.relations import RelationSpec
+from lincorr.schema import TEXT, FileKind, Items, read_document
 
 __all__ = ["LRE_DIR", "LRE_FAMILY", "LreRelation", "lre_registry", "lre_relations", "read_lre_relation"]
 
@@ -43,6 +43,8 @@ LRE_FAMILY = "lre"
 WHAT = "LRE relation file"
 SHAPE = ('write {"name": ..., "prompt_templates": ["... {} ..."], "properties": {"relation_type": ..., "domain_name": ...}, '
          '"samples": [{"subject": ..., "object": ...}, ...]} as the LRE dataset does')
+LRE_FILE = FileKind(WHAT, {"prompt_templates": Items(TEXT), "samples": Items({"subject": TEXT, "object": TEXT}),
+                           "properties": {"relation_type": TEXT, "domain_name": TEXT, "range_name": TEXT}}, SHAPE, "the LRE dataset")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,41 +87,31 @@ class LreRelation:
         return tuple((subject, tuple(found)) for subject, found in objects.items())
 
 
-def _text(value, path: Path, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InputError(f"{path}: {where} is {value!r:.40}, not text; {SHAPE}")
+def _filled(value: str, path: Path, where: str) -> str:
+    if not value.strip():
+        raise InputError(f"{WHAT} {path}: {where} is empty; {SHAPE}")
     return value
 
 
 def read_lre_relation(path) -> LreRelation:
-    """One LRE JSON file, checked: any departure from LRE's shape is one InputError line naming the file and what to write."""
+    """One LRE JSON file, checked against LRE_FILE: any departure from LRE's shape is one InputError line naming the file and the field."""
     path = Path(path)
-    data = read_json(path, WHAT)
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: the JSON is not an object; {SHAPE}")
-    templates, properties, samples = data.get("prompt_templates"), data.get("properties"), data.get("samples")
-    if not isinstance(templates, list) or not templates:
-        raise InputError(f"{path}: \"prompt_templates\" is missing or empty; {SHAPE}")
-    for number, template in enumerate(templates, 1):
-        if _text(template, path, f"prompt template {number}").count("{}") != 1:
-            raise InputError(f"{path}: prompt template {number} {template!r} needs exactly one {{}} where the subject goes; {SHAPE}")
-    if not isinstance(properties, dict):
-        raise InputError(f"{path}: \"properties\" is missing or not an object; {SHAPE}")
-    if not isinstance(samples, list) or not samples:
-        raise InputError(f"{path}: \"samples\" is missing or empty; {SHAPE}")
-    pairs = []
-    for number, sample in enumerate(samples, 1):
-        if not isinstance(sample, dict):
-            raise InputError(f"{path}: sample {number} is not an object; {SHAPE}")
-        pairs.append((_text(sample.get("subject"), path, f"the subject of sample {number}"),
-                      _text(sample.get("object"), path, f"the object of sample {number}")))
+    data = read_document(path, LRE_FILE)
+    templates, properties, samples = data["prompt_templates"], data["properties"], data["samples"]
+    if not templates or not samples:
+        raise InputError(f"{WHAT} {path}: {'prompt_templates' if not templates else 'samples'} is empty; {SHAPE}")
+    for number, template in enumerate(templates):
+        if template.count("{}") != 1:
+            raise InputError(f"{WHAT} {path}: prompt_templates[{number}] {template!r} needs exactly one {{}} where the subject goes; {SHAPE}")
+    pairs = tuple((_filled(sample["subject"], path, f"samples[{number}].subject"), _filled(sample["object"], path, f"samples[{number}].object"))
+                  for number, sample in enumerate(samples))
     return LreRelation(
         name=path.stem,
-        relation_type=_text(properties.get("relation_type"), path, "properties.relation_type"),
-        domain_name=_text(properties.get("domain_name"), path, "properties.domain_name"),
-        range_name=_text(properties.get("range_name"), path, "properties.range_name"),
+        relation_type=_filled(properties["relation_type"], path, "properties.relation_type"),
+        domain_name=_filled(properties["domain_name"], path, "properties.domain_name"),
+        range_name=_filled(properties["range_name"], path, "properties.range_name"),
         templates=tuple(templates),
-        samples=tuple(pairs),
+        samples=pairs,
         path=str(path),
     )
 

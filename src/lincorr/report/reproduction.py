@@ -7,17 +7,13 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from lincorr.report import figures
-from lincorr.report.files import ANY, NUMBER, TEXT, Items, Maybe, read_document
 from lincorr.report.page import Column, Figure, KeyNumbers, Section, Table
 from lincorr.report.sections import number, read_provenance
 from lincorr.report.effects import effect_text
+from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE
+from lincorr.schema import read_document
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
-REPRODUCTION = {
-    "paper": TEXT, "title": Maybe(TEXT), "model": TEXT, "budget": Maybe(TEXT),
-    "claims": Items({"id": TEXT, "where": TEXT, "statement": TEXT, "paper": ANY, "ours": Maybe(ANY), "ours_text": Maybe((TEXT, type(None))), "test": TEXT,
-                     "p_value": NUMBER, "verdict": TEXT, "reason": Maybe((TEXT, type(None)))}),
-}
 
 
 def published_cell(paper: object, shown_rows: int = 4) -> str:
@@ -29,7 +25,7 @@ def published_cell(paper: object, shown_rows: int = 4) -> str:
     """
     if not isinstance(paper, Mapping) or not paper:
         return ""
-    rows = [row for row in paper.get("rows", ()) if isinstance(row, Mapping)]
+    rows = [row for row in listed(paper.get("rows")) if isinstance(row, Mapping)]
     shown = []
     for row in rows[:shown_rows]:
         numbers = [value for key, value in row.items() if key not in ("label", "source", "target")]
@@ -39,6 +35,11 @@ def published_cell(paper: object, shown_rows: int = 4) -> str:
     shown += [f"{key} {_short(value)}" for key, value in list(values.items())[:shown_rows]]
     more = " …" if len(rows) > shown_rows else ""
     return f"{paper.get('model', '')}: " + "; ".join(shown) + more
+
+
+def listed(value: object) -> list:
+    """`value` where it is a list; an empty one for anything else (rows that are a number, an object, text)."""
+    return value if isinstance(value, list) else []
 
 
 def _short(value: object) -> str:
@@ -51,7 +52,8 @@ def _short(value: object) -> str:
 
 def evidence(claims: list[dict]) -> Figure | None:
     """How strongly each measured claim's test speaks: -log10 p per claim, the line at p = 0.05 being the verdict's threshold."""
-    measured = [claim for claim in claims if claim["p_value"] is not None and math.isfinite(claim["p_value"])]
+    # A p outside [0, 1] is no p-value, whoever wrote it: it is left out, not drawn as evidence.
+    measured = [claim for claim in claims if (p := number(claim["p_value"])) is not None and 0 <= p <= 1]
     if not measured:
         return None
     strength = [-math.log10(max(claim["p_value"], 1e-300)) for claim in measured]
@@ -81,12 +83,15 @@ def paper_beside_ours(claim: Mapping, budget: str = "") -> Figure | None:
     measurement does not name is left out, and a claim with none gets no figure.
     """
     paper = claim.get("paper")
-    rows = [row for row in paper.get("rows", ()) if isinstance(row, Mapping)] if isinstance(paper, Mapping) else []
+    rows = [row for row in listed(paper.get("rows")) if isinstance(row, Mapping)] if isinstance(paper, Mapping) else []
     measured = list(_numbers(claim.get("ours")))
     bars: dict[str, dict[str, float]] = {}  # "L k" -> series name -> value
     for row in rows:
         label = str(row.get("label", ""))
-        for (key,), published in _numbers({k: v for k, v in row.items() if k not in ("label", "source", "target")}):
+        # A row's number is its value or a list's first entry; a value that is an object is no number of the row.
+        for (key, *inner), published in _numbers({k: v for k, v in row.items() if k not in ("label", "source", "target")}):
+            if inner:
+                continue
             ours = {f"ours {'/'.join(p for p in path if p not in (label, key))}".strip(): value
                     for path, value in measured if path[-1] == key and label in path}
             if ours:
@@ -104,7 +109,7 @@ def paper_beside_ours(claim: Mapping, budget: str = "") -> Figure | None:
 
 def read_reproduction(directory: Path) -> Section:
     """reproduction.json: the counts of each verdict, the claim table, and the evidence of each measured claim."""
-    run = read_document(directory / "reproduction.json", REPRODUCTION)
+    run = read_document(directory / RESULT_FILE, REPRODUCTION)
     claims = run["claims"]
     counts = ", ".join(f"{sum(claim['verdict'] == v for claim in claims)} {v}" for v in VERDICTS)
     numbers = KeyNumbers((("paper", run.get("title") or run["paper"]), ("model", run["model"]),

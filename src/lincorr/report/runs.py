@@ -19,10 +19,9 @@ from pathlib import Path
 
 from lincorr.errors import InputError
 from lincorr.filesystem import OUTPUT_MARKER
-from lincorr.reading import read_json
 from lincorr.results import STATE_FILE
 from lincorr.report import extractive, logits, reproduction, training, vectors
-from lincorr.report.files import WHAT, read_picture
+from lincorr.report.files import ANY, read_document, read_picture
 from lincorr.report.page import KeyNumbers, Picture, Section
 from lincorr.report.sections import read_provenance, recorded_study, scalar_fields
 
@@ -94,6 +93,6 @@ def read_run(directory) -> tuple[Section, ...]:
                          "matrix.json, precision.json, provenance.json, ...); pass the --out or --save-dir directory of a lincorr command")
     sections = [reader(directory) for _, reader in found]
     read = {name for files, _ in found for name in files} | {"provenance.json", STATE_FILE}
-    others = {path: read_json(path, WHAT) for path in sorted(directory.glob("*.json")) if path.name not in read}
+    others = {path: read_document(path, ANY) for path in sorted(directory.glob("*.json")) if path.name not in read}
     sections += [vectors.read_lens(directory, path, document) for path, document in others.items() if vectors.lens_curves(document)]
     return tuple(sections) or (read_other(directory, others),)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from lincorr.report import figures
-from lincorr.reading import read_json
-from lincorr.report.files import ANY, NUMBER, REAL, SCALAR, TEXT, WHAT, Items, Maybe, checked, read_document
+from lincorr.report.files import ANY, NUMBER, REAL, SCALAR, TEXT, Items, Maybe, checked, read_document
 from lincorr.report.page import Figure, KeyNumbers, Section
 from lincorr.report.sections import plotted, read_provenance, scalar_fields, shown
 
@@ -45,7 +44,7 @@ def read_lens(directory: Path, path: Path, document: dict) -> Section:
 def read_lens_run(directory: Path) -> Section:
     """`lincorr lens --out`: lens.json."""
     path = directory / "lens.json"
-    return read_lens(directory, path, read_json(path, WHAT))
+    return read_lens(directory, path, read_document(path, ANY))
 
 
 CONDITIONS = (("o-vector added", "with"), ("nothing added", "without"), ("other task's o-vector", "other_task"), ("random vector", "random"))

@@ -20,7 +20,6 @@ from typing import ClassVar
 from lincorr.cache import stored_result
 from lincorr.collection import CollectSettings
 from lincorr.errors import InputError, LincorrError
-from lincorr.filesystem import read_json
 from lincorr.knowledge import load_registry
 from lincorr.models import LM, load_model
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
@@ -32,9 +31,9 @@ from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS, step_module
 from lincorr.report.effects import effect_text
 from lincorr.reproduce.verdicts import ALPHA, VERDICTS, Test, holm, judge
+from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE
 from lincorr.results import record
-
-RESULT_FILE = "reproduction.json"
+from lincorr.schema import read_document
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,10 +164,7 @@ class ReproductionResult:
     def load(cls, directory) -> ReproductionResult:
         """A reproduction saved by `save` (or its reproduction.json alone, as docs/reproductions/ keeps it)."""
         path = Path(directory)
-        path = path / RESULT_FILE if path.is_dir() else path
-        data = read_json(path)
-        if data is None or "claims" not in data:
-            raise InputError(f"{path} is not a saved reproduction (no {RESULT_FILE} with claims); pass the --out directory of `lincorr reproduce`")
+        data = read_document(path / RESULT_FILE if path.is_dir() else path, REPRODUCTION)
         return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
                    tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""), data.get("seconds"),
                    data.get("measured"))

@@ -1,0 +1,29 @@
+"""reproduction.json, the claim table `lincorr reproduce --out` saves: its shape, read by `ReproductionResult.load` and the report alike.
+
+A saved reproduction may come from anyone (docs/reproductions/ keeps some; a colleague sends one),
+so both of its readers take it through `schema.read_document`: what the file is, its size, encoding
+and nesting, then every field either reader uses, with the kind of value it must hold. The published
+numbers (`paper`) and our measurement (`ours`) are shown as written, whatever their inner shape.
+"""
+
+from __future__ import annotations
+
+from lincorr.schema import ANY, NULL, NUMBER, TEXT, Entries, FileKind, Items, Maybe
+
+RESULT_FILE = "reproduction.json"
+TEXT_OR_NULL = (TEXT, NULL)
+PUBLISHED = {"where": Maybe(TEXT), "model": Maybe(TEXT), "setting": Maybe(ANY), "rows": Maybe(Items(Entries(ANY))),
+             "values": Maybe(Entries(ANY))}
+CLAIM = {"id": TEXT, "where": TEXT, "statement": TEXT, "paper": PUBLISHED, "ours": Maybe((Entries(ANY), NULL)),
+         "ours_text": Maybe(TEXT_OR_NULL), "test": TEXT, "statistic": Maybe(NUMBER), "p_value": NUMBER, "verdict": TEXT,
+         "reason": Maybe(TEXT_OR_NULL), "variant": Maybe((Entries(ANY), NULL)), "step": Maybe(TEXT_OR_NULL),
+         "code_digest": Maybe(TEXT_OR_NULL), "measured_at": Maybe(TEXT_OR_NULL), "seconds": Maybe(NUMBER),
+         # The test in full (effect, interval, interest, power grid, parts): shown through `report.effects.effect_text`,
+         # which leaves out any field of the wrong kind.
+         "detail": Maybe((Entries(ANY), NULL)), "adjusted_p": Maybe(NUMBER), "power": Maybe(NUMBER), "units_needed": Maybe(NUMBER),
+         "interest_reason": Maybe(TEXT_OR_NULL)}
+REPRODUCTION = FileKind(
+    "saved reproduction",
+    {"paper": TEXT, "title": Maybe(TEXT), "model": TEXT, "model_fingerprint": Maybe(TEXT), "budget": Maybe(TEXT),
+     "eval_model": Maybe(TEXT), "seconds": Maybe(NUMBER), "measured": Maybe(NUMBER), "claims": Items(CLAIM)},
+    f"pass the --out directory of `lincorr reproduce` (or its {RESULT_FILE}), or run the reproduction again")
