@@ -41,11 +41,15 @@ CI_METHODS = {
 
 @dataclasses.dataclass(frozen=True)
 class FitConfig:
-    """How a pair is measured: split, estimator, bootstrap and control settings."""
+    """How a pair is measured: split, estimator, bootstrap and control settings.
+
+    The defaults are the CLI's: ridge with a cross-validated penalty, whose W can be read at 1,000 inputs; the paper's fit is
+    `estimator="ols"` (`--preset paper`).
+    """
 
     seed: int = 0
-    estimator: str = "ols"
-    alpha: float | str = 1.0
+    estimator: str = "ridge"
+    alpha: float | str = "cv"
     test_fraction: float = 0.5
     n_boot: int = 1000
     n_control: int = 5  # shuffles averaged in the control: one shuffle is a noisy null when labels co-vary
@@ -378,7 +382,7 @@ def fit_relation_tables(relation: BoundRelation, tables: Mapping[str, LogitTable
 
 
 def fit_relation(lm: LM, registry, relation: RelationSpec, *, n_inputs: int = 1000,
-                 fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100), keep_subwords: bool = False,
+                 fit: FitConfig = FitConfig(n_boot=100), keep_subwords: bool = False,
                  settings: CollectSettings = CollectSettings()) -> BoundRelation:
     """Bind a relation to `lm`'s tokenizer and fit its W on `n_inputs` vocabulary inputs (cached tables)."""
     bound = bind_relation(registry, relation, lm.tokenizer, keep_subwords=keep_subwords)

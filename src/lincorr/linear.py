@@ -15,9 +15,9 @@ DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-3, 5, 17))
 class LinearMap(RegressorMixin, BaseEstimator):
     """The linear map between logit tables, a scikit-learn regressor: target = source @ W + b.
 
-    estimator="ols" is the paper's ordinary least squares with a bias; "ridge" adds an L2
-    penalty `alpha` on W (not on b), either fixed or chosen by k-fold cross-validation
-    (alpha="cv") over `alphas`. With `standardize`, every source and target column is z-scored
+    estimator="ols" is the paper's ordinary least squares with a bias; "ridge" (the default, as in
+    the CLI) adds an L2 penalty `alpha` on W (not on b), either fixed or chosen by k-fold
+    cross-validation (alpha="cv", the default) over `alphas`. With `standardize`, every source and target column is z-scored
     on the training rows first and the ridge penalty is per training input, so alpha=1 solves
     W = (C_xx + I)^-1 C_xy in correlation units whatever N is. Learned: `W_` `[n_source, n_target]`
     (row i: how source word i moves every target, in the data's units), `coef_` (the same in
@@ -27,7 +27,7 @@ class LinearMap(RegressorMixin, BaseEstimator):
     `score` is scikit-learn's R^2; the paper's label-wise r is `metrics.labelwise_pearson`.
     """
 
-    def __init__(self, estimator: str = "ols", alpha: float | str = 1.0, alphas=DEFAULT_ALPHAS, cv: int = 5, seed: int = 0,
+    def __init__(self, estimator: str = "ridge", alpha: float | str = "cv", alphas=DEFAULT_ALPHAS, cv: int = 5, seed: int = 0,
                  standardize: bool = False):
         self.estimator = estimator
         self.alpha = alpha

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Iterable, Sequence
 
 from lincorr import strict_json
@@ -17,16 +18,50 @@ from lincorr.errors import InputError, UsageError
 MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
 PAPER_ESTIMATOR = "ols (the paper's estimator) or ridge"
 SIDES = ("source", "target")
-# Why the training studies (and the demo) default to ridge; shown in their --help.
-RIDGE_REASON = ("ridge by default: with 1,000 inputs and 247 cities ols is nearly saturated and its W too noisy "
-                "to read or rank targets by")
+# What `--preset paper` sets on a command that fits W between two prompts, and its help.
+PAPER_FIT = {"estimator": "ols"}
+PAPER_FIT_HELP = "the paper's ols fit (sets --estimator ols)"
+# Why the commands default to ridge; shown in their --help.
+RIDGE_REASON = ("ridge by default: with 1,000 inputs and 247 cities ols is nearly saturated and "
+                "its W too noisy to read or rank targets by")
 
 
 class CommandParser(argparse.ArgumentParser):
-    """A usage mistake ends like every other mistake: one `lincorr: error: ...` line on stderr and exit code 2."""
+    """A usage mistake ends like every other mistake: one `lincorr: error: ...` line on stderr and exit code 2, naming the help to read."""
 
     def error(self, message: str):
         raise UsageError(f"{' '.join(message.split())} (see {self.prog} --help)")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, except that an unknown option is reported against the subcommand's own --help."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            prog = getattr(parsed, "command_prog", self.prog)
+            raise UsageError(f"unrecognized arguments: {' '.join(extras)} (see {prog} --help)")
+        return parsed
+
+
+class Alias(argparse.Action):
+    """An older spelling that keeps working: it sets what `canonical` sets and says so in one line on stderr.
+
+    `value`: what a switch (`--paper`) stands for; `convert`: how an option's value (`--protocol averaged`) becomes the canonical one's.
+    """
+
+    def __init__(self, option_strings, dest, *, canonical: str, value=None, convert: Callable[[str], object] | None = None, **kwargs):
+        super().__init__(option_strings, dest, nargs=0 if value is not None else None, help=argparse.SUPPRESS, **kwargs)
+        self.canonical, self.value, self.convert = canonical, value, convert
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if self.value is not None:
+            setattr(namespace, self.dest, self.value)
+        else:
+            setattr(namespace, self.dest, self.convert(values) if self.convert else values)
+        print(f"lincorr: note: {option_string} is an older spelling of {self.canonical}; it still works", file=sys.stderr)
+
+
+def add_alias(parser, option: str, dest: str, canonical: str, **kwargs) -> None:
+    """`option`, kept working as an alias of `canonical` (see `Alias`), and left out of --help."""
+    parser.add_argument(option, dest=dest, action=Alias, canonical=canonical, default=argparse.SUPPRESS, **kwargs)
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -39,8 +74,31 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
-    """A subcommand whose --help shows its defaults."""
-    return commands.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter)
+    """A subcommand whose --help shows its defaults, taking the global options after its name too."""
+    parser = commands.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter)
+    add_global_options(parser)
+    parser.set_defaults(command_prog=parser.prog)
+    return parser
+
+
+def add_global_options(parser) -> None:
+    """-v/--verbose and --quiet, accepted before or after the subcommand.
+
+    Their default is to leave the attribute unset, so a subcommand that does not see one keeps what `lincorr -v` set.
+    """
+    group = parser.add_argument_group("global options")
+    group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show library log messages")
+    group.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+
+
+def add_preset_option(parser, paper: str, *, settings: dict | None = None, choices: Sequence[str] = ("lincorr", "paper"),
+                      other: str = "lincorr's defaults, as every option below shows them") -> None:
+    """--preset: the one way to ask for the paper's setting (`paper`, what it does in words).
+
+    `settings`: the options `--preset paper` sets, {dest: value}; `apply_preset` sets them after parsing.
+    """
+    parser.add_argument("--preset", choices=tuple(choices), default=choices[0], help=f"{choices[0]}: {other}; paper: {paper}")
+    parser.set_defaults(paper_settings=settings or {})
 
 
 # ---- what a number option accepts: checked while parsing, so a bad value fails before anything runs ----
@@ -129,6 +187,14 @@ def add_model_options(parser, *aliases: str, help_text: str = MODEL_HELP) -> Non
     group.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run (off by default)")
 
 
+def add_paper_table_option(parser, tables: Sequence[str], help_text: str) -> None:
+    """--paper-table N: the rows of one of the paper's tables; a command with one table also keeps its older --tableN."""
+    parser.add_argument("--paper-table", choices=tuple(tables), default=None, metavar="N" if len(tables) > 1 else tables[0],
+                        help=f"{help_text} ({', '.join(tables)})" if len(tables) > 1 else help_text)
+    if len(tables) == 1:
+        add_alias(parser, f"--table{tables[0]}", "paper_table", f"--paper-table {tables[0]}", value=tables[0])
+
+
 def add_registry_option(parser) -> None:
     parser.add_argument("--registry", action="append", default=[], metavar="FILE", help="extra registry file (repeatable)")
 
@@ -148,10 +214,6 @@ def add_output_directory_option(parser, option: str, help_text: str, *, default:
 def add_out_option(parser, writes: str, *, default: str | None = None) -> None:
     """--out DIR; `writes` names the files written there."""
     add_output_directory_option(parser, "--out", f"write {writes} into this directory", default=default)
-
-
-def add_quiet_option(parser) -> None:
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
 def add_seed_option(parser, help_text: str) -> None:
@@ -192,7 +254,6 @@ def add_collection_options(parser) -> None:
     add_seed_option(group, "seed of the input sample and the train/test split")
     group.add_argument("--inputs", default=None, metavar="FILE", help="file with one input X per line (instead of a vocabulary sample)")
     add_registry_option(group)
-    add_quiet_option(group)
     add_collect_settings(parser)
 
 
@@ -216,12 +277,12 @@ def add_collect_settings(parser, *, taken: Sequence[str] = ()) -> None:
             group.add_argument(option, dest=field.name, type=SETTING_TYPES[field.name], default=field.default, help=help_text)
 
 
-def add_fit_options(parser, *, estimator: str = "ols", reason: str = "", bootstrap: int = 1000,
+def add_fit_options(parser, *, estimator: str = "ridge", reason: str = "", bootstrap: int = 1000,
                     choices: Sequence[str] = ("ols", "ridge")) -> None:
-    """--estimator (one of `choices`) and --alpha, with the held-out split and the bootstrap; `reason` explains a default other than ols."""
+    """--estimator (one of `choices`) and --alpha, with the held-out split and the bootstrap; `reason` explains the default."""
     group = parser.add_argument_group("fit")
     group.add_argument("--estimator", choices=tuple(choices), default=estimator,
-                       help=f"{PAPER_ESTIMATOR}; {reason}" if reason else PAPER_ESTIMATOR)
+                       help=f"{PAPER_ESTIMATOR}; {reason or RIDGE_REASON}")
     group.add_argument("--alpha", type=ridge_alpha, default="cv",
                        help='ridge penalty, or "cv" for k-fold cross-validation on the train half; ols ignores it')
     group.add_argument("--test-fraction", type=fraction, default=0.5, help="share of the inputs held out to score W")
@@ -240,6 +301,14 @@ SETTING_TYPES = {"batch_size": batch_size_option}  # how the command line spells
 def print_json(payload) -> None:
     """Strict JSON on one line: an undefined number is null, explained under "undefined"."""
     print(strict_json.dumps(payload))
+
+
+def apply_preset(args) -> None:
+    """Under `--preset paper`, the options the command's preset sets (`add_preset_option`); the preset wins over them."""
+    if getattr(args, "preset", None) != "paper":
+        return
+    for dest, value in args.paper_settings.items():
+        setattr(args, dest, value)
 
 
 def check_output_directories(args) -> None:
