@@ -18,6 +18,7 @@ from lincorr.errors import InputError, UsageError
 MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
 PAPER_ESTIMATOR = "ols (the paper's estimator) or ridge"
 SIDES = ("source", "target")
+FAMILIES = "attribute, cross-language, simile, math, mechanisms"  # the bundled registry's; a test holds them equal
 # What `--preset paper` sets on a command that fits W between two prompts, and its help.
 PAPER_FIT = {"estimator": "ols"}
 PAPER_FIT_HELP = "the paper's ols fit (sets --estimator ols)"

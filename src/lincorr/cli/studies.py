@@ -6,6 +6,7 @@ from pathlib import Path
 
 from lincorr.cli.options import (
     COUNT,
+    FAMILIES,
     MODEL_HELP,
     PAPER_FIT,
     PAPER_FIT_HELP,
@@ -142,7 +143,7 @@ def add_scale(commands) -> None:
 def grid_options(parser) -> None:
     """Which prompt pairs a matrix covers."""
     group = parser.add_argument_group("which prompts").add_mutually_exclusive_group(required=True)
-    group.add_argument("--family", default=None, help="every ordered pair of a registry family (attribute, simile, math, cross-language)")
+    group.add_argument("--family", default=None, help=f"every ordered pair of a registry family ({FAMILIES})")
     group.add_argument("--prompts", default=None, metavar="A,B,...", help="every ordered pair of these registry prompts")
     group.add_argument("--cross-language", action="store_true", help="English knowledge k -> l/k for each language l (Fig. 3's X-Lang panel)")
     parser.add_argument("--languages", default=None, metavar="es,fr,...", help="languages of --cross-language (default: all in the registry)")
