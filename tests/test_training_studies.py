@@ -440,7 +440,7 @@ def test_paper_flag_is_the_preset_and_options_still_override_it(workspace, capsy
     assert (train("--full").learning_rate, train("--full").blocks_only) == (DEFAULT_TRAIN.learning_rate, False)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["generalize", "--help"])
-    assert f"at most {PAPER_MAX_EPOCHS} epochs" in capsys.readouterr().out
+    assert f"at most {PAPER_MAX_EPOCHS} epochs" in " ".join(capsys.readouterr().out.split())
 
     assert main(cli(workspace, "generalize", "--preset", "paper", "--epochs", "1", "--n-facts", "2", "--n-seeds", "1", "--json")) == 0
     payload = json.loads(capsys.readouterr().out)

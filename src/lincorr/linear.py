@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lincorr.errors import LincorrError
+from lincorr.errors import InputError, LincorrError
+from lincorr.filesystem import atomic_file
 
 DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-3, 5, 17))
+MAP_FORMAT = "lincorr.LinearMap/1"  # the metadata tag `LinearMap.load` accepts
 
 
 class LinearMap(RegressorMixin, BaseEstimator):
@@ -90,13 +95,54 @@ class LinearMap(RegressorMixin, BaseEstimator):
         gives with the same penalty `alpha_`.
         """
         check_is_fitted(self)
-        part = clone(self)
-        part.n_features_in_, part.alpha_ = self.n_features_in_, self.alpha_
-        part.W_, part.intercept_ = self.W_[:, columns], self.intercept_[columns]
-        part.coef_ = part.W_.T
+        return clone(self).with_weights(self.W_[:, columns], self.intercept_[columns], self.alpha_,
+                                        W_standardized=self.W_standardized_[:, columns] if self.standardize else None)
+
+    def with_weights(self, W, intercept, alpha: float, *, W_standardized=None, one_d_target: bool = False) -> LinearMap:
+        """This map, fitted already: W `[n_source, n_target]`, b `[n_target]` and the penalty `alpha` used (a saved result's map)."""
+        self.W_, self.intercept_ = np.asarray(W, dtype=np.float32), np.asarray(intercept, dtype=np.float32)
+        self.n_features_in_, self.alpha_, self.coef_ = self.W_.shape[0], float(alpha), self.W_.T
+        if W_standardized is not None:
+            self.W_standardized_ = np.asarray(W_standardized, dtype=np.float32)
+        if one_d_target:
+            self.coef_, self.intercept_ = self.coef_[0], self.intercept_[0]
+        return self
+
+    def save(self, path) -> None:
+        """This fitted map as one safetensors file (W, b, and W in z units when standardized) with its parameters as JSON metadata.
+
+        Nothing is pickled: `load` reads arrays and JSON only.
+        """
+        from safetensors.numpy import save
+
+        check_is_fitted(self)
+        arrays = {"W": self.W_, "intercept": np.atleast_1d(self.intercept_)}
         if self.standardize:
-            part.W_standardized_ = self.W_standardized_[:, columns]
-        return part
+            arrays["W_standardized"] = self.W_standardized_
+        header = {"format": MAP_FORMAT, "params": {**self.get_params(), "alphas": [float(a) for a in self.alphas]},
+                  "alpha_": float(self.alpha_), "one_d_target": np.ndim(self.coef_) == 1}
+        with atomic_file(path, "wb") as out:
+            out.write(save({name: np.ascontiguousarray(values, dtype=np.float32) for name, values in arrays.items()},
+                           metadata={"lincorr": json.dumps(header)}))
+
+    @classmethod
+    def load(cls, path) -> LinearMap:
+        """The fitted map `save` wrote to `path`; a file that is not one is one clear InputError."""
+        from safetensors import SafetensorError, safe_open
+
+        if not Path(path).is_file():
+            raise InputError(f"linear map file {path} does not exist; pass a file written by LinearMap.save")
+        try:
+            with safe_open(str(path), framework="numpy") as handle:
+                header = json.loads((handle.metadata() or {}).get("lincorr", "null"))
+                arrays = {name: handle.get_tensor(name) for name in handle.keys()}
+            if not isinstance(header, dict) or header.get("format") != MAP_FORMAT:
+                raise ValueError("no lincorr linear-map header")
+            fitted = cls(**{**header["params"], "alphas": tuple(header["params"]["alphas"])})
+            return fitted.with_weights(arrays["W"], arrays["intercept"], header["alpha_"], W_standardized=arrays.get("W_standardized"),
+                                       one_d_target=bool(header["one_d_target"]))
+        except (SafetensorError, ValueError, KeyError, TypeError, OSError) as error:
+            raise InputError(f"{path} is not a linear map lincorr saved ({error}); save it again with LinearMap.save") from None
 
     def select_alpha(self, source: np.ndarray, target: np.ndarray, penalty_unit: float = 1) -> float:
         """The alpha with the lowest k-fold mean squared error (each alpha applied as alpha * `penalty_unit`)."""

@@ -22,6 +22,7 @@ from lincorr.cli.options import (
     add_references_option,
     checked_registry,
     choose_inputs,
+    count_inputs,
     collect_settings,
     custom_sides,
     fit_config,
@@ -79,6 +80,7 @@ def measure(args, reference_file=None):
     config = fit_config(args)
     custom = custom_sides(args)
     checked_registry(args, [getattr(args, side) for side in SIDES if side not in custom])
+    check_domains_early(args, config)
     lm = load_lm(args)
     source = resolve_prompt(args, "source", lm.tokenizer)
     target = resolve_prompt(args, "target", lm.tokenizer)
@@ -87,6 +89,19 @@ def measure(args, reference_file=None):
     if reference_file is not None:
         require_usable(relation.match, label=relation.label, reference_file=reference_file)
     return measure_relation(lm, relation, choose_inputs(args, lm.tokenizer), config, collect_settings(args))
+
+
+def check_domains_early(args, config) -> None:
+    """Where the tokenizer loads without the weights, both domains and the source domain's size against the inputs are checked
+    before the model loads: a pair ols cannot fit on -n fails in seconds, not after minutes of loading."""
+    from lincorr.models import load_tokenizer
+
+    tokenizer = load_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
+    if tokenizer is None:
+        return
+    source = resolve_prompt(args, "source", tokenizer)
+    resolve_prompt(args, "target", tokenizer)
+    config.check_sizes(count_inputs(args), len(source.domain))
 
 
 def registry_pairs(args):

@@ -30,7 +30,7 @@ from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS, step_module
 from lincorr.reproduce.verdicts import verdict
-from lincorr.results import record
+from lincorr.results import record, summary_frame
 
 RESULT_FILE = "reproduction.json"
 
@@ -84,6 +84,10 @@ class ReproductionResult:
         return {"paper": self.paper, "title": self.title, "model": self.model_name, "model_fingerprint": self.model_fingerprint,
                 "budget": self.budget, **({"eval_model": self.eval_model} if self.eval_model else {}),
                 "claims": [claim.summary() for claim in self.claims]}
+
+    def to_pandas(self):
+        """The claim table as a pandas DataFrame, one claim per row (pandas is needed, not installed with lincorr)."""
+        return summary_frame(self.summary())
 
     def counts(self) -> dict[str, int]:
         """How many claims ended in each verdict."""
