@@ -95,7 +95,7 @@ def test_python_defaults_are_the_cli_defaults():
 
 
 def test_preset_paper_fits_ols_on_every_fitting_command():
-    from lincorr.cli.options import apply_preset
+    from lincorr.cli.spellings import apply_preset
 
     for name in ("fit", "demo", "matrix", "cases", "resilience", "scale", "lre", "precision", "predict-edit"):
         parser = subcommands()[name]

@@ -23,7 +23,8 @@ from lincorr.cli.registry import add_registry_commands
 from lincorr.cli.report import add_report_command
 from lincorr.cli.reproduce import add_reproduce_command
 from lincorr.cli.studies import add_study_commands
-from lincorr.cli.options import CommandParser, add_global_options, apply_preset, check_output_directories, check_user_files
+from lincorr.cli.options import CommandParser, check_output_directories, check_user_files
+from lincorr.cli.spellings import add_global_options, apply_preset
 from lincorr.cli.training import add_training_commands
 from lincorr.errors import LincorrError, StorageError, UsageError
 from lincorr.progress import quiet

@@ -9,7 +9,6 @@ from lincorr.cli.options import (
     add_json_option,
     add_model_options,
     add_out_option,
-    add_paper_table_option,
     add_prompt_pair,
     add_registry_option,
     add_seed_option,
@@ -19,6 +18,7 @@ from lincorr.cli.options import (
     print_json,
     save_and_print,
 )
+from lincorr.cli.spellings import add_paper_table_option
 from lincorr.errors import UsageError
 
 def add_ablation_command(commands) -> None:

@@ -9,7 +9,6 @@ from lincorr.cli.options import (
     SIDES,
     PAPER_FIT,
     PAPER_FIT_HELP,
-    add_alias,
     add_collection_options,
     add_command,
     add_custom_prompt_options,
@@ -17,7 +16,6 @@ from lincorr.cli.options import (
     add_json_option,
     add_model_options,
     add_out_option,
-    add_preset_option,
     add_prompt_pair,
     add_references_option,
     checked_registry,
@@ -32,6 +30,7 @@ from lincorr.cli.options import (
     read_references,
     resolve_prompt,
 )
+from lincorr.cli.spellings import add_alias, add_preset_option
 from lincorr.errors import UsageError
 
 DEMO_CITIES = ("Tokyo", "Paris", "Shanghai", "Moscow", "Madrid")

@@ -16,9 +16,7 @@ from lincorr.cli.options import (
     add_json_option,
     add_model_options,
     add_n_inputs_option,
-    add_alias,
     add_out_option,
-    add_preset_option,
     add_registry_option,
     add_seed_option,
     checked_registry,
@@ -29,6 +27,7 @@ from lincorr.cli.options import (
     positive_number,
     save_and_print,
 )
+from lincorr.cli.spellings import add_alias, add_preset_option
 from lincorr.errors import UsageError
 from lincorr.studies.vectors.protocol import CONTEXTS, OVECTOR_SCALE, PROTOCOLS
 

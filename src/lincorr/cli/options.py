@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import sys
 from collections.abc import Callable, Iterable, Sequence
 
 from lincorr import strict_json
+from lincorr.cli.spellings import add_global_options
 from lincorr.errors import InputError, UsageError
 
 MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
@@ -42,29 +42,6 @@ class CommandParser(argparse.ArgumentParser):
         return parsed
 
 
-class Alias(argparse.Action):
-    """An older spelling that keeps working: it sets what `canonical` sets and says so in one line on stderr.
-
-    `value`: what a switch (`--paper`) stands for; `convert`: how an option's value (`--protocol averaged`) becomes the canonical one's.
-    """
-
-    def __init__(self, option_strings, dest, *, canonical: str, value=None, convert: Callable[[str], object] | None = None, **kwargs):
-        super().__init__(option_strings, dest, nargs=0 if value is not None else None, help=argparse.SUPPRESS, **kwargs)
-        self.canonical, self.value, self.convert = canonical, value, convert
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if self.value is not None:
-            setattr(namespace, self.dest, self.value)
-        else:
-            setattr(namespace, self.dest, self.convert(values) if self.convert else values)
-        print(f"lincorr: note: {option_string} is an older spelling of {self.canonical}; it still works", file=sys.stderr)
-
-
-def add_alias(parser, option: str, dest: str, canonical: str, **kwargs) -> None:
-    """`option`, kept working as an alias of `canonical` (see `Alias`), and left out of --help."""
-    parser.add_argument(option, dest=dest, action=Alias, canonical=canonical, default=argparse.SUPPRESS, **kwargs)
-
-
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Ends each option's help with its default, except unset options and switches (`--logprobs`, `--no-cache`), whose help says what happens."""
 
@@ -80,26 +57,6 @@ def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
     add_global_options(parser)
     parser.set_defaults(command_prog=parser.prog)
     return parser
-
-
-def add_global_options(parser) -> None:
-    """-v/--verbose and --quiet, accepted before or after the subcommand.
-
-    Their default is to leave the attribute unset, so a subcommand that does not see one keeps what `lincorr -v` set.
-    """
-    group = parser.add_argument_group("global options")
-    group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show library log messages")
-    group.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
-
-
-def add_preset_option(parser, paper: str, *, settings: dict | None = None, choices: Sequence[str] = ("lincorr", "paper"),
-                      other: str = "lincorr's defaults, as every option below shows them") -> None:
-    """--preset: the one way to ask for the paper's setting (`paper`, what it does in words).
-
-    `settings`: the options `--preset paper` sets, {dest: value}; `apply_preset` sets them after parsing.
-    """
-    parser.add_argument("--preset", choices=tuple(choices), default=choices[0], help=f"{choices[0]}: {other}; paper: {paper}")
-    parser.set_defaults(paper_settings=settings or {})
 
 
 # ---- what a number option accepts: checked while parsing, so a bad value fails before anything runs ----
@@ -186,14 +143,6 @@ def add_model_options(parser, *aliases: str, help_text: str = MODEL_HELP) -> Non
     group.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights' dtype")
     group.add_argument("--device-map", default=None, help='passed to transformers, e.g. "auto" to spread a large model over GPUs')
     group.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run (off by default)")
-
-
-def add_paper_table_option(parser, tables: Sequence[str], help_text: str) -> None:
-    """--paper-table N: the rows of one of the paper's tables; a command with one table also keeps its older --tableN."""
-    parser.add_argument("--paper-table", choices=tuple(tables), default=None, metavar="N" if len(tables) > 1 else tables[0],
-                        help=f"{help_text} ({', '.join(tables)})" if len(tables) > 1 else help_text)
-    if len(tables) == 1:
-        add_alias(parser, f"--table{tables[0]}", "paper_table", f"--paper-table {tables[0]}", value=tables[0])
 
 
 def add_registry_option(parser) -> None:
@@ -302,14 +251,6 @@ SETTING_TYPES = {"batch_size": batch_size_option}  # how the command line spells
 def print_json(payload) -> None:
     """Strict JSON on one line: an undefined number is null, explained under "undefined"."""
     print(strict_json.dumps(payload))
-
-
-def apply_preset(args) -> None:
-    """Under `--preset paper`, the options the command's preset sets (`add_preset_option`); the preset wins over them."""
-    if getattr(args, "preset", None) != "paper":
-        return
-    for dest, value in args.paper_settings.items():
-        setattr(args, dest, value)
 
 
 def check_output_directories(args) -> None:

@@ -11,9 +11,6 @@ from lincorr.cli.options import (
     PAPER_FIT,
     PAPER_FIT_HELP,
     SIDES,
-    add_alias,
-    add_paper_table_option,
-    add_preset_option,
     counts,
     add_collection_options,
     add_command,
@@ -36,6 +33,7 @@ from lincorr.cli.options import (
     resolve_prompt,
     save_and_print,
 )
+from lincorr.cli.spellings import add_alias, add_paper_table_option, add_preset_option
 from lincorr.errors import DataError, InputError, UsageError
 
 

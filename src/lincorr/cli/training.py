@@ -13,9 +13,6 @@ from lincorr.cli.options import (
     NON_NEGATIVE,
     PAPER_FIT,
     PAPER_FIT_HELP,
-    add_alias,
-    add_paper_table_option,
-    add_preset_option,
     add_collect_settings,
     add_command,
     add_fit_options,
@@ -35,6 +32,7 @@ from lincorr.cli.options import (
     save_and_print,
     whole_number,
 )
+from lincorr.cli.spellings import add_alias, add_paper_table_option, add_preset_option
 from lincorr.errors import UsageError
 
 GENERALIZATION_FILES = "result.json, facts.json, table6.md and fig5.png"
