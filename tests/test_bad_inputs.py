@@ -55,9 +55,9 @@ MISTAKES = [
     ("generalize-lr-inf", ["generalize", "--lr", "inf"], UsageError),
     ("predict-delta-nan", ["predict-edit", "city", "country", "--value", "Paris", "--delta", "nan"], UsageError),
     ("gradcorr-few-eval", ["gradcorr", "--n-eval", "3"], UsageError),
-    ("ablate-seed-negative", ["ablate", "--table7", "--seeds", "0", "-1"], UsageError),
+    ("ablate-seed-negative", ["ablate", "--paper-table", "7", "--seeds", "0", "-1"], UsageError),
     ("ablate-width-zero", ["ablate", "--embedding-width", "64", "0"], UsageError),
-    ("ablate-width-and-table7", ["ablate", "--table7", "--embedding-width", "64"], UsageError),
+    ("ablate-width-and-table7", ["ablate", "--paper-table", "7", "--embedding-width", "64"], UsageError),
     ("ablate-width-past-the-model", ["ablate", "--model", "{model}", "--embedding-width", "999", "--quiet"], UsageError),
     ("demo-seed-negative", ["demo", "--seed", "-1"], UsageError),
     # usage
@@ -91,19 +91,19 @@ MISTAKES = [
     ("references-no-usable-pair", PRECISION + ["--inputs", "{inputs}", "--references", "{refs_unusable.tsv}"], DataError),
     ("fit-references-no-usable-pair", FIT + ["--references", "{refs_unusable.tsv}"], DataError),
     ("precision-own-prompts-without-references", PRECISION + FIT[FIT.index("--source-template"):], UsageError),
-    ("precision-paper-with-own-inputs", PRECISION + ["--paper", "--inputs", "{inputs}"], UsageError),
+    ("precision-paper-with-own-inputs", PRECISION + ["--preset", "paper", "--inputs", "{inputs}"], UsageError),
     ("precision-n-curve-not-numbers", PRECISION + ["--n-curve", "1000,lots"], UsageError),
     ("precision-n-curve-too-few-test-inputs", PRECISION + ["--n-curve", "8,1000"], DataError),
     ("fit-unknown-interval", FIT + ["--ci", "jackknife"], UsageError),
     # output locations: checked before the model loads
-    ("save-dir-is-a-file", FIT + ["--save-dir", "{a_file}"], OutputError),
-    ("save-dir-under-a-file", FIT + ["--save-dir", "{a_file}/run"], OutputError),
-    ("save-dir-read-only", FIT + ["--save-dir", "{read_only}/run"], StorageError, "read_only_workspace_dir"),
-    ("save-dir-full-disk", FIT + ["--save-dir", "{read_only}/run"], StorageError, "full_workspace_dir"),
-    ("save-dir-of-other-files", FIT + ["--save-dir", "{notes_dir}"], OutputError),
+    ("save-dir-is-a-file", FIT + ["--out", "{a_file}"], OutputError),
+    ("save-dir-under-a-file", FIT + ["--out", "{a_file}/run"], OutputError),
+    ("save-dir-read-only", FIT + ["--out", "{read_only}/run"], StorageError, "read_only_workspace_dir"),
+    ("save-dir-full-disk", FIT + ["--out", "{read_only}/run"], StorageError, "full_workspace_dir"),
+    ("save-dir-of-other-files", FIT + ["--out", "{notes_dir}"], OutputError),
     ("out-is-a-file", ["matrix", "--prompts", "city,country", "--model", "{model}", "--out", "{a_file}"], OutputError),
     ("demo-out-of-other-files", ["demo", "--out", "{notes_dir}"], OutputError),
-    ("disk-fills-during-save", FIT + ["--save-dir", "{ws}/run"], StorageError, "disk_fills_while_saving"),
+    ("disk-fills-during-save", FIT + ["--out", "{ws}/run"], StorageError, "disk_fills_while_saving"),
     # the cache
     ("cache-dir-is-a-file", FIT, CacheError, "cache_dir_is_a_file"),
     ("cache-dir-read-only", FIT, StorageError, "read_only_cache"),
@@ -233,7 +233,7 @@ def strict_loads(text: str):
 
 def test_undefined_numbers_are_null_with_a_reason(assets, tmp_path, capsys):
     """A one-word target domain has no instance-wise r: null, and "undefined" says why, in stdout and result.json."""
-    argv = filled(FIT + ["--target-domain", "{one_country}", "--json", "--save-dir", str(tmp_path / "run")], assets)
+    argv = filled(FIT + ["--target-domain", "{one_country}", "--json", "--out", str(tmp_path / "run")], assets)
     assert main(argv) == 0
     for payload in (strict_loads(capsys.readouterr().out), strict_loads((tmp_path / "run" / "result.json").read_text())):
         assert payload["instancewise_r_mean"] is None and payload["n_target_domain"] == 1
@@ -254,10 +254,10 @@ def test_strict_json_replaces_every_non_finite_number():
 
 def test_an_output_directory_is_replaced_whole_with_the_umasks_mode(assets, tmp_path, capsys, umask_022):
     out = tmp_path / "run"
-    assert main(filled(FIT + ["--save-dir", str(out), "--heatmap"], assets)) == 0
+    assert main(filled(FIT + ["--out", str(out), "--heatmap"], assets)) == 0
     assert (out / "W.png").is_file() and (out / OUTPUT_MARKER).is_file()
     assert out.stat().st_mode & 0o777 == 0o755
-    assert main(filled(FIT + ["--save-dir", str(out), "--seed", "1"], assets)) == 0
+    assert main(filled(FIT + ["--out", str(out), "--seed", "1"], assets)) == 0
     assert not (out / "W.png").exists(), "a file of the earlier run survived"
     assert json.loads((out / "result.json").read_text())["seed"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"], "staging or the old directory was left beside it"

@@ -33,7 +33,8 @@ def fit_args(ws, *extra):
 
 def test_fit_json_contract_and_saved_files(workspace, capsys):
     out = workspace / "out"
-    assert main(fit_args(workspace, "--json", "--save-dir", str(out), "--heatmap", "--top", "Tokyo", "--top-influencing", "Japan")) == 0
+    assert main(fit_args(workspace, "--json", "--preset", "paper", "--out", str(out), "--heatmap", "--top", "Tokyo",
+                         "--top-influencing", "Japan")) == 0
     payload = json.loads(capsys.readouterr().out)
     required = {"model", "source", "target", "n_inputs", "n_source_domain", "n_target_domain", "estimator", "alpha",
                 "labelwise_r_mean", "labelwise_r_std", "labelwise_r_ci95", "instancewise_r_mean", "control_labelwise_r_mean", "seconds"}
@@ -70,12 +71,12 @@ def test_fit_table_output_with_ridge_cv(workspace, capsys):
         (["-n", "2"], "at least 10"),
         (["--alpha", "lots", "--estimator", "ridge"], "argument --alpha: must be"),
         (["--top", "Atlantis"], "not in the"),
-        (["--heatmap"], "--save-dir"),
+        (["--heatmap"], "--out"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_no_output(workspace, capsys, extra, message):
     out = workspace / "out"
-    args = fit_args(workspace, "--save-dir", str(out), *extra) if "--heatmap" not in extra else fit_args(workspace, *extra)
+    args = fit_args(workspace, "--out", str(out), *extra) if "--heatmap" not in extra else fit_args(workspace, *extra)
     if "-n" in extra:
         args = [a for a in args if a not in ("--inputs", str(workspace / "inputs.txt"))]
     assert main(args) == 2
@@ -89,7 +90,7 @@ def test_ols_with_too_few_inputs_fails_before_collecting(workspace, capsys, monk
 
     monkeypatch.setattr(collect, "domain_scores", lambda *a, **k: pytest.fail("collected before checking sizes"))
     (workspace / "few.txt").write_text("\n".join(NAMES[:20]), encoding="utf-8")
-    args = fit_args(workspace, "--test-fraction", "0.8")  # 4 training inputs for 5 source words
+    args = fit_args(workspace, "--test-fraction", "0.8", "--estimator", "ols")  # 4 training inputs for 5 source words
     args[args.index(str(workspace / "inputs.txt"))] = str(workspace / "few.txt")
     assert main(args) == 2
     assert "--estimator ridge" in capsys.readouterr().err
@@ -129,10 +130,11 @@ def test_ablate_json_on_a_tiny_model(tmp_path, capsys):
 
 # ---- the command surface ----
 
-# Every command with --estimator, and its default: the paper's ols, except where W itself must be read.
+# Every command with --estimator, and its default: ridge, except the precision studies' ridge-std (Hit@Top-N, read in standard units).
 ESTIMATOR_DEFAULTS = {
-    "fit": "ols", "matrix": "ols", "precision": "ridge-std", "lre": "ols", "cases": "ols", "resilience": "ols", "scale": "ols",
-    "demo": "ridge", "generalize": "ridge", "diagnose": "ridge", "subwords": "ridge", "gradcorr": "ridge", "predict-edit": "ridge",
+    "fit": "ridge", "matrix": "ridge", "precision": "ridge-std", "lre": "ridge-std", "cases": "ridge", "resilience": "ridge",
+    "scale": "ridge", "demo": "ridge", "generalize": "ridge", "diagnose": "ridge", "subwords": "ridge", "gradcorr": "ridge",
+    "predict-edit": "ridge",
 }
 
 

@@ -23,6 +23,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import lincorr
@@ -32,6 +33,7 @@ from lincorr.inputs import read_inputs_file
 from lincorr.domains import read_word_file
 from lincorr.knowledge.files import read_registry_file
 from lincorr.knowledge.lre import LRE_FILE, read_lre_relation
+from lincorr.linear import MAP_FILE, LinearMap
 from lincorr.models import MODEL_CONFIG, check_model_directory
 from lincorr.reading import MAX_FILE_BYTES, MAX_NESTING
 from lincorr.relations import read_reference_file
@@ -59,6 +61,7 @@ class Reader:
     kind: FileKind | None = None  # its declared shape, when it has one
     structured: bool = True  # JSON or YAML: nesting variants apply
     json: bool = True  # JSON: field variants apply
+    text: bool = True  # a text file: a byte-order mark before it loses nothing
 
 
 def write_json(path: Path, document) -> None:
@@ -121,6 +124,8 @@ READERS = {
     "inputs file": Reader(read_inputs_file, text("Alice\nBob\n"), structured=False, json=False),
     "word file": Reader(read_word_file, text("Paris\nTokyo\n"), structured=False, json=False),
     "training text": Reader(text_facts, text("Paris is in France.\n"), structured=False, json=False),
+    "linear map file": Reader(LinearMap.load, lambda path: LinearMap(alpha=1.0).fit(np.eye(4), np.eye(4)[:, :2]).save(path),
+                              MAP_FILE, structured=False, json=False, text=False),
 }
 FILE_NAMES = {"saved pair": "result.json", "saved result state": "result_state.json", "saved result provenance": "provenance.json",
               "model config": "config.json", "report of a reproduction": "reproduction.json"}
@@ -135,6 +140,7 @@ READ_SITES = {
     "lincorr.inputs:read_inputs_file": "inputs file",
     "lincorr.knowledge.files:read_registry_file": "registry file",
     "lincorr.knowledge.lre:read_lre_relation": "LRE relation file",
+    "lincorr.linear:LinearMap.load": "linear map file",
     "lincorr.models:check_model_directory": "model config",
     "lincorr.relations:read_reference_file": "reference file",
     "lincorr.reproduce.runner:ReproductionResult.load": "saved reproduction",
@@ -218,7 +224,7 @@ def special_files(path: Path, good: bytes) -> dict[str, Callable[[], None]]:
             "a link to /dev/zero": replace(lambda: path.symlink_to("/dev/zero")),
             "a dangling link": replace(lambda: path.symlink_to(path.parent / "nowhere")),
             "a link loop": replace(lambda: path.symlink_to(path)), "over the size limit": replace(huge),
-            "UTF-16": replace(lambda: path.write_bytes(good.decode("utf-8").encode("utf-16"))),
+            "UTF-16": replace(lambda: path.write_bytes(good.decode("utf-8", errors="replace").encode("utf-16"))),
             "Latin-1": replace(lambda: path.write_bytes(good + "é".encode("latin-1"))),
             "binary": replace(lambda: path.write_bytes(bytes(range(256))))}
 
@@ -235,9 +241,10 @@ def test_special_files_encodings_size_and_nesting_are_refused(name, tmp_path, ru
     for variant, damage in variants.items():
         damage()
         refused(reader, path, variant)
-    path.unlink()
-    path.write_bytes(codecs.BOM_UTF8 + good)
-    reader.read(path)  # a byte-order mark loses nothing
+    if reader.text:
+        path.unlink()
+        path.write_bytes(codecs.BOM_UTF8 + good)
+        reader.read(path)  # a byte-order mark loses nothing
 
 
 def paths_of(value, where: tuple = ()):
@@ -296,7 +303,7 @@ def shaped_fields(shape, value, where: str = ""):
             yield field, (step, *path), refused_value
 
 
-@pytest.mark.parametrize("name", [name for name, reader in READERS.items() if reader.kind is not None])
+@pytest.mark.parametrize("name", [name for name, reader in READERS.items() if reader.kind is not None and reader.json])
 def test_a_wrong_kind_of_value_at_every_declared_field_is_named(name, tmp_path, runs_for_examples):
     reader = READERS[name]
     path = example_file(name, tmp_path / "run")
@@ -437,3 +444,16 @@ def test_the_report_shows_any_json_number_and_any_published_rows(tmp_path):
     write_json(run / "reproduction.json", {**document, "claims": [{**claim, "paper": {**claim["paper"], "rows": 5}}]})
     with pytest.raises(InputError, match=r"claims\[0\]\.paper\.rows is a whole number, not a list"):
         build_report([run])
+
+
+def test_a_wrong_kind_of_value_in_a_linear_maps_header_is_named(tmp_path):
+    from safetensors.numpy import save
+
+    path = tmp_path / "map.safetensors"
+    LinearMap(alpha=1.0).fit(np.eye(4), np.eye(4)[:, :2]).save(path)
+    header = json.loads(json.loads(path.read_bytes()[8:8 + int.from_bytes(path.read_bytes()[:8], "little")])["__metadata__"]["lincorr"])
+    arrays = {"W": np.zeros((4, 2), np.float32), "intercept": np.zeros(2, np.float32)}
+    for field, value in (("alpha_", "big"), ("one_d_target", 3), ("params.alphas", {"a": 1}), ("format", None)):
+        damaged = replaced(header, tuple(field.split(".")), value)
+        path.write_bytes(save(arrays, metadata={"lincorr": json.dumps(damaged)}))
+        refused(READERS["linear map file"], path, f"{field} = {value!r}", field)

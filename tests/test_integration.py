@@ -91,7 +91,7 @@ def test_cli_fit_json_and_save_dir(bundled, tmp_path, capsys):
     bundled("gemma-3-270m")  # converted weights in place
     out = tmp_path / "run"
     code = main(["fit", "city", "country", "--model", "gemma-3-270m", "-n", str(N_INPUTS), "--seed", "0", "--estimator", "ridge",
-                 "--alpha", "cv", "--json", "--quiet", "--save-dir", str(out), "--top", "Tokyo"])
+                 "--alpha", "cv", "--json", "--quiet", "--out", str(out), "--top", "Tokyo"])
     assert code == 0
     payload = json.loads(capsys.readouterr().out)
     for key in ("model", "source", "target", "n_inputs", "n_source_domain", "n_target_domain", "estimator", "alpha",

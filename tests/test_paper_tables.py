@@ -76,7 +76,7 @@ def direct_pairs(lm, relations, config=RIDGE):
 # ---- precision --table2 and --all-references ----
 
 def test_precision_table2_rows_are_the_papers_relations_and_hit_at_k_of_their_own_fit(paper_model, capsys):
-    assert main(["precision", "--table2", "--model", str(paper_model), *RIDGE_OPTIONS, "--json"]) == 0
+    assert main(["precision", "--paper-table", "2", "--model", str(paper_model), *RIDGE_OPTIONS, "--json"]) == 0
     payload = json.loads(capsys.readouterr().out)
     ridge = [row for row in payload["rows"] if row["estimator"] == "ridge"]
     assert [row["label"] for row in ridge] == paper_labels("table2")
@@ -176,7 +176,7 @@ def test_cases_paper_table_rows_are_the_top_words_of_their_own_fit(paper_model, 
 def test_gradcorr_table4_rows_follow_the_paper_and_equal_a_single_pair_run(paper_model, capsys, monkeypatch, tmp_path):
     options = ("--model", str(paper_model), "-n", str(N_INPUTS), "--alpha", "1", "--lr", "1e-2", "--n-step-facts", "8", "--n-eval", "15",
                "--json", "--quiet")
-    assert main(["gradcorr", "--table4", *options]) == 0
+    assert main(["gradcorr", "--paper-table", "4", *options]) == 0
     table = json.loads(capsys.readouterr().out)
     assert [row["relation"] for row in table["rows"]] + [s["relation"] for s in table["skipped"]] == paper_labels("table4")
     city = next(row for row in table["rows"] if row["relation"] == "City->Country")
@@ -192,7 +192,7 @@ def test_gradcorr_table4_rows_follow_the_paper_and_equal_a_single_pair_run(paper
 def test_generalize_table5_rows_follow_the_paper_and_equal_a_single_pair_run(paper_model, capsys, monkeypatch, tmp_path):
     options = ("--model", str(paper_model), "-n", str(N_INPUTS), "--alpha", "1", "--lr", "1e-2", "--n-facts", "2", "--n-seeds", "1",
                "--epochs", "2", "--json", "--quiet")
-    assert main(["generalize", "--table5", *options]) == 0
+    assert main(["generalize", "--paper-table", "5", *options]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [row["relation"] for row in rows] == paper_labels("table5")
     city = rows[0]
@@ -212,7 +212,7 @@ def test_generalize_table5_rows_follow_the_paper_and_equal_a_single_pair_run(pap
 
 def test_ablate_table7_rows_follow_the_paper_and_average_single_runs_over_seeds(paper_model, capsys):
     options = ("--model", str(paper_model), "--stage1-epochs", "2", "--stage2-epochs", "2", "--json", "--quiet")
-    assert main(["ablate", "--table7", "--seeds", "0", "1", *options]) == 0
+    assert main(["ablate", "--paper-table", "7", "--seeds", "0", "1", *options]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [(row["relation"], row["mapping"]) for row in rows] == [
         (f"{row.relation.source}->{row.relation.target}", row["mapping"]) for row in paper_table("table7").rows]

@@ -161,7 +161,7 @@ def test_cli_reference_without_a_usable_pair_fails_once_before_any_collection(wo
     pairs = workspace / "pairs.tsv"
     pairs.write_text("Pizza\tItaly\nGotham\tFrance\n", encoding="utf-8")
     for command in (["precision", "tiny_city", "tiny_country"], ["fit", "city", "country", *custom(workspace)]):
-        assert run(workspace, *command, "--references", str(pairs), "--out" if command[0] == "precision" else "--save-dir",
+        assert run(workspace, *command, "--references", str(pairs), "--out",
                    str(workspace / "out")) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"lincorr: error: no pair of reference file {pairs} can be used for")
@@ -191,7 +191,7 @@ def test_cli_fit_references_prints_hit_at_k(workspace, capsys):
     text = capsys.readouterr().out
     assert "Hit@1/3/5        influenced " in text and f"city->country: reference file {pairs} (sha256 {sha256}): 5 pairs read" in text
     save_dir = workspace / "run"
-    assert run(workspace, "fit", "city", "country", *custom(workspace), "--references", str(pairs), "--json", "--save-dir", str(save_dir)) == 0
+    assert run(workspace, "fit", "city", "country", *custom(workspace), "--references", str(pairs), "--json", "--out", str(save_dir)) == 0
     precision = json.loads(capsys.readouterr().out)["precision"]
     assert set(precision["hit_influenced"]) == {"1", "3", "5"} and precision["n_pairs_influenced"] == 5
     assert json.loads((save_dir / "result.json").read_text())["precision"]["reference_file"]["sha256"] == sha256

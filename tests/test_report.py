@@ -72,7 +72,7 @@ def test_sections_carry_command_fingerprint_settings_and_version(tiny_runs):
     from lincorr import __version__
 
     fit, = read_run(tiny_runs["fit"])
-    assert fit.provenance.command.startswith("lincorr fit tiny_city tiny_country --inputs ") and "--save-dir" in fit.provenance.command
+    assert fit.provenance.command.startswith("lincorr fit tiny_city tiny_country --inputs ") and "--out" in fit.provenance.command
     assert fit.provenance.model_fingerprint.startswith("hf-") or ":" in fit.provenance.model_fingerprint
     assert fit.provenance.settings["estimator"] == "ridge" and fit.provenance.settings["alpha"] == 1.0
     assert fit.provenance.lincorr_version == __version__ and fit.provenance.written_at

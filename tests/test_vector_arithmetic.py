@@ -387,7 +387,7 @@ def cli(workspace, *args):
     (["lens", "capitals", "--n-pairs", "5"], "lens", {"crossing_layer", "argument_rr", "final_accuracy"}),
     (["ovector", "capitals", "--layer", "1", "--control", "other", "--n-source", "3", "--n-pairs", "5", "--sweep"], "ovector",
      {"accuracy_with", "accuracy_random", "transfer_accuracy", "per_layer"}),
-    (["ovector", "capitals", "--layer", "0", "--control", "other", "--n-source", "3", "--n-pairs", "5", "--protocol", "paper",
+    (["ovector", "capitals", "--layer", "0", "--control", "other", "--n-source", "3", "--n-pairs", "5", "--preset", "paper",
       "--contexts", "both"], "ovector", {"protocol", "by_context", "accuracy_with"}),
     (["ffn-ablate", "capitals", "--from-layer", "1", "--mean", "--n-pairs", "5", "--n-reference", "3"], "ffn_ablation",
      {"abstractive_after", "extractive_after"}),

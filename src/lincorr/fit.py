@@ -20,7 +20,7 @@ from lincorr.models import LM
 from lincorr.domains import Domain
 from lincorr.outputs import settings_key, staged_directory, write_array, write_json
 from lincorr.reading import read_array
-from lincorr.results import decode, record
+from lincorr.results import decode, record, require_pandas
 from lincorr.schema import NUMBER, REAL, TEXT, Entries, FileKind, Items, read_document
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
@@ -42,11 +42,15 @@ CI_METHODS = {
 
 @dataclasses.dataclass(frozen=True)
 class FitConfig:
-    """How a pair is measured: split, estimator, bootstrap and control settings."""
+    """How a pair is measured: split, estimator, bootstrap and control settings.
+
+    The defaults are the CLI's: ridge with a cross-validated penalty, whose W can be read at 1,000 inputs; the paper's fit is
+    `estimator="ols"` (`--preset paper`).
+    """
 
     seed: int = 0
-    estimator: str = "ols"
-    alpha: float | str = 1.0
+    estimator: str = "ridge"
+    alpha: float | str = "cv"
     test_fraction: float = 0.5
     n_boot: int = 1000
     n_control: int = 5  # shuffles averaged in the control: one shuffle is a noisy null when labels co-vary
@@ -176,6 +180,13 @@ class PairResult:
         column = self.W[:, self.target.domain.index(target_word)]
         return [(self.source.domain.words[i], float(column[i])) for i in top_k(column, k)]
 
+    def to_pandas(self):
+        """W as a pandas DataFrame, rows labelled by source words and columns by target words (pandas is needed, not installed with
+        lincorr); the summary is `summary()`, and `labelwise_by_word()` the r of each target word."""
+        pandas = require_pandas()
+        return pandas.DataFrame(self.W, index=pandas.Index(self.source.domain.words, name=self.source_name),
+                                columns=pandas.Index(self.target.domain.words, name=self.target_name))
+
     def text(self) -> str:
         """The terminal's view of `lincorr fit`: the pair, the inputs, the estimator and every r."""
         s = self.summary()
@@ -200,8 +211,8 @@ class PairResult:
     def load(cls, directory) -> PairResult:
         """The pair `save` wrote into `directory`: W, b and the logits from their `.npy` files (never unpickled), the rest from result.json.
 
-        The reference is matched again from the pairs result.json kept (the dropped ones are not saved); the estimator is not
-        stored, so `estimator` is None and W comes from W.npy.
+        The reference is matched again from the pairs result.json kept (the dropped ones are not saved). The fitted map
+        (`estimator`) is rebuilt from W.npy, b.npy and the saved config, so it predicts as the one that was saved.
         """
         directory = Path(directory)
         result = read_document(directory / "result.json", PAIR_FILE)
@@ -225,12 +236,15 @@ class PairResult:
 
         low, high = (np.nan if value is None else value for value in result["labelwise_r_ci95"])
         source, target = table("source"), table("target")
+        config = decode(FitConfig, result["config"])
+        W, intercept = array("W.npy"), array("b.npy")
+        standardized = array("W_standardized.npy") if config.standardize else None
+        estimator = config.linear_map().with_weights(W, intercept, float(result["alpha"]), W_standardized=standardized)
         kept_pairs = tuple((subject, tuple(objects)) for subject, objects in result["reference_pairs"].items())
         return cls(
             source=source, target=target, source_name=result["source"], target_name=result["target"],
-            model_name=result["model"], config=decode(FitConfig, result["config"]),
-            W=array("W.npy"), intercept=array("b.npy"),
-            alpha=float(result["alpha"]), train_index=np.array(result["train_index"], dtype=int),
+            model_name=result["model"], config=config, W=W, intercept=intercept, alpha=float(result["alpha"]), estimator=estimator,
+            train_index=np.array(result["train_index"], dtype=int),
             test_index=np.array(result["test_index"], dtype=int), labelwise_r=numbers(result["labelwise_r"].values()),
             instancewise_r=numbers(result["instancewise_r"]), labelwise_r_ci95=(low, high),
             control_labelwise_r=numbers(result["control_labelwise_r"]), seconds=float(result["seconds"]),
@@ -251,6 +265,8 @@ class PairResult:
         with staged_directory(directory) as out:
             write_array(out / "W.npy", self.W)
             write_array(out / "b.npy", self.intercept)
+            if self.config.standardize:  # what a standardized map's W is read by (precision ranks it)
+                write_array(out / "W_standardized.npy", self.estimator.W_standardized_)
             write_array(out / "source_logits.npy", self.source.values)
             write_array(out / "target_logits.npy", self.target.values)
             write_json(out / "source_tokens.json", list(self.source.domain.tokens))
@@ -398,7 +414,7 @@ def fit_relation_tables(relation: BoundRelation, tables: Mapping[str, LogitTable
 
 
 def fit_relation(lm: LM, registry, relation: RelationSpec, *, n_inputs: int = 1000,
-                 fit: FitConfig = FitConfig(estimator="ridge", alpha="cv", n_boot=100), keep_subwords: bool = False,
+                 fit: FitConfig = FitConfig(n_boot=100), keep_subwords: bool = False,
                  settings: CollectSettings = CollectSettings()) -> BoundRelation:
     """Bind a relation to `lm`'s tokenizer and fit its W on `n_inputs` vocabulary inputs (cached tables)."""
     bound = bind_relation(registry, relation, lm.tokenizer, keep_subwords=keep_subwords)

@@ -2,22 +2,31 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import scipy.linalg
 from sklearn.base import BaseEstimator, RegressorMixin, clone
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from lincorr.errors import LincorrError
+from lincorr.errors import InputError, LincorrError
+from lincorr.filesystem import atomic_file
+from lincorr.reading import parse_json, read_bytes
+from lincorr.schema import REAL, TEXT, FileKind, Items, checked
 
 DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-3, 5, 17))
+MAP_FORMAT = "lincorr.LinearMap/1"  # the metadata tag `LinearMap.load` accepts
+MAP_FILE = FileKind("linear map file", {"format": TEXT, "alpha_": REAL, "one_d_target": bool, "params": {"alphas": Items(REAL)}},
+                    "pass a file written by LinearMap.save")
 
 
 class LinearMap(RegressorMixin, BaseEstimator):
     """The linear map between logit tables, a scikit-learn regressor: target = source @ W + b.
 
-    estimator="ols" is the paper's ordinary least squares with a bias; "ridge" adds an L2
-    penalty `alpha` on W (not on b), either fixed or chosen by k-fold cross-validation
-    (alpha="cv") over `alphas`. With `standardize`, every source and target column is z-scored
+    estimator="ols" is the paper's ordinary least squares with a bias; "ridge" (the default, as in
+    the CLI) adds an L2 penalty `alpha` on W (not on b), either fixed or chosen by k-fold
+    cross-validation (alpha="cv", the default) over `alphas`. With `standardize`, every source and target column is z-scored
     on the training rows first and the ridge penalty is per training input, so alpha=1 solves
     W = (C_xx + I)^-1 C_xy in correlation units whatever N is. Learned: `W_` `[n_source, n_target]`
     (row i: how source word i moves every target, in the data's units), `coef_` (the same in
@@ -27,7 +36,7 @@ class LinearMap(RegressorMixin, BaseEstimator):
     `score` is scikit-learn's R^2; the paper's label-wise r is `metrics.labelwise_pearson`.
     """
 
-    def __init__(self, estimator: str = "ols", alpha: float | str = 1.0, alphas=DEFAULT_ALPHAS, cv: int = 5, seed: int = 0,
+    def __init__(self, estimator: str = "ridge", alpha: float | str = "cv", alphas=DEFAULT_ALPHAS, cv: int = 5, seed: int = 0,
                  standardize: bool = False):
         self.estimator = estimator
         self.alpha = alpha
@@ -90,13 +99,61 @@ class LinearMap(RegressorMixin, BaseEstimator):
         gives with the same penalty `alpha_`.
         """
         check_is_fitted(self)
-        part = clone(self)
-        part.n_features_in_, part.alpha_ = self.n_features_in_, self.alpha_
-        part.W_, part.intercept_ = self.W_[:, columns], self.intercept_[columns]
-        part.coef_ = part.W_.T
+        return clone(self).with_weights(self.W_[:, columns], self.intercept_[columns], self.alpha_,
+                                        W_standardized=self.W_standardized_[:, columns] if self.standardize else None)
+
+    def with_weights(self, W, intercept, alpha: float, *, W_standardized=None, one_d_target: bool = False) -> LinearMap:
+        """This map, fitted already: W `[n_source, n_target]`, b `[n_target]` and the penalty `alpha` used (a saved result's map)."""
+        self.W_, self.intercept_ = np.asarray(W, dtype=np.float32), np.asarray(intercept, dtype=np.float32)
+        self.n_features_in_, self.alpha_, self.coef_ = self.W_.shape[0], float(alpha), self.W_.T
+        if W_standardized is not None:
+            self.W_standardized_ = np.asarray(W_standardized, dtype=np.float32)
+        if one_d_target:
+            self.coef_, self.intercept_ = self.coef_[0], self.intercept_[0]
+        return self
+
+    def save(self, path) -> None:
+        """This fitted map as one safetensors file (W, b, and W in z units when standardized) with its parameters as JSON metadata.
+
+        Nothing is pickled: `load` reads arrays and JSON only.
+        """
+        from safetensors.numpy import save
+
+        check_is_fitted(self)
+        arrays = {"W": self.W_, "intercept": np.atleast_1d(self.intercept_)}
         if self.standardize:
-            part.W_standardized_ = self.W_standardized_[:, columns]
-        return part
+            arrays["W_standardized"] = self.W_standardized_
+        header = {"format": MAP_FORMAT, "params": {**self.get_params(), "alphas": [float(a) for a in self.alphas]},
+                  "alpha_": float(self.alpha_), "one_d_target": np.ndim(self.coef_) == 1}
+        with atomic_file(path, "wb") as out:
+            out.write(save({name: np.ascontiguousarray(values, dtype=np.float32) for name, values in arrays.items()},
+                           metadata={"lincorr": json.dumps(header)}))
+
+    @classmethod
+    def load(cls, path) -> LinearMap:
+        """The fitted map `save` wrote to `path`; a file that is not one is one clear InputError.
+
+        The file goes through `reading.read_bytes` (a regular file, bounded in size) and its JSON header through
+        `reading.parse_json` and the declared `MAP_FILE` shape before any array is built; nothing is unpickled.
+        """
+        from safetensors import SafetensorError
+        from safetensors.numpy import load
+
+        raw = read_bytes(path, MAP_FILE.what)
+        try:
+            header_size = int.from_bytes(raw[:8], "little")
+            if len(raw) < 8 or header_size > len(raw) - 8:
+                raise ValueError("shorter than its header says")
+            metadata = parse_json(raw[8:8 + header_size].decode("utf-8"), path, MAP_FILE.what, MAP_FILE.remedy).get("__metadata__") or {}
+            header = checked(parse_json(str(metadata.get("lincorr", "null")), path, MAP_FILE.what, MAP_FILE.remedy), MAP_FILE, Path(path))
+            arrays = load(raw)
+            if header["format"] != MAP_FORMAT:
+                raise ValueError(f"format {header['format']!r}, not {MAP_FORMAT}")
+            fitted = cls(**{**header["params"], "alphas": tuple(header["params"]["alphas"])})
+            return fitted.with_weights(arrays["W"], arrays["intercept"], header["alpha_"], W_standardized=arrays.get("W_standardized"),
+                                       one_d_target=header["one_d_target"])
+        except (SafetensorError, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
+            raise InputError(f"{MAP_FILE.what} {path} is not a linear map lincorr saved ({error}); {MAP_FILE.remedy}") from None
 
     def select_alpha(self, source: np.ndarray, target: np.ndarray, penalty_unit: float = 1) -> float:
         """The alpha with the lowest k-fold mean squared error (each alpha applied as alpha * `penalty_unit`)."""

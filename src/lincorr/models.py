@@ -18,6 +18,7 @@ import torch
 from lincorr.cache import conversion_state, converted_model_directory, file_sha256, record_conversion
 from lincorr.errors import DeviceError, ModelError
 from lincorr.filesystem import replaced_directory
+from lincorr.provenance import note
 from lincorr.schema import TEXT, FileKind, Maybe, read_document
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,31 @@ def load_model(
         lm.model.to(device)
     lm.model.eval()
     lm.spec = spec
+    note("models", lm.name, {"dtype": dtype, "device": str(next(lm.model.parameters()).device), "device_map": device_map})
     return lm
+
+
+def load_tokenizer(spec: str = DEFAULT_MODEL, *, trust_remote_code: bool = False):
+    """The tokenizer of `spec` without its weights, where that is cheap: a local model directory, or a bundled alias or .gguf
+    file already converted. None otherwise (a GGUF not converted yet, a hub id): then only loading the model gives it.
+
+    Lets every check that needs only the tokenizer (domains, their size against the inputs) fail in seconds, before the model
+    loads. `load_model` checks the conversion whole; this reads only the tokenizer files the conversion wrote.
+    """
+    from transformers import AutoTokenizer
+
+    local = Path(spec).expanduser()
+    if spec not in BUNDLED and not spec.endswith(".gguf"):
+        if not (local.is_dir() and (local / "config.json").is_file()):
+            return None
+        return prepare_tokenizer(AutoTokenizer.from_pretrained(str(local), trust_remote_code=trust_remote_code))
+    path = bundled_gguf_path(BUNDLED[spec]) if spec in BUNDLED else local
+    if not path.is_file():
+        return None
+    converted = converted_model_directory(spec if spec in BUNDLED else path.stem, f"gguf-sha256:{file_sha256(path)}")
+    if not any((converted / name).is_file() for name in TOKENIZER_FILES):
+        return None
+    return prepare_tokenizer(AutoTokenizer.from_pretrained(converted))
 
 
 def check_device(device: str | None) -> None:

@@ -66,20 +66,25 @@ def settings_key(config) -> dict:
 
 
 def write_provenance(directory, *, study: str, model_fingerprint=None, settings: dict | None = None) -> None:
-    """provenance.json: the study, the command that wrote `directory` (None from Python), lincorr's version, the model's fingerprint, the settings and the time.
+    """provenance.json: the study, the command that wrote `directory` (from Python: None, and the Python call), lincorr's version,
+    the model's fingerprint, the settings and their seed, the environment (versions, threads, dtype, device, batch size) and the time.
 
     Every study's `save` writes it under the same name (through `results.record`), so a reader (`lincorr report`,
     `lincorr.load_result`) finds which study wrote a directory and where its result came from. `model_fingerprint` is a string, or a mapping
     from model name to fingerprint for studies over several models.
     """
     from lincorr import __version__
-    from lincorr.provenance import running_command
+    from lincorr.provenance import environment, python_call, running_command
 
+    command = running_command()
     write_json(Path(directory) / "provenance.json", {
         "study": study,
-        "command": running_command(),
+        "command": command,
+        "python_call": None if command else python_call(),
         "lincorr_version": __version__,
         "model_fingerprint": model_fingerprint,
         "settings": settings,
+        "seed": (settings or {}).get("seed"),
+        "environment": environment(),
         "written_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     })

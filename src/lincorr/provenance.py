@@ -1,8 +1,11 @@
-"""Where a result comes from: the digest of the lincorr code behind a cached number, and the command line that is running.
+"""Where a result comes from: the digest of the lincorr code behind a cached number, the command line that is running, and the
+environment that computed it.
 
 Cache keys (logit tables, stored study rows) carry `code_digest(module)`, so any change to the
 code behind a result — not only a change someone remembered to mark — makes it recompute.
-Saved results name the `lincorr` command that wrote them (`running_command`, recorded by the CLI).
+Saved results name the `lincorr` command that wrote them (`running_command`, recorded by the CLI), or the Python call when
+none is running, and the environment (`environment`): versions, threads, and the dtype, device and batch size this process
+used, noted where they are decided (`note`), since batch size and threads change the logits in their last digits.
 """
 
 from __future__ import annotations
@@ -19,6 +22,42 @@ PACKAGE = "lincorr"
 
 # The arguments of the `lincorr` command this process is running; None while lincorr is used as a library.
 _running_arguments: tuple[str, ...] | None = None
+
+
+# What this process has used so far that a saved result depends on: models (dtype, device) and logit batch sizes.
+_noted: dict[str, dict] = {"models": {}, "batch_sizes": {}}
+
+
+def note(kind: str, name: str, value) -> None:
+    """Remember that this process used `value` for `name` ("models": a model's dtype and device; "batch_sizes": a model's batch)."""
+    _noted[kind][name] = value
+
+
+def environment() -> dict:
+    """Versions of lincorr, torch, transformers and Python, torch's thread count, and what `note` remembered."""
+    import platform
+    import sys
+    from importlib.metadata import PackageNotFoundError, version
+
+    from lincorr import __version__
+
+    def installed(package: str) -> str | None:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return None
+
+    torch = sys.modules.get("torch")  # a result that never touched torch does not import it only to say so
+    return {"lincorr": __version__, "torch": installed("torch"), "transformers": installed("transformers"),
+            "python": platform.python_version(), "torch_threads": torch.get_num_threads() if torch else None,
+            "models": dict(_noted["models"]), "batch_sizes": dict(_noted["batch_sizes"])}
+
+
+def python_call() -> str | None:
+    """How this Python process was started (`python script.py ARGS`), for results saved without a `lincorr` command."""
+    import sys
+
+    return shlex.join(["python", *sys.argv]) if sys.argv and sys.argv[0] else None
 
 
 def record_command(argv: Sequence[str] | None) -> None:

@@ -22,11 +22,11 @@ from typing import ClassVar, Protocol
 
 import numpy as np
 
-from lincorr.errors import InputError
+from lincorr.errors import InputError, LincorrError
 from lincorr.outputs import write_json, write_provenance
 from lincorr.schema import ANY, NULL, TEXT, FileKind, Maybe, read_document
 
-__all__ = ["Result", "Stored", "STATE_FILE", "record", "encode", "decode", "read_state", "read_study"]
+__all__ = ["Result", "Stored", "STATE_FILE", "record", "encode", "decode", "read_state", "read_study", "summary_frame", "require_pandas"]
 
 STATE_FILE = "result_state.json"
 WHAT = "saved result"
@@ -57,10 +57,34 @@ class Stored:
 
     study: ClassVar[str]
 
+    def to_pandas(self):
+        """The summary as a pandas DataFrame (see `summary_frame`); pandas is needed, not installed with lincorr."""
+        return summary_frame(self.summary())
+
     @classmethod
     def load(cls, directory):
         """The result `save` wrote into `directory`; an InputError when it holds another study's or none."""
         return read_state(cls, directory)
+
+
+def require_pandas():
+    """pandas, which lincorr does not depend on; one clear error where it is missing."""
+    try:
+        import pandas
+    except ImportError:
+        raise LincorrError("to_pandas() needs pandas, which lincorr does not install: pip install pandas") from None
+    return pandas
+
+
+def summary_frame(summary: dict):
+    """A result's summary as a DataFrame: its table (`rows`, or a reproduction's `claims`) one row per line, else one row
+    whose nested keys are joined with '.'."""
+    pandas = require_pandas()
+    for key in ("rows", "claims"):
+        table = summary.get(key)
+        if isinstance(table, list) and table and all(isinstance(row, dict) for row in table):
+            return pandas.DataFrame(table)
+    return pandas.json_normalize(summary)
 
 
 def record(out: Path, result, *, model_fingerprint=None, settings: dict | None = None, state: bool = True) -> None:

@@ -130,7 +130,7 @@ def write_tiny_runs(root) -> dict:
     inputs.write_text("\n".join(NAMES[:60]), encoding="utf-8")
     shared = ["--model", str(model), "--registry", str(registry), "--quiet"]
     commands = {
-        "fit": ["fit", "tiny_city", "tiny_country", "--inputs", str(inputs), *FIT, "--heatmap", "--save-dir"],
+        "fit": ["fit", "tiny_city", "tiny_country", "--inputs", str(inputs), *FIT, "--heatmap", "--out"],
         "matrix": ["matrix", "--family", "tiny", "--inputs", str(inputs), *FIT, "--out"],
         "precision": ["precision", "tiny_city", "tiny_country", "--inputs", str(inputs), "--out"],
         "cases": ["cases", "tiny_city", "tiny_country", "--word", "Paris", "--word", "Tokyo", "-k", "3", "--inputs", str(inputs), "--out"],

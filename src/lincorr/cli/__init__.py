@@ -24,6 +24,7 @@ from lincorr.cli.report import add_report_command
 from lincorr.cli.reproduce import add_reproduce_command
 from lincorr.cli.studies import add_study_commands
 from lincorr.cli.options import CommandParser, check_output_directories, check_user_files
+from lincorr.cli.spellings import add_global_options, apply_preset
 from lincorr.cli.training import add_training_commands
 from lincorr.errors import LincorrError, StorageError, UsageError
 from lincorr.progress import quiet
@@ -33,21 +34,34 @@ SHARED_ERROR_GRACE_S = 30  # far longer than the two ranks of one launch drift a
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 
 
+# `lincorr --help` lists the commands by the system they belong to, in this order.
+SYSTEMS = (
+    ("correlation (Peng et al.: W between two prompts' logits)", (add_core_commands, add_study_commands)),
+    ("training studies (Peng et al. §4-6)", (add_training_commands, add_ablation_command)),
+    ("vector arithmetic (Merullo et al.)", (add_mechanism_commands,)),
+    ("extractive structures (Feng et al.)", (add_extractive_command,)),
+    ("reproduction", (add_reproduce_command,)),
+    ("registry", (add_registry_commands,)),
+    ("report", (add_report_command,)),
+    ("cache", (add_cache_command,)),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = CommandParser(prog="lincorr", description="Linear correlation between knowledge prompts of a language model.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="show library log messages")
+    parser = CommandParser(prog="lincorr", description="Linear correlation between knowledge prompts of a language model.",
+                           formatter_class=argparse.RawDescriptionHelpFormatter,
+                           epilog="Run `lincorr COMMAND --help` for a command's options and defaults.")
+    add_global_options(parser)
     parser.add_argument("--version", action="version", version=f"lincorr {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    add_core_commands(commands)
-    add_registry_commands(commands)
-    add_study_commands(commands)
-    add_ablation_command(commands)
-    add_training_commands(commands)
-    add_extractive_command(commands)
-    add_mechanism_commands(commands)
-    add_reproduce_command(commands)
-    add_report_command(commands)
-    add_cache_command(commands)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
+    listing = []
+    for title, adders in SYSTEMS:
+        before = len(commands._choices_actions)
+        for add in adders:
+            add(commands)
+        listing.append((title, commands._choices_actions[before:]))
+    parser.description += "\n\n" + "\n\n".join(
+        f"{title}:\n" + "\n".join(f"  {action.dest:<13} {action.help}" for action in actions) for title, actions in listing)
     return parser
 
 
@@ -59,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return done.code if isinstance(done.code, int) else 0
     except UsageError as error:
         return report_error(error)
-    configure_logging(args.verbose)
+    configure_logging(getattr(args, "verbose", False))
     from lincorr.provenance import record_command
 
     record_command(sys.argv[1:] if argv is None else argv)  # saved results name the command that wrote them
@@ -70,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             serve_run(args, team)
             finished = True
             return 0
+        apply_preset(args)
         check_output_directories(args)
         check_user_files(args)
         with quiet(getattr(args, "quiet", False)):  # progress bars are decided here, once

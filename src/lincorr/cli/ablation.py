@@ -10,7 +10,6 @@ from lincorr.cli.options import (
     add_model_options,
     add_out_option,
     add_prompt_pair,
-    add_quiet_option,
     add_registry_option,
     add_seed_option,
     checked_registry,
@@ -19,6 +18,7 @@ from lincorr.cli.options import (
     print_json,
     save_and_print,
 )
+from lincorr.cli.spellings import add_paper_table_option
 from lincorr.errors import UsageError
 
 def add_ablation_command(commands) -> None:
@@ -27,13 +27,13 @@ def add_ablation_command(commands) -> None:
     ablate.add_argument("--mapping", choices=("real", "shuffled", "letters"), default="real",
                         help="the reference pairs as they are, deranged, or reduced to first letters")
     add_seed_option(ablate, "seed of the made-up names, the pair order and the block's initialisation")
-    ablate.add_argument("--table7", action="store_true", help="run every Table 7 row and mapping over --seeds")
+    add_paper_table_option(ablate, ("7",), "run every Table 7 row and mapping over --seeds")
     ablate.add_argument("--embedding-width", type=COUNT, nargs="+", default=None, metavar="K",
                         help="run SOURCE TARGET with every mapping over --seeds on the embeddings reduced to each K principal "
                              "components (PCA over the whole vocabulary, e.g. 64 128 256 640): does generalization grow with the "
                              "vocabulary's width?")
-    ablate.add_argument("--seeds", type=NON_NEGATIVE, nargs="+", default=[0, 1, 2], help="seeds of --table7 and --embedding-width")
-    add_out_option(ablate, "the tables of --table7 (table7.md and table7.json) or --embedding-width (widths.md and widths.json)")
+    ablate.add_argument("--seeds", type=NON_NEGATIVE, nargs="+", default=[0, 1, 2], help="seeds of --paper-table 7 and --embedding-width")
+    add_out_option(ablate, "the tables of --paper-table 7 (table7.md and table7.json) or --embedding-width (widths.md and widths.json)")
     ablate.add_argument("--stage1-epochs", type=NON_NEGATIVE, default=10, help="epochs on the paired source/target texts")
     ablate.add_argument("--stage2-epochs", type=NON_NEGATIVE, default=20, help="epochs on the new source facts")
     ablate.add_argument("--train-batch-size", type=NON_NEGATIVE, default=32, help="mini-batch size; 0 trains full-batch")
@@ -42,7 +42,6 @@ def add_ablation_command(commands) -> None:
     ablate.add_argument("--softmax", choices=("domains", "full"), default="domains", help="normalise over the domain tokens or the whole vocabulary")
     add_registry_option(ablate)
     add_json_option(ablate)
-    add_quiet_option(ablate)
     add_model_options(ablate)
     ablate.set_defaults(handler=run_ablate)
 
@@ -52,8 +51,8 @@ def run_ablate(args) -> None:
     from lincorr.studies.training.ablation_tables import measure_table7, measure_width_sweep
     from lincorr.relations import RelationSpec
 
-    if args.table7 and args.embedding_width:
-        raise UsageError("pass --table7 or --embedding-width, not both")
+    if args.paper_table and args.embedding_width:
+        raise UsageError("pass --paper-table 7 or --embedding-width, not both")
 
     config = AblationConfig(
         stage1_epochs=args.stage1_epochs, stage2_epochs=args.stage2_epochs, batch_size=args.train_batch_size or None,
@@ -62,7 +61,7 @@ def run_ablate(args) -> None:
     registry = checked_registry(args, (args.source, args.target))
     lm = load_lm(args)
     vocabulary = vocabulary_from_model(lm.model, name=lm.name)
-    if args.table7:
+    if args.paper_table:
         table = measure_table7(vocabulary, lm.tokenizer, seeds=tuple(args.seeds), config=config, registry=registry)
         save_and_print(args, table)
         return

@@ -6,8 +6,9 @@ from pathlib import Path
 
 from lincorr.cli.options import (
     COUNT,
-    RIDGE_REASON,
     SIDES,
+    PAPER_FIT,
+    PAPER_FIT_HELP,
     add_collection_options,
     add_command,
     add_custom_prompt_options,
@@ -15,11 +16,11 @@ from lincorr.cli.options import (
     add_json_option,
     add_model_options,
     add_out_option,
-    add_output_directory_option,
     add_prompt_pair,
     add_references_option,
     checked_registry,
     choose_inputs,
+    count_inputs,
     collect_settings,
     custom_sides,
     fit_config,
@@ -29,6 +30,7 @@ from lincorr.cli.options import (
     read_references,
     resolve_prompt,
 )
+from lincorr.cli.spellings import add_alias, add_preset_option
 from lincorr.errors import UsageError
 
 DEMO_CITIES = ("Tokyo", "Paris", "Shanghai", "Moscow", "Madrid")
@@ -39,8 +41,10 @@ def add_core_commands(commands) -> None:
     add_model_options(demo)
     add_collection_options(demo)
     # The demo shows W itself, so it takes the estimator whose W is readable and also prints the paper's ols r.
-    add_fit_options(demo, estimator="ridge", reason=RIDGE_REASON)
+    add_fit_options(demo)
+    add_preset_option(demo, PAPER_FIT_HELP, settings=PAPER_FIT)
     add_out_option(demo, "W.png, result.json, report.html and the arrays behind them", default="lincorr-out")
+    add_json_option(demo)
     demo.set_defaults(handler=run_demo, source="city", target="country")
 
     fit = add_command(commands, "fit", "fit and score W between two prompts")
@@ -50,12 +54,14 @@ def add_core_commands(commands) -> None:
     fit.add_argument("--top", action="append", default=[], metavar="WORD", help="print the top influenced targets of a source word (repeatable)")
     fit.add_argument("--top-influencing", action="append", default=[], metavar="WORD", help="print the top influencing sources of a target word")
     fit.add_argument("-k", "--top-k", type=COUNT, default=5, help="words per --top / --top-influencing row")
-    add_output_directory_option(fit, "--save-dir", "write W, b, logits, tokens, inputs and result.json here")
-    fit.add_argument("--heatmap", action="store_true", help="also write W.png into --save-dir")
+    add_out_option(fit, "W, b, logits, tokens, inputs and result.json")
+    add_alias(fit, "--save-dir", "out", "--out")
+    fit.add_argument("--heatmap", action="store_true", help="also write W.png into --out")
     add_json_option(fit)
     add_model_options(fit)
     add_collection_options(fit)
     add_fit_options(fit)
+    add_preset_option(fit, PAPER_FIT_HELP, settings=PAPER_FIT)
     fit.set_defaults(handler=run_fit)
 
 
@@ -73,6 +79,7 @@ def measure(args, reference_file=None):
     config = fit_config(args)
     custom = custom_sides(args)
     checked_registry(args, [getattr(args, side) for side in SIDES if side not in custom])
+    check_domains_early(args, config)
     lm = load_lm(args)
     source = resolve_prompt(args, "source", lm.tokenizer)
     target = resolve_prompt(args, "target", lm.tokenizer)
@@ -81,6 +88,19 @@ def measure(args, reference_file=None):
     if reference_file is not None:
         require_usable(relation.match, label=relation.label, reference_file=reference_file)
     return measure_relation(lm, relation, choose_inputs(args, lm.tokenizer), config, collect_settings(args))
+
+
+def check_domains_early(args, config) -> None:
+    """Where the tokenizer loads without the weights, both domains and the source domain's size against the inputs are checked
+    before the model loads: a pair ols cannot fit on -n fails in seconds, not after minutes of loading."""
+    from lincorr.models import load_tokenizer
+
+    tokenizer = load_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
+    if tokenizer is None:
+        return
+    source = resolve_prompt(args, "source", tokenizer)
+    resolve_prompt(args, "target", tokenizer)
+    config.check_sizes(count_inputs(args), len(source.domain))
 
 
 def registry_pairs(args):
@@ -97,29 +117,34 @@ def run_fit(args) -> None:
     from lincorr.studies.logits.precision import precision_of
     from lincorr.relations import USER_FILE
 
-    if args.heatmap and not args.save_dir:
-        raise UsageError("--heatmap writes into --save-dir; give a directory with --save-dir")
+    if args.heatmap and not args.out:
+        raise UsageError("--heatmap writes into --out; give a directory with --out")
     reference_file = read_references(args)
     result = measure(args, reference_file)
     precision = precision_of(result, reference=USER_FILE, reference_file=reference_file) if reference_file else None
     tops = {w: result.top_influenced(w, args.top_k) for w in args.top}
     influencing = {w: result.top_influencing(w, args.top_k) for w in args.top_influencing}
-    if args.save_dir:
-        result.save(args.save_dir, heatmap=args.heatmap, extra={"precision": precision.summary()} if precision else None)
+    if args.out:
+        result.save(args.out, heatmap=args.heatmap, extra={"precision": precision.summary()} if precision else None)
     if args.json:
         payload = result.summary()
         if precision:
             payload["precision"] = precision.summary()
         if tops:
-            payload["top_influenced"] = {w: [[t, round(v, 6)] for t, v in pairs] for w, pairs in tops.items()}
+            payload["top_influenced"] = tops_json(tops)
         if influencing:
-            payload["top_influencing"] = {w: [[s, round(v, 6)] for s, v in pairs] for w, pairs in influencing.items()}
+            payload["top_influencing"] = tops_json(influencing)
         print_json(payload)
         return
     print("\n".join(part for part in (result.text(), precision.hits_text() if precision else "", tops_text(tops, "influenced targets"),
                                       tops_text(influencing, "influencing sources")) if part))
-    if args.save_dir:
-        print(f"\nwrote {args.save_dir}/")
+    if args.out:
+        print(f"\nwrote {args.out}/")
+
+
+def tops_json(tops) -> dict:
+    """Rows of `PairResult.top_influenced` / `top_influencing` as JSON: word -> [[word, weight], ...]."""
+    return {word: [[other, round(value, 6)] for other, value in pairs] for word, pairs in tops.items()}
 
 
 def run_demo(args) -> None:
@@ -132,9 +157,16 @@ def run_demo(args) -> None:
     tops = {w: result.top_influenced(w, 5) for w in DEMO_CITIES}
     result.save(args.out, heatmap=True)
     report = build_report([args.out], title="lincorr demo: City->Country").save(Path(args.out) / "report.html")
-    print(result.text())
+    paper = None
     if result.config.estimator != "ols":
         paper = fit_tables(result.source, result.target, dataclasses.replace(result.config, estimator="ols"))
+    if args.json:
+        print_json({**result.summary(), "paper_ols_labelwise_r_mean": paper.summary()["labelwise_r_mean"] if paper else None,
+                    "top_influenced": tops_json(tops),
+                    "out": args.out, "report": str(report)})
+        return
+    print(result.text())
+    if paper:
         print(f"paper's ols      label-wise r {paper.summary()['labelwise_r_mean']:.3f} on the same tables")
     print(tops_text(tops, "countries W links to"))
     print(f"\nwrote {args.out}/W.png, {args.out}/result.json and the arrays behind them")

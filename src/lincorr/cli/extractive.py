@@ -15,7 +15,6 @@ from lincorr.cli.options import (
     add_model_options,
     add_n_inputs_option,
     add_out_option,
-    add_quiet_option,
     add_registry_option,
     add_seed_option,
     collect_settings,
@@ -43,7 +42,6 @@ def add_extractive_command(commands) -> None:
         add_registry_option(parser)
         add_json_option(parser)
         add_out_option(parser, writes)
-        add_quiet_option(parser)
         add_model_options(parser)
         return parser
 

@@ -17,7 +17,6 @@ from lincorr.cli.options import (
     add_model_options,
     add_n_inputs_option,
     add_out_option,
-    add_quiet_option,
     add_registry_option,
     add_seed_option,
     checked_registry,
@@ -28,6 +27,7 @@ from lincorr.cli.options import (
     positive_number,
     save_and_print,
 )
+from lincorr.cli.spellings import add_alias, add_preset_option
 from lincorr.errors import UsageError
 from lincorr.studies.vectors.protocol import CONTEXTS, OVECTOR_SCALE, PROTOCOLS
 
@@ -47,7 +47,6 @@ def add_mechanism_commands(commands) -> None:
         add_registry_option(parser)
         add_json_option(parser)
         add_out_option(parser, writes)
-        add_quiet_option(parser)
         add_model_options(parser)
         return parser
 
@@ -61,9 +60,10 @@ def add_mechanism_commands(commands) -> None:
     ovector = study("ovector", "apply a task's o-vector (FFN output of solved prompts) to contexts that do not ask for the task, with controls",
                     "ovector.json, ovector.csv and ovector.png")
     add_vector_options(ovector)
-    ovector.add_argument("--protocol", choices=PROTOCOLS, default="averaged",
-                         help="paper: one solved prompt's mlp[L] replaces every FFN from L on; averaged (lincorr's): the mean of "
-                              "--n-source solved prompts' mlp[L], added once at mlp[L] (default: averaged)")
+    add_preset_option(ovector, "one solved prompt's mlp[L] replaces every FFN from L on, the paper's protocol",
+                      other="the mean of --n-source solved prompts' mlp[L], added once at mlp[L] (lincorr's averaged protocol)")
+    add_alias(ovector, "--protocol", "preset", "--preset", choices=PROTOCOLS,
+              convert=lambda protocol: "paper" if protocol == "paper" else "lincorr")
     ovector.add_argument("--contexts", choices=(*CONTEXTS, "both"), default="copy",
                          help="copy: the model repeats the argument; zero-shot: the question with no demonstrations (default: copy)")
     ovector.add_argument("--sweep", action="store_true", help="also add the o-vector of every layer at its own layer")
@@ -96,7 +96,7 @@ def add_vector_options(parser) -> None:
                         help="the FFN, mlp[L], whose output is the o-vector and where it is added (default: the block where "
                              "`lincorr lens TASK` finds the crossing)")
     parser.add_argument("--scale", type=positive_number, default=None,
-                        help=f"multiply the vectors (o-vector and controls) by this (default: 1 with --protocol paper, else {OVECTOR_SCALE:g})")
+                        help=f"multiply the vectors (o-vector and controls) by this (default: 1 with --preset paper, else {OVECTOR_SCALE:g})")
     parser.add_argument("--n-source", type=COUNT, default=8, help="solved few-shot prompts the o-vector averages")
 
 
@@ -137,7 +137,8 @@ def run_ovector(args) -> None:
     control = checked_task(args, args.control) if args.control else None
     lm = load_lm(args)
     contexts = CONTEXTS if args.contexts == "both" else (args.contexts,)
-    result = ovector(lm, task, layer_or_crossing(args.layer, args, lm, task), control=control, protocol=args.protocol, contexts=contexts,
+    result = ovector(lm, task, layer_or_crossing(args.layer, args, lm, task), control=control, contexts=contexts,
+                     protocol="paper" if args.preset == "paper" else "averaged",
                      scale=args.scale, n_source=args.n_source,
                      n_pairs=args.n_pairs, sweep=args.sweep, transfer_from=args.transfer_from, seed=args.seed,
                      batch_size=args.batch_size)

@@ -12,21 +12,34 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 from lincorr import strict_json
+from lincorr.cli.spellings import add_global_options
 from lincorr.errors import InputError, UsageError
 
 MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
 PAPER_ESTIMATOR = "ols (the paper's estimator) or ridge"
 SIDES = ("source", "target")
-# Why the training studies (and the demo) default to ridge; shown in their --help.
-RIDGE_REASON = ("ridge by default: with 1,000 inputs and 247 cities ols is nearly saturated and its W too noisy "
-                "to read or rank targets by")
+FAMILIES = "attribute, cross-language, simile, math, mechanisms"  # the bundled registry's; a test holds them equal
+# What `--preset paper` sets on a command that fits W between two prompts, and its help.
+PAPER_FIT = {"estimator": "ols"}
+PAPER_FIT_HELP = "the paper's ols fit (sets --estimator ols)"
+# Why the commands default to ridge; shown in their --help.
+RIDGE_REASON = ("ridge by default: with 1,000 inputs and 247 cities ols is nearly saturated and "
+                "its W too noisy to read or rank targets by")
 
 
 class CommandParser(argparse.ArgumentParser):
-    """A usage mistake ends like every other mistake: one `lincorr: error: ...` line on stderr and exit code 2."""
+    """A usage mistake ends like every other mistake: one `lincorr: error: ...` line on stderr and exit code 2, naming the help to read."""
 
     def error(self, message: str):
         raise UsageError(f"{' '.join(message.split())} (see {self.prog} --help)")
+
+    def parse_args(self, args=None, namespace=None):
+        """As argparse's, except that an unknown option is reported against the subcommand's own --help."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            prog = getattr(parsed, "command_prog", self.prog)
+            raise UsageError(f"unrecognized arguments: {' '.join(extras)} (see {prog} --help)")
+        return parsed
 
 
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -39,8 +52,11 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
-    """A subcommand whose --help shows its defaults."""
-    return commands.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter)
+    """A subcommand whose --help shows its defaults, taking the global options after its name too."""
+    parser = commands.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter)
+    add_global_options(parser)
+    parser.set_defaults(command_prog=parser.prog)
+    return parser
 
 
 # ---- what a number option accepts: checked while parsing, so a bad value fails before anything runs ----
@@ -150,10 +166,6 @@ def add_out_option(parser, writes: str, *, default: str | None = None) -> None:
     add_output_directory_option(parser, "--out", f"write {writes} into this directory", default=default)
 
 
-def add_quiet_option(parser) -> None:
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
-
-
 def add_seed_option(parser, help_text: str) -> None:
     parser.add_argument("--seed", type=NON_NEGATIVE, default=0, help=help_text)
 
@@ -192,7 +204,6 @@ def add_collection_options(parser) -> None:
     add_seed_option(group, "seed of the input sample and the train/test split")
     group.add_argument("--inputs", default=None, metavar="FILE", help="file with one input X per line (instead of a vocabulary sample)")
     add_registry_option(group)
-    add_quiet_option(group)
     add_collect_settings(parser)
 
 
@@ -216,12 +227,12 @@ def add_collect_settings(parser, *, taken: Sequence[str] = ()) -> None:
             group.add_argument(option, dest=field.name, type=SETTING_TYPES[field.name], default=field.default, help=help_text)
 
 
-def add_fit_options(parser, *, estimator: str = "ols", reason: str = "", bootstrap: int = 1000,
+def add_fit_options(parser, *, estimator: str = "ridge", reason: str = "", bootstrap: int = 1000,
                     choices: Sequence[str] = ("ols", "ridge")) -> None:
-    """--estimator (one of `choices`) and --alpha, with the held-out split and the bootstrap; `reason` explains a default other than ols."""
+    """--estimator (one of `choices`) and --alpha, with the held-out split and the bootstrap; `reason` explains the default."""
     group = parser.add_argument_group("fit")
     group.add_argument("--estimator", choices=tuple(choices), default=estimator,
-                       help=f"{PAPER_ESTIMATOR}; {reason}" if reason else PAPER_ESTIMATOR)
+                       help=f"{PAPER_ESTIMATOR}; {reason or RIDGE_REASON}")
     group.add_argument("--alpha", type=ridge_alpha, default="cv",
                        help='ridge penalty, or "cv" for k-fold cross-validation on the train half; ols ignores it')
     group.add_argument("--test-fraction", type=fraction, default=0.5, help="share of the inputs held out to score W")

@@ -1,15 +1,16 @@
-"""`lincorr templates`, `domains` and `references`: listings of the prompt registry."""
+"""`lincorr templates`, `domains`, `references` and `tasks`: listings of the prompt registry."""
 
 from __future__ import annotations
 
-from lincorr.cli.options import add_command, add_json_option, add_model_options, add_registry_option, load_lm, load_registry_from, print_json
+from lincorr.cli.options import FAMILIES, add_command, add_json_option, add_model_options, add_registry_option, load_lm, load_registry_from, print_json
 
 
 def add_registry_commands(commands) -> None:
-    def listing(name: str, help_text: str, family_help: str = "only this family (attribute, simile, math, cross-language)"):
+    def listing(name: str, help_text: str, family_help: str = f"only this family ({FAMILIES}, or one from --registry)"):
         parser = add_command(commands, name, help_text)
         add_registry_option(parser)
-        parser.add_argument("--family", default=None, help=family_help)
+        if family_help:
+            parser.add_argument("--family", default=None, help=family_help)
         add_json_option(parser)
         return parser
 
@@ -17,8 +18,11 @@ def add_registry_commands(commands) -> None:
     domains = listing("domains", "how each domain survives a model's tokenizer")
     add_model_options(domains)
     domains.set_defaults(handler=run_domains)
-    references = listing("references", "list the reference relations", family_help="accepted, but reference relations are not filtered by family")
+    references = listing("references", "list the reference relations",
+                         family_help=f"only relations between domains of this family's prompts ({FAMILIES})")
     references.set_defaults(handler=run_references)
+    listing("tasks", "list the relational tasks of the vector-arithmetic studies (lens, ovector, ffn-ablate)",
+            family_help="").set_defaults(handler=run_tasks)
 
 
 def run_templates(args) -> None:
@@ -39,7 +43,14 @@ def run_domains(args) -> None:
 def run_references(args) -> None:
     from lincorr.knowledge.report import references_table
 
-    print_rows(references_table(load_registry_from(args)), args.json, ("name", "source_domain", "target_domain", "n_pairs"))
+    print_rows(references_table(load_registry_from(args), family=args.family), args.json,
+               ("name", "source_domain", "target_domain", "n_pairs"))
+
+
+def run_tasks(args) -> None:
+    from lincorr.knowledge.report import tasks_table
+
+    print_rows(tasks_table(load_registry_from(args)), args.json, ("name", "n_pairs", "example", "reference", "template"))
 
 
 def print_rows(rows: list[dict], as_json: bool, columns: tuple[str, ...]) -> None:
@@ -47,7 +58,12 @@ def print_rows(rows: list[dict], as_json: bool, columns: tuple[str, ...]) -> Non
         print_json(rows)
         return
     columns = tuple(c for c in columns if rows and c in rows[0])
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) for c in columns}
+    widths = {c: max(len(c), *(len(cell(r, c)) for r in rows)) for c in columns}
     print("  ".join(c.ljust(widths[c]) for c in columns))
     for row in rows:
-        print("  ".join(str(row.get(c, "")).ljust(widths[c]) for c in columns))
+        print("  ".join(cell(row, c).ljust(widths[c]) for c in columns))
+
+
+def cell(row: dict, column: str) -> str:
+    """A value as one line of a table: a template's newline shows as \\n."""
+    return str(row.get(column, "")).replace("\n", "\\n")

@@ -8,7 +8,6 @@ from lincorr.cli.options import (
     add_json_option,
     add_model_options,
     add_out_option,
-    add_quiet_option,
     add_registry_option,
     collect_settings,
     load_lm,
@@ -32,7 +31,7 @@ def add_reproduce_command(commands) -> None:
                         help="a second checkpoint of --model with its tokenizer (e.g. its instruct version), for the claims "
                              "that ask whether W survives post-training; without it they are not applicable")
     add_out_option(parser, "reproduction.json, claims.md and provenance.json")
-    for add_options in (add_json_option, add_model_options, add_registry_option, add_quiet_option):
+    for add_options in (add_json_option, add_model_options, add_registry_option):
         add_options(parser)
     add_collect_settings(parser)
     parser.set_defaults(handler=run_reproduce)

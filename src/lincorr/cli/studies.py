@@ -6,7 +6,10 @@ from pathlib import Path
 
 from lincorr.cli.options import (
     COUNT,
+    FAMILIES,
     MODEL_HELP,
+    PAPER_FIT,
+    PAPER_FIT_HELP,
     SIDES,
     counts,
     add_collection_options,
@@ -30,6 +33,7 @@ from lincorr.cli.options import (
     resolve_prompt,
     save_and_print,
 )
+from lincorr.cli.spellings import add_alias, add_paper_table_option, add_preset_option
 from lincorr.errors import DataError, InputError, UsageError
 
 
@@ -50,6 +54,7 @@ def shared_options(parser, *model_aliases: str, model_help: str = MODEL_HELP) ->
     add_model_options(parser, *model_aliases, help_text=model_help)
     add_collection_options(parser)
     add_fit_options(parser)
+    add_preset_option(parser, PAPER_FIT_HELP, settings=PAPER_FIT)
 
 
 def add_matrix(commands) -> None:
@@ -60,20 +65,23 @@ def add_matrix(commands) -> None:
 
 
 def add_precision(commands) -> None:
+    from lincorr.studies.logits.precision import PAPER_N_INPUTS
+
     precision = study_parser(commands, "precision", "Hit@Top-N of W against reference pairs, ols and ridge side by side", writes="precision.json, .csv and .md")
     add_prompt_pair(precision, optional=True, help_text="registry prompt name, or a label when its --*-template is given")
     add_references_option(precision)
     add_custom_prompt_options(precision)
     which = precision.add_mutually_exclusive_group()
-    which.add_argument("--table2", action="store_true", help="the eight relation pairs of the paper's Table 2")
+    add_paper_table_option(which, ("2",), "the eight relation pairs of the paper's Table 2")
     which.add_argument("--all-references", action="store_true", help="every reference relation in the registry")
     add_model_options(precision, help_text=MODEL_HELP)
     add_collection_options(precision)
     add_fit_options(precision, estimator="ridge-std", choices=("ridge-std", "ols", "ridge"), reason=PRECISION_REASON)
-    precision.set_defaults(n_inputs=10_000)
-    precision.add_argument("--paper", action="store_true",
-                           help="headline numbers in the paper's setting: ols on half of 10,000 vocabulary inputs, raw logits "
-                                "(sets -n 10000 and --estimator ols; the other fits are still printed beside it)")
+    precision.set_defaults(n_inputs=PAPER_N_INPUTS)
+    add_preset_option(precision, "headline numbers in the paper's setting: ols on half of 10,000 vocabulary inputs, raw logits "
+                                 "(sets -n 10000 and --estimator ols; the other fits are still printed beside it)",
+                      settings={"estimator": "ols", "n_inputs": PAPER_N_INPUTS})
+    add_alias(precision, "--paper", "preset", "--preset paper", value="paper")
     precision.add_argument("--n-curve", type=counts, default=None, metavar="N,N,...",
                            help="Hit@Top-N of one relation, both estimators, with W fitted on the first N inputs for each N "
                                 "(e.g. 1000,2000,5000,10000); the tables are collected once, at the largest N, which replaces -n")
@@ -92,7 +100,8 @@ def add_lre(commands) -> None:
     lre.add_argument("--types", default=None, metavar="TYPE,...", help="only relations of these types: factual, commonsense, linguistic, bias")
     add_model_options(lre, help_text=MODEL_HELP)
     add_collection_options(lre)
-    add_fit_options(lre, estimator="ols", choices=("ols", "ridge-std"), reason="both are reported; this one is listed first")
+    add_fit_options(lre, estimator="ridge-std", choices=("ridge-std", "ols"), reason=PRECISION_REASON)
+    add_preset_option(lre, PAPER_FIT_HELP, settings=PAPER_FIT)
     lre.set_defaults(handler=run_lre)
 
 
@@ -102,7 +111,7 @@ def add_cases(commands) -> None:
     cases.add_argument("--influencing", action="store_true", help="rows are target words with their top influencing sources")
     cases.add_argument("--word", action="append", default=[], metavar="WORD", help="a row word (repeatable; default every word)")
     cases.add_argument("-k", "--top-k", type=COUNT, default=5, help="words per row")
-    cases.add_argument("--paper-table", choices=("3", "15", "16", "17"), default=None, help="the rows of one of the paper's case tables")
+    add_paper_table_option(cases, ("3", "15", "16", "17"), "the rows of one of the paper's case tables")
     shared_options(cases)
     cases.set_defaults(handler=run_cases)
 
@@ -132,7 +141,7 @@ def add_scale(commands) -> None:
 def grid_options(parser) -> None:
     """Which prompt pairs a matrix covers."""
     group = parser.add_argument_group("which prompts").add_mutually_exclusive_group(required=True)
-    group.add_argument("--family", default=None, help="every ordered pair of a registry family (attribute, simile, math, cross-language)")
+    group.add_argument("--family", default=None, help=f"every ordered pair of a registry family ({FAMILIES})")
     group.add_argument("--prompts", default=None, metavar="A,B,...", help="every ordered pair of these registry prompts")
     group.add_argument("--cross-language", action="store_true", help="English knowledge k -> l/k for each language l (Fig. 3's X-Lang panel)")
     parser.add_argument("--languages", default=None, metavar="es,fr,...", help="languages of --cross-language (default: all in the registry)")
@@ -171,15 +180,10 @@ def precision_configs(args) -> list:
     return list(precision_fits(fit_config(args), args.estimator))
 
 
-def apply_paper_setting(args) -> None:
-    """--paper: the paper's inputs, N and estimator, checked against options that would change them."""
-    from lincorr.studies.logits.precision import PAPER_N_INPUTS
-
-    if not getattr(args, "paper", False):
-        return
-    if args.inputs or args.logprobs:
-        raise UsageError("--paper uses the paper's inputs (a vocabulary sample) and raw logits; drop --inputs/--logprobs")
-    args.n_inputs, args.estimator = PAPER_N_INPUTS, "ols"
+def check_paper_setting(args) -> None:
+    """--preset paper: the paper's inputs are a vocabulary sample and its scores raw logits, so options that change them are refused."""
+    if args.preset == "paper" and (args.inputs or args.logprobs):
+        raise UsageError("--preset paper uses the paper's inputs (a vocabulary sample) and raw logits; drop --inputs/--logprobs")
 
 
 def run_matrix(args) -> None:
@@ -193,7 +197,7 @@ def run_matrix(args) -> None:
 
 
 def run_precision(args) -> None:
-    apply_paper_setting(args)
+    check_paper_setting(args)
     if args.n_curve:
         run_precision_curve(args)
         return
@@ -201,14 +205,15 @@ def run_precision(args) -> None:
     from lincorr.paper import paper_table
     from lincorr.relations import RelationSpec, registry_relations
 
-    single = not (args.table2 or args.all_references)
+    single = not (args.paper_table or args.all_references)
     if single and not (args.source and args.target):
-        raise UsageError("name a SOURCE and a TARGET prompt (e.g. lincorr precision city country), or pass --table2 or --all-references")
+        raise UsageError("name a SOURCE and a TARGET prompt (e.g. lincorr precision city country), or pass --paper-table 2 or "
+                         "--all-references")
     if not single and args.source:
-        raise UsageError("--table2 and --all-references take no SOURCE/TARGET; drop them or drop the option")
+        raise UsageError("--paper-table and --all-references take no SOURCE/TARGET; drop them or drop the option")
     custom = custom_sides(args)
     if custom and not single:
-        raise UsageError("--source-template and --target-template give one SOURCE TARGET pair; drop --table2/--all-references")
+        raise UsageError("--source-template and --target-template give one SOURCE TARGET pair; drop --paper-table/--all-references")
     if custom and not args.references:
         raise UsageError("a prompt of your own has no registry reference to judge W by; pass --references FILE with pairs of its words")
     reference_file = read_references(args)
@@ -217,7 +222,7 @@ def run_precision(args) -> None:
         relations = [RelationSpec(args.source, args.target)]
     else:
         registry = load_registry_from(args)
-        relations = paper_table("table2").relations() if args.table2 else registry_relations(registry)
+        relations = paper_table("table2").relations() if args.paper_table else registry_relations(registry)
     configs = precision_configs(args)
     lm = load_lm(args)
     table = measure_precision(lm, registry, relations, choose_inputs(args, lm.tokenizer), configs, reference_file=reference_file,
@@ -234,9 +239,9 @@ def run_precision_curve(args) -> None:
     from lincorr.studies.logits.precision_curve import precision_curve
     from lincorr.relations import RelationSpec
 
-    if args.table2 or args.all_references or not (args.source and args.target):
+    if args.paper_table or args.all_references or not (args.source and args.target):
         raise UsageError("--n-curve measures one relation: name a SOURCE and a TARGET prompt (e.g. lincorr precision city country "
-                           "--n-curve 1000,10000) and drop --table2/--all-references")
+                           "--n-curve 1000,10000) and drop --paper-table/--all-references")
     if custom_sides(args):
         raise UsageError("--n-curve measures registry prompts; drop --source-template/--target-template")
     args.n_inputs = max(args.n_curve)

@@ -11,7 +11,8 @@ import sys
 from lincorr.cli.options import (
     COUNT,
     NON_NEGATIVE,
-    RIDGE_REASON,
+    PAPER_FIT,
+    PAPER_FIT_HELP,
     add_collect_settings,
     add_command,
     add_fit_options,
@@ -20,7 +21,6 @@ from lincorr.cli.options import (
     add_n_inputs_option,
     add_out_option,
     add_prompt_pair,
-    add_quiet_option,
     add_registry_option,
     add_seed_option,
     checked_registry,
@@ -32,6 +32,7 @@ from lincorr.cli.options import (
     save_and_print,
     whole_number,
 )
+from lincorr.cli.spellings import add_alias, add_paper_table_option, add_preset_option
 from lincorr.errors import UsageError
 
 GENERALIZATION_FILES = "result.json, facts.json, table6.md and fig5.png"
@@ -53,16 +54,15 @@ def add_training_commands(commands) -> None:
         add_registry_option(parser)
         add_json_option(parser)
         add_out_option(parser, writes)
-        add_quiet_option(parser)
         add_model_options(parser)
-        add_fit_options(parser, estimator="ridge", reason=RIDGE_REASON, bootstrap=100)
+        add_fit_options(parser, bootstrap=100)
         add_collect_settings(parser)
         return parser
 
     generalize = study("generalize", "teach fresh entities source facts; does the target answer follow (Table 5)?",
-                       writes=f"{GENERALIZATION_FILES} (with --table5: table5.json and table5.md)")
+                       writes=f"{GENERALIZATION_FILES} (with --paper-table 5: table5.json and table5.md)")
     generalization_options(generalize)
-    generalize.add_argument("--table5", action="store_true", help="run the paper's eleven Table-5 pairs (ignores SOURCE TARGET)")
+    add_paper_table_option(generalize, ("5",), "run the paper's eleven Table-5 pairs (ignores SOURCE TARGET)")
     generalize.set_defaults(handler=run_generalize)
 
     diagnose = study("diagnose", "per edited fact: W[s,ref], W[s,gen], priors, and why it failed (Table 6, Fig. 5)", writes=GENERALIZATION_FILES)
@@ -79,7 +79,7 @@ def add_training_commands(commands) -> None:
     gradcorr.add_argument("--n-step-facts", type=COUNT, default=GradientConfig.n_step_facts, help="training inputs in the step")
     gradcorr.add_argument("--n-eval", type=whole_number(MIN_TEST_INPUTS), default=GradientConfig.n_eval,
                           help="held-out inputs the change is measured on")
-    gradcorr.add_argument("--table4", action="store_true", help="run the paper's eight Table-4 pairs (ignores SOURCE TARGET)")
+    add_paper_table_option(gradcorr, ("4",), "run the paper's eight Table-4 pairs (ignores SOURCE TARGET)")
     gradcorr.set_defaults(handler=run_gradcorr)
 
     predict = study("predict-edit", "predict, without training, what teaching 'SOURCE(subject) = VALUE' does to TARGET",
@@ -90,27 +90,29 @@ def add_training_commands(commands) -> None:
                          help=f"logit lead the edited source answer is assumed to get (default: {DEFAULT_MARGIN:g} unless --delta)")
     predict.add_argument("--delta", type=finite_number, default=None, metavar="LOGITS",
                          help="assumed rise of the source answer's logit instead of --margin (a study's mean_source_delta)")
+    add_preset_option(predict, PAPER_FIT_HELP, settings=PAPER_FIT)
     predict.set_defaults(handler=run_predict_edit)
 
 
 def training_options(parser, train, with_epochs: bool = True) -> None:
-    """--paper, --lr, --epochs, --train-batch-size and --full, defaulting to the study's TrainConfig `train`."""
+    """--preset, --lr, --epochs, --train-batch-size and --full, defaulting to the study's TrainConfig `train`."""
     from lincorr.studies.training.generalization import PAPER_PRESET
 
     paper = PAPER_PRESET.apply(train)
     until_learned = (f", until every taught fact is learned (at most {paper.epochs} epochs; the epochs run are reported)"
                      if with_epochs else " (one step)")
     overrides = "--lr, --epochs and --train-batch-size" if with_epochs else "--lr and --train-batch-size"
-    parser.add_argument("--paper", action="store_true", help=PAPER_PRESET.help + until_learned + "; gradients clipped at norm "
-                        f"{train.max_grad_norm:g} as in the default. {overrides} still override it")
+    add_preset_option(parser, PAPER_PRESET.help + until_learned + "; gradients clipped at norm "
+                      f"{train.max_grad_norm:g} as in the default; W keeps --estimator. {overrides} still override it")
+    add_alias(parser, "--paper", "preset", "--preset paper", value="paper")
     parser.add_argument("--lr", type=positive_number, default=None,
-                        help=f"AdamW learning rate (default: {train.learning_rate:g}; with --paper {paper.learning_rate:g})")
+                        help=f"AdamW learning rate (default: {train.learning_rate:g}; with --preset paper {paper.learning_rate:g})")
     if with_epochs:
         parser.add_argument("--epochs", type=COUNT, default=None,
-                            help=f"most epochs over the facts, see --all-epochs (default: {train.epochs}; with --paper {paper.epochs})")
+                            help=f"most epochs over the facts, see --all-epochs (default: {train.epochs}; with --preset paper {paper.epochs})")
     parser.add_argument("--train-batch-size", type=COUNT, default=None, help=f"facts per step (default: {train.batch_size})")
     parser.add_argument("--full", action="store_true",
-                        help="train every parameter, embeddings included (default: transformer blocks only; --paper implies it)")
+                        help="train every parameter, embeddings included (default: transformer blocks only; --preset paper implies it)")
 
 
 def generalization_options(parser) -> None:
@@ -126,12 +128,12 @@ def generalization_options(parser) -> None:
 
 
 def training_config(args, study_default):
-    """The study's TrainConfig `study_default`, under --paper the paper's preset, then --lr, --epochs, --train-batch-size and --full."""
+    """The study's TrainConfig `study_default`, under --preset paper the paper's preset, then --lr, --epochs, --train-batch-size and --full."""
     import dataclasses
 
     from lincorr.studies.training.generalization import PAPER_PRESET
 
-    train = PAPER_PRESET.apply(study_default) if args.paper else study_default
+    train = PAPER_PRESET.apply(study_default) if args.preset == "paper" else study_default
     overrides = {"learning_rate": args.lr, "epochs": getattr(args, "epochs", None), "batch_size": args.train_batch_size}
     return dataclasses.replace(train, **{k: v for k, v in overrides.items() if v is not None}, blocks_only=train.blocks_only and not args.full,
                                seed=args.seed)
@@ -153,7 +155,7 @@ def run_generalize(args) -> None:
     from lincorr.relations import RelationSpec
 
     config = generalization_config(args)
-    if not args.table5:
+    if not args.paper_table:
         registry = checked_registry(args, (args.source, args.target))
         result = measure_generalization(load_lm(args), registry, RelationSpec(args.source, args.target), config, collect_settings(args))
         save_and_print(args, result)
@@ -192,7 +194,7 @@ def run_gradcorr(args) -> None:
 
     table4 = paper_table("table4").relations()
     paper_labels = {(r.source, r.target): r.label for r in table4}  # so a single Table-4 pair prints the paper's numbers too
-    relations = (table4 if args.table4 else
+    relations = (table4 if args.paper_table else
                  [RelationSpec(args.source, args.target, paper_labels.get((args.source, args.target), ""))])
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
     config = GradientConfig(
@@ -204,7 +206,7 @@ def run_gradcorr(args) -> None:
         print(GradientTable.row_line(row), file=sys.stderr, flush=True)
 
     table = measure_table4(load_lm(args), registry, relations, config, collect_settings(args),
-                           on_row=report if args.table4 and not args.quiet else None)
+                           on_row=report if args.paper_table and not getattr(args, "quiet", False) else None)
     save_and_print(args, table)
 
 

@@ -17,6 +17,7 @@ from lincorr.domains import Domain
 from lincorr.errors import DataError, DeviceError, InputError
 from lincorr.models import LM, compile_forward, tokenize_prompts
 from lincorr.prompts import Prompt
+from lincorr.provenance import note
 from lincorr.templates import fill, validate_template
 
 # Inputs X are names, words or short phrases. A batch is padded to its longest prompt, so one long
@@ -50,6 +51,7 @@ def collect(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str], settin
     if settings.compile and lm.compiled_body is None:
         compile_forward(lm)
     batch_size = resolved_batch_size(lm, prompts, inputs, settings)
+    note("batch_sizes", lm.name, batch_size)
     store = TableStore() if settings.use_cache else None
     jobs = {name: new_job(lm, prompt, inputs, settings.logprobs, batch_size) for name, prompt in prompts.items()}
     found = {name: store.load(job.key) if store is not None else None for name, job in jobs.items()}

@@ -1,4 +1,4 @@
-"""JSON-ready tables about the registry, behind `lincorr templates`, `domains` and `references`."""
+"""JSON-ready tables about the registry, behind `lincorr templates`, `domains`, `references` and `tasks`."""
 
 from __future__ import annotations
 
@@ -55,10 +55,13 @@ def domains_report(registry: Registry, tokenizer, family: str | None = None) -> 
     return rows
 
 
-def references_table(registry: Registry) -> list[dict]:
-    """One row per reference relation: its domains, the prompts that use them, and its pair count."""
+def references_table(registry: Registry, family: str | None = None) -> list[dict]:
+    """One row per reference relation: its domains, the prompts that use them, and its pair count.
+
+    With `family`, only the relations between domains that prompts of that family answer in.
+    """
     prompts_of: dict[str, list[str]] = {}
-    for spec in registry.prompts:
+    for spec in _selected(registry, family):
         prompts_of.setdefault(spec.domain, []).append(spec.name)
     return [
         {
@@ -70,4 +73,20 @@ def references_table(registry: Registry) -> list[dict]:
             "n_pairs": len(relation.pairs),
         }
         for relation in registry.references
+        if family is None or (relation.source_domain in prompts_of and relation.target_domain in prompts_of)
+    ]
+
+
+def tasks_table(registry: Registry) -> list[dict]:
+    """One row per relational task of the vector-arithmetic studies: its pairs, template and where its pairs came from."""
+    return [
+        {
+            "name": task.name,
+            "n_pairs": len(task.pairs),
+            "template": task.template,
+            "extractive_template": task.extractive_template,
+            "reference": task.reference,
+            "example": f"{task.pairs[0][0]} -> {task.pairs[0][1][0]}" if task.pairs else "",
+        }
+        for task in registry.tasks
     ]

@@ -26,6 +26,6 @@ def build_report(run_dirs: Sequence, *, title: str = "lincorr report") -> Report
     A LincorrError for a directory that holds none.
     """
     if not run_dirs:
-        raise LincorrError("name at least one run directory (the --out or --save-dir of a lincorr command)")
+        raise LincorrError("name at least one run directory (the --out of a lincorr command)")
     sections = [section for directory in run_dirs for section in read_run(directory)]
     return Report(title, tuple(sorted(sections, key=lambda section: section.study != "reproduce")))

@@ -32,7 +32,7 @@ from lincorr.reproduce.steps import STEPS, step_module
 from lincorr.report.effects import effect_text
 from lincorr.reproduce.verdicts import ALPHA, VERDICTS, Test, holm, judge
 from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE
-from lincorr.results import record
+from lincorr.results import record, summary_frame
 from lincorr.schema import read_document
 
 
@@ -120,6 +120,10 @@ class ReproductionResult:
                 "budget": self.budget, **({"eval_model": self.eval_model} if self.eval_model else {}),
                 "seconds": self.seconds, "measured": self.measured,
                 "claims": [claim.summary() for claim in self.claims]}
+
+    def to_pandas(self):
+        """The claim table as a pandas DataFrame, one claim per row (pandas is needed, not installed with lincorr)."""
+        return summary_frame(self.summary())
 
     def counts(self) -> dict[str, int]:
         """How many claims ended in each verdict."""

@@ -34,7 +34,7 @@ def hit_at_1_test(row) -> Test:
 def precision(ctx: Context) -> Measured:
     """Table 2: Hit@Top-N of W, the paper's ols and lincorr's ridge-std, tested as Hit@1 above chance per relation."""
     relations = ctx.chosen({r.label: r for r in paper_table("table2").relations()})
-    table = measure_precision(ctx.lm, ctx.registry, relations, ctx.inputs(), precision_fits(FitConfig(n_boot=100), PAPER_FIT),
+    table = measure_precision(ctx.lm, ctx.registry, relations, ctx.inputs(), precision_fits(FitConfig(alpha=1.0, n_boot=100), PAPER_FIT),
                             settings=ctx.collect)
     by_fit = {fit: [row for row in table.rows if row.estimator == fit] for fit in (PAPER_FIT, OURS_FIT)}
     if not by_fit[PAPER_FIT]:

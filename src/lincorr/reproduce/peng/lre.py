@@ -18,7 +18,7 @@ from lincorr.studies.logits.precision import precision_fits
 def lre(ctx: Context) -> Measured:
     """Hit@1 of W on every LRE relation this tokenizer can judge, each tested against chance, per fit."""
     relations = lre_relations(names=tuple(ctx.settings.get("relations", ())))
-    configs = [config for config in precision_fits(FitConfig(n_boot=100), PAPER_FIT) if config.label in LRE_FITS]
+    configs = [config for config in precision_fits(FitConfig(alpha=1.0, n_boot=100), PAPER_FIT) if config.label in LRE_FITS]
     table = lre_precision(ctx.lm, relations, ctx.inputs(), configs, max_subjects=ctx.settings.get("max_subjects"),
                           settings=ctx.collect)
     tests = {fit: [(row, hit_at_1_test(row)) for row in table.rows if row.estimator == fit] for fit in (PAPER_FIT, OURS_FIT)}
