@@ -2,10 +2,11 @@
 
 The made-up implicature of the origins study (`OriginsConfig.data`): "{name} dax" -> city and
 "{name} wug the" -> the city's animal. The weight sets of grafting are built by the origins
-study's `graft_measures` (the one place they are built), once per reproduction (`grafted`, kept in
-`ctx.shared`), and read by Table 3 and Fig. 6; every trained model is kept in the cache
-(`checkpoints`), so a resumed run, and the ordering phases that train the same facts from the same
-weights as grafting (W_F, W_ImplF, W_F,ImplF), load it. Ranks are compared name by name: each made-up
+study's `graft_measures` (the one place they are built): Table 3 ranks them (`graft_ranks`, once
+per reproduction, kept in `ctx.shared`) and Fig. 6 scores the two updates (`graft_scores`). Every
+trained model is kept in the cache (`checkpoints`), so Fig. 6, a resumed run, and the ordering
+phases that train the same examples from the same weights as grafting (facts first: W_F, then
+W_F,ImplF; implications first: W_ImplF) load it instead of training again. Ranks are compared name by name: each made-up
 name is an independent unit. Fig. 6 correlates over the components, as the paper does.
 """
 
@@ -70,39 +71,35 @@ def ordering(ctx: Context) -> Measured:
     return Measured({"orders": rows, "n_train": config.n_train, "n_test": config.n_test}, text, all_of(tests, "paired tests"))
 
 
-@dataclasses.dataclass(frozen=True)
-class Grafted:
-    """Item ranks of the weight sets Table 3 prints ({weights: {asked: [n_train]}}) and Fig. 6's two scores per component."""
-
-    ranks: dict
-    components: tuple[str, ...]
-    downstream: np.ndarray  # [n_components]: W_F,ImplF fine-tuned on the test facts, on their implications
-    informative: np.ndarray  # [n_components]: the update W_F' -> W_graft, on Impl F'
-
-
-def grafted(ctx: Context) -> Grafted:
-    """Table 3's weight sets ranked and Fig. 6's scores (`graft_measures`), once per reproduction."""
+def graft_ranks(ctx: Context) -> dict:
+    """Each name's ranks under the weight sets Table 3 prints: {weights: {asked: [n_train]}} (`graft_measures`), once per reproduction."""
     config = origins_config(ctx)
     key = ("feng.graft", config)
-    if key in ctx.shared:
-        return ctx.shared[key]
-    data = config.data(ctx.registry, ctx.lm.tokenizer)
-    queries = (data.counterfactual_implications, data.train_implications, data.counterfactual_facts)
+    if key not in ctx.shared:
+        data = config.data(ctx.registry, ctx.lm.tokenizer)
+        queries = (data.counterfactual_implications, data.train_implications, data.counterfactual_facts)
 
-    def asked(name: str, model) -> dict | None:
-        return dict(zip(ASKED, (ranks(model, q) for q in queries))) if name in TABLE3_ROWS else None
+        def asked(name: str, model) -> dict | None:
+            return dict(zip(ASKED, (ranks(model, q) for q in queries))) if name in TABLE3_ROWS else None
 
-    measured, scores = graft_measures(ctx.lm, data, config, asked, use_cache=ctx.collect.use_cache)
-    components = tuple(str(c) for c in score_components(ctx.lm))
-    ctx.shared[key] = Grafted({name: measured[name] for name in TABLE3_ROWS}, components, scores["downstream"], scores["informative"])
+        measured, _ = graft_measures(ctx.lm, data, config, asked, scores=False, use_cache=ctx.collect.use_cache)
+        ctx.shared[key] = {name: measured[name] for name in TABLE3_ROWS}
     return ctx.shared[key]
+
+
+def graft_scores(ctx: Context) -> dict[str, np.ndarray]:
+    """Fig. 6's scores per component of `score_components`: {"downstream", "informative"} (`graft_measures`; the weight sets
+    Table 3 trained are loaded from the cache)."""
+    config = origins_config(ctx)
+    data = config.data(ctx.registry, ctx.lm.tokenizer)
+    return graft_measures(ctx.lm, data, config, None, scores=True, use_cache=ctx.collect.use_cache)[1]
 
 
 def graft(ctx: Context) -> Measured:
     """Table 3: W_graft answers the counterfactual implications better than W_F' and than the control W~_graft (paired Wilcoxon)."""
-    result = grafted(ctx)
-    rows = {weights: [round(float(result.ranks[weights][k].mean()), 2) for k in ASKED] for weights in result.ranks}
-    counterfactual = {weights: by_asked["impl_counterfactual"] for weights, by_asked in result.ranks.items()}
+    measured = graft_ranks(ctx)
+    rows = {weights: [round(float(measured[weights][k].mean()), 2) for k in ASKED] for weights in measured}
+    counterfactual = {weights: by_asked["impl_counterfactual"] for weights, by_asked in measured.items()}
     tests = [paired_greater(counterfactual[other], counterfactual["W_graft"], f"Impl F' rank, {other} vs W_graft", ctx.interest, "training names")
              for other in ("W_F'", "W~_graft")]
     text = "[Impl F', Impl F, F'] mean ranks: " + "; ".join(f"{w} {v[0]:.2f}/{v[1]:.2f}/{v[2]:.2f}" for w, v in rows.items())
@@ -125,9 +122,9 @@ def correlation_test(kind: str, downstream: np.ndarray, informative: np.ndarray,
 
 def graft_correlation(ctx: Context) -> Measured:
     """Fig. 6: downstream scores correlate with the graft update's informative scores, for MLPs and for heads (each must hold)."""
-    result = grafted(ctx)
-    kinds = np.array([c.split("[")[0] for c in result.components])
-    tests = {kind: correlation_test(kind, result.downstream[kinds == kind], result.informative[kinds == kind], ctx.interest)
+    scores = graft_scores(ctx)
+    kinds = np.array([c.kind for c in score_components(ctx.lm)])
+    tests = {kind: correlation_test(kind, scores["downstream"][kinds == kind], scores["informative"][kinds == kind], ctx.interest)
              for kind in ("mlp", "head")}
     ours = {kind: {"r": round(t.statistic, 3) if t.units and t.interval else None, "p": t.p_value if t.interval else None, "n": t.units}
             for kind, t in tests.items()}

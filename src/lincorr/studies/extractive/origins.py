@@ -327,45 +327,52 @@ class GraftResult(Stored):
             self.plot(out / "graft.png")
 
 
-def graft_measures(lm: LM, data: NovelData, config: OriginsConfig, measure: Callable[[str, LM], object], *,
+def graft_measures(lm: LM, data: NovelData, config: OriginsConfig, measure: Callable[[str, LM], object] | None, *,
                    scores: bool = True, use_cache: bool = True) -> tuple[dict[str, object], dict[str, np.ndarray]]:
-    """Train every weight set of Table 3, graft, and `measure(name, model)` each (names of `WEIGHT_SETS`); with `scores`,
-    Fig. 6's two scores per component: {"downstream": W_F,ImplF fine-tuned on the test facts, on their implications,
-    "informative": the update W_F' -> W_graft, on Impl F'}, each `[n_components]`.
+    """Train every weight set of Table 3, graft, and `measure(name, model)` each (names of `WEIGHT_SETS`; none without
+    `measure`); with `scores`, Fig. 6's two scores per component: {"downstream": W_F,ImplF fine-tuned on the test facts,
+    on their implications, "informative": the update W_F' -> W_graft, on Impl F'}, each `[n_components]`.
 
     The one place the weight sets are built (the origins study and `lincorr reproduce feng` both call it). Each is a full
     copy of the model, measured as soon as it exists and dropped once nothing needs it; each trained one is kept in the
-    cache (`checkpoints.trained_checkpoint`, unless `use_cache` is False), so a later run, or the ordering study's phases
-    that train the same facts from the same weights, load it instead of training again.
+    cache (`checkpoints.trained_checkpoint`, unless `use_cache` is False), so a later call (Fig. 6 after Table 3, a
+    resumed run, the ordering phases that train the same facts from the same weights) loads it instead of training again.
     """
     def trained(base: LM, examples: QuerySet, name: str, train: TrainConfig = config.continued) -> LM:
         return trained_checkpoint(base, examples.facts(), train, name=name, use_cache=use_cache)
 
-    measured = {"W": measure("W", lm)}
+    measured = {}
+
+    def keep(name: str, model: LM) -> None:
+        if measure is not None:
+            measured[name] = measure(name, model)
+
+    keep("W", lm)
     w_f = trained(lm, data.train_facts, "W_F")
-    measured["W_F"] = measure("W_F", w_f)
+    keep("W_F", w_f)
     w_f_impl = trained(w_f, data.train_implications, "W_F,ImplF")
-    measured["W_F,ImplF"] = measure("W_F,ImplF", w_f_impl)
+    keep("W_F,ImplF", w_f_impl)
     w_cf = trained(lm, data.counterfactual_facts, "W_F'")
-    measured["W_F'"] = measure("W_F'", w_cf)
+    keep("W_F'", w_cf)
     grafted = graft_weights(w_cf, w_f_impl, w_f, "W_graft")
     del w_f
-    measured["W_graft"] = measure("W_graft", grafted)
-    components = score_components(lm)
-    found = {}
+    keep("W_graft", grafted)
+    components, found = score_components(lm), {}
     if scores:
         found["informative"] = linearized_scores(w_cf, grafted, data.counterfactual_implications, components=components,
                                                  upstream=False, batch_size=config.batch_size)["informative"]
     del grafted
-    w_impl = trained(lm, data.train_implications, "W_ImplF")
-    measured["W_ImplF"] = measure("W_ImplF", w_impl)
-    measured["W~_graft"] = measure("W~_graft", graft_weights(w_cf, w_impl, lm, "W~_graft"))
-    del w_impl, w_cf
+    if measure is not None:
+        w_impl = trained(lm, data.train_implications, "W_ImplF")
+        keep("W_ImplF", w_impl)
+        keep("W~_graft", graft_weights(w_cf, w_impl, lm, "W~_graft"))
+        del w_impl
+    del w_cf
     if scores:
         tested = trained(w_f_impl, data.test_facts, "W_F,ImplF+test facts", config.train)
         found["downstream"] = linearized_scores(w_f_impl, tested, data.test_implications, components=components, upstream=False,
                                                 batch_size=config.batch_size)["downstream"]
-    return {name: measured[name] for name in WEIGHT_SETS}, found
+    return {name: measured[name] for name in WEIGHT_SETS if name in measured}, found
 
 
 def measure_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, use_cache: bool = True) -> GraftResult:
