@@ -3,9 +3,11 @@
     python benchmarks/bench_reproduce.py [--model gemma-3-270m] [--papers peng,merullo,feng] [--only feng.fig2.first,...]
 
 Runs the claims that measure something (a step and quick settings; none that needs a second
-checkpoint) through `lincorr.reproduce.runner.reproduce` without any cache, so every step does
-its whole work, and the claims of a paper share what a real run shares (`ctx.shared`: a fine-tuned
-hop is trained by the first claim that reads it and charged to that claim). Per claim it prints:
+checkpoint) through `lincorr.reproduce.runner.reproduce` in a fresh, empty cache (only the
+converted models are linked in from the real one), so the run is cold as a first run is: every
+step does its whole work, and the claims of a paper share what a real run shares (`ctx.shared`
+and the checkpoints of this run: a fine-tuned model is trained by the first claim that needs it and
+charged to that claim). Per claim it prints:
 
 - the tokens that went through the model's body forward, and those that went forward with
   gradients (each needs a backward of about twice the forward's work), counted by a forward
@@ -25,7 +27,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -33,7 +38,7 @@ import torch  # noqa: E402
 
 from bench_core import matmul_flops  # noqa: E402
 from costs import linear_parameters, setting  # noqa: E402
-from lincorr.collection import CollectSettings  # noqa: E402
+from lincorr.cache import HASHES, MODELS, cache_root  # noqa: E402
 from lincorr.models import LM, load_model  # noqa: E402
 from lincorr.reproduce import steps as step_registry  # noqa: E402
 from lincorr.reproduce.claims import PAPERS, load_paper  # noqa: E402
@@ -135,6 +140,11 @@ def main() -> None:
     papers = [p for p in args.papers.split(",") if p and measured_claims(p, only)]
     peak = matmul_flops()
     lm = load_model(args.model)
+    real = cache_root()
+    os.environ["LINCORR_CACHE_DIR"] = fresh = tempfile.mkdtemp(prefix="bench-reproduce-")
+    for name in (MODELS, HASHES):
+        if (real / name).exists():
+            (Path(fresh) / name).symlink_to(real / name)
     counter, rows = Counter(lm), []
     timed_steps(counter, rows)
     print(f"model {args.model}, torch threads {torch.get_num_threads()}, float32 matmul {peak / 1e9:.1f} GFLOP/s (2048^2, best of 5)")
@@ -144,7 +154,7 @@ def main() -> None:
         for paper in papers:
             claim_ids = measured_claims(paper, only)
             start = len(rows)
-            reproduce(paper, lm, only=",".join(claim_ids), settings=CollectSettings(use_cache=False))
+            reproduce(paper, lm, only=",".join(claim_ids))
             for claim_id, (step, seconds, work) in zip(claim_ids, rows[start:]):
                 bound = work.flops / peak
                 total[0], total[1] = total[0] + seconds, total[1] + bound
@@ -152,6 +162,7 @@ def main() -> None:
                       f"{work.flops / 1e9:>9.1f}{bound:>9.2f}{bound / max(seconds, 1e-9):>7.1%}")
     finally:
         counter.close()
+        shutil.rmtree(fresh, ignore_errors=True)
     print(f"{'total':<60}{total[0]:>8.1f}{'':>38}{total[1]:>9.2f}{total[1] / max(total[0], 1e-9):>7.1%}")
 
 
