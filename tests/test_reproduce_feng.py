@@ -150,3 +150,26 @@ def test_the_whole_paper_runs_on_a_tiny_model(tiny, monkeypatch):
     assert set(by_id["feng.table2"].ours["rows"]["first"]) >= {"none", "all", "early_post", "late_post", "early_pre", "late_pre"}
     assert set(by_id["feng.table3"].ours["rows"]) == {"W_F'", "W_graft", "W~_graft"}
     assert by_id["feng.fig6"].ours["mlp"]["n"] == 2 and by_id["feng.fig6"].ours["head"]["n"] == 2 * layout(lm).n_heads
+
+
+def test_a_resumed_run_loads_the_hop_and_its_scores_instead_of_training_and_scoring_again(tiny, monkeypatch):
+    """A fresh reproduction (empty `ctx.shared`) finds the hop's fine-tuned model and its scores in the cache."""
+    import lincorr.checkpoints as checkpoints
+    import lincorr.reproduce.feng.steps as feng_steps
+
+    lm, registry = tiny
+    work = {"trained": 0, "scored": 0}
+    real_train, real_scores = checkpoints.train_on_facts, feng_steps.linearized_scores
+
+    def counted(name: str, real):
+        def call(*args, **kwargs):
+            work[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(checkpoints, "train_on_facts", counted("trained", real_train))
+    monkeypatch.setattr(feng_steps, "linearized_scores", counted("scored", real_scores))
+    runs = [feng_steps.hop_scores(Context(lm, registry, TINY_HOPS), "first") for _ in range(2)]
+    assert work == {"trained": 1, "scored": 1}
+    for key in ("informative", "downstream_by_prompt"):
+        np.testing.assert_array_equal(runs[0][key], runs[1][key])

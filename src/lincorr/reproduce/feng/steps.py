@@ -17,6 +17,7 @@ import dataclasses
 
 import numpy as np
 
+from lincorr.cache import stored_result
 from lincorr.checkpoints import trained_checkpoint
 from lincorr.internals import layout
 from lincorr.models import LM
@@ -26,7 +27,10 @@ from lincorr.reproduce.verdicts import Test, all_of, bootstrap_greater, paired_g
 from lincorr.studies.extractive.freeze import choose_split, paper_split, reset_blocks
 from lincorr.studies.extractive.ocr import SMALL_TRAIN, HopData, OcrConfig, chance_mean_rank, hop_data, load_world, ranks
 from lincorr.studies.extractive.positions import ROLES
-from lincorr.studies.extractive.scores import linearized_scores, score_components
+from lincorr.studies.extractive.scores import SCORES, linearized_scores, score_components
+
+# What a hop's scores hold: each score summed over roles, by role and by prompt (`linearized_scores`).
+SCORE_KEYS = tuple(f"{score}{part}" for score in SCORES for part in ("", "_by_role", "_by_prompt"))
 
 @dataclasses.dataclass(frozen=True)
 class TunedHop:
@@ -64,14 +68,26 @@ def tuned_hop(ctx: Context, hop: str) -> TunedHop:
 
 
 def hop_scores(ctx: Context, hop: str, upstream: bool = False) -> dict[str, np.ndarray]:
-    """`linearized_scores` of the hop's update on its implications (every MLP and head), computed once per reproduction."""
+    """`linearized_scores` of the hop's update on its implications (every MLP and head): computed once per reproduction and,
+    for a fine-tuned model kept in the cache, stored beside it, so a resumed run reads them instead of computing them again."""
     hop_model = tuned_hop(ctx, hop)
     with_upstream, key = ("feng.scores", hop_model.config, True), ("feng.scores", hop_model.config, upstream)
     if with_upstream in ctx.shared:  # scores with upstream hold the others too
         return ctx.shared[with_upstream]
     if key not in ctx.shared:
-        ctx.shared[key] = linearized_scores(ctx.lm, hop_model.tuned, hop_model.data.implications, components=score_components(ctx.lm),
-                                            upstream=upstream, batch_size=int(ctx.settings.get("batch_size", 32)))
+        queries, batch_size = hop_model.data.implications, int(ctx.settings.get("batch_size", 32))
+
+        def compute() -> dict:
+            scores = linearized_scores(ctx.lm, hop_model.tuned, queries, components=score_components(ctx.lm), upstream=upstream,
+                                       batch_size=batch_size)
+            return {name: values.tolist() for name, values in scores.items() if np.isfinite(values).all()}  # no NaN in JSON
+
+        stored = {"base": ctx.lm.fingerprint, "tuned": hop_model.tuned.fingerprint, "prompts": list(queries.prompts),
+                  "answers": list(queries.answers), "subjects": list(queries.subjects),
+                  "candidates": list(queries.candidates.token_ids), "upstream": upstream, "batch_size": batch_size}
+        use_cache = ctx.collect.use_cache and hop_model.tuned.fingerprint.startswith("checkpoint:")
+        found = stored_result("feng-scores", stored, compute, code="lincorr.studies.extractive.scores", use_cache=use_cache)
+        ctx.shared[key] = {name: np.asarray(found.get(name, np.nan), float) for name in SCORE_KEYS}
     return ctx.shared[key]
 
 
