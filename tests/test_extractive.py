@@ -297,6 +297,7 @@ def test_orderings_feed_exactly_the_documented_sequence(world_tokenizer, tmp_pat
 def test_the_ordering_step_trains_on_what_the_ordering_study_trains_on(world_tokenizer, tmp_path, monkeypatch):
     """The reproduction's Fig. 4 step and the study feed the same examples in the same sequence, each phase continuing
     from the model the one before it returned (the study's sequence is pinned by the test above)."""
+    import lincorr.checkpoints as checkpoints
     import lincorr.studies.extractive.ocr as extractive
     from lincorr.reproduce.feng import origins as feng_origins
     from lincorr.reproduce.step import Context
@@ -315,7 +316,7 @@ def test_the_ordering_step_trains_on_what_the_ordering_study_trains_on(world_tok
     registry = tiny_world_registry(tmp_path)
     monkeypatch.setattr(extractive, "train_on_facts", recording_into("study"))
     measure_ordering(lm, registry, OriginsConfig(n_train=6, n_test=3, n_cities=4))
-    monkeypatch.setattr(extractive, "train_on_facts", recording_into("step"))
+    monkeypatch.setattr(checkpoints, "train_on_facts", recording_into("step"))
     feng_origins.ordering(Context(lm, registry, {"n_train": 6, "n_test": 3, "n_cities": 4}))
     assert [facts for _, facts, _ in calls["step"]] == [facts for _, facts, _ in calls["study"]]
     step = calls["step"]
@@ -349,22 +350,25 @@ def test_graft_study_reports_table_3_and_both_correlations(world_tokenizer, tmp_
 def _planted_graft_study(lm, registry, config, monkeypatch, planted_training, state, planted_scores) -> dict:
     import lincorr.studies.extractive.origins as origins
 
-    monkeypatch.setattr(origins, "train_model", planted_training)
+    monkeypatch.setattr(origins, "trained_checkpoint", planted_training)
     monkeypatch.setattr(origins, "mean_rank", lambda model, queries: state(model))
     monkeypatch.setattr(origins, "linearized_scores", planted_scores)
     return {row["weights"]: row["facts_original"] for row in measure_graft(lm, registry, config).rows}
 
 
 def _planted_graft_step(lm, registry, config, monkeypatch, planted_training, state, planted_scores) -> dict:
+    """Table 3's ranks, then Fig. 6's scores, as the reproduction asks for them (both through the study's `graft_measures`)."""
+    import lincorr.studies.extractive.origins as origins
     from lincorr.reproduce.feng import origins as feng_origins
     from lincorr.reproduce.step import Context
 
-    monkeypatch.setattr(feng_origins, "train_model", planted_training)
+    monkeypatch.setattr(origins, "trained_checkpoint", planted_training)
     monkeypatch.setattr(feng_origins, "ranks", lambda model, queries: np.array([state(model)]))
-    monkeypatch.setattr(feng_origins, "linearized_scores", planted_scores)
-    settings = {"n_train": config.n_train, "n_test": config.n_test, "n_cities": config.n_cities}
-    grafted = feng_origins.grafted(Context(lm, registry, settings))
-    return {weights: float(by_asked["impl_original"][0]) for weights, by_asked in grafted.ranks.items()}
+    monkeypatch.setattr(origins, "linearized_scores", planted_scores)
+    ctx = Context(lm, registry, {"n_train": config.n_train, "n_test": config.n_test, "n_cities": config.n_cities})
+    ranked = feng_origins.graft_ranks(ctx)
+    feng_origins.graft_scores(ctx)
+    return {weights: float(by_asked["impl_original"][0]) for weights, by_asked in ranked.items()}
 
 
 @pytest.mark.parametrize("built_by", [_planted_graft_study, _planted_graft_step], ids=["study", "reproduction step"])
@@ -377,11 +381,11 @@ def test_grafting_builds_and_scores_the_weight_sets_the_paper_names(world_tokeni
     planted = {"W_F": 1.0, "W_F,ImplF": 10.0, "W_ImplF": 100.0, "W_F'": 1000.0, "W_F,ImplF+test": 10000.0}
     original = lm.model.lm_head.weight[0, 0].item()
 
-    def planted_training(base, facts, train, name=""):
+    def planted_training(base, facts, train, *, name="", use_cache=True):
         model = copy.deepcopy(base.model)
         with torch.no_grad():
             model.lm_head.weight[0, 0] += planted[name.removesuffix(" facts")]
-        return wrap_model(model, base.tokenizer, name=name), None
+        return wrap_model(model, base.tokenizer, name=name)
 
     def state(model) -> float:
         return round(model.model.lm_head.weight[0, 0].item() - original, 6)

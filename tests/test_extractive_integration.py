@@ -104,7 +104,11 @@ def test_first_hop_facts_live_in_the_early_blocks_and_second_hop_implications_ne
 
 @pytest.fixture(scope="module")
 def origins(bundled, session_cache):
-    """A reproduction context for the §6 steps at the claims' sizes (`feng/claims.yaml`: 80 training names, 20 test names, 20 cities)."""
+    """A reproduction context for the §6 steps at the claims' sizes (`feng/claims.yaml`: 80 training names, 20 test names, 20 cities).
+
+    Its models are kept in the session's checkpoint cache, so the two tests below share what they both train: the
+    ordering test's implications-first phase is grafting's W_ImplF, trained by whichever test runs first.
+    """
     return Context(bundled("gemma-3-270m"), load_registry(), {"n_train": 80, "n_test": 20, "n_cities": 20, "seed": 0})
 
 
@@ -114,13 +118,15 @@ def test_grafting_the_implication_update_onto_counterfactual_facts_answers_their
     Measured with these settings (docs/mechanisms.md): Impl F' mean ranks W_F' 9.61, W_graft 7.21, W~_graft 10.19 over 80
     names; the two paired Wilcoxon tests combine to p = 5e-6. The test asks for p < 0.01, more than two orders of magnitude
     of room for a machine whose float rounding steers training elsewhere. That the weight sets are built from the right
-    operands is the planted unit test's (`test_grafting_builds_and_scores_the_weight_sets_the_paper_names`).
+    operands is the planted unit test's (`test_grafting_builds_and_scores_the_weight_sets_the_paper_names`). Table 3's step
+    trains the four weight sets and ranks three; Fig. 6's scores (a step of their own) are not computed here.
     """
     measured = feng_origins.graft(origins)
     rows = measured.ours["rows"]
     impl_counterfactual = {weights: values[0] for weights, values in rows.items()}
     assert impl_counterfactual["W_graft"] < min(impl_counterfactual["W_F'"], impl_counterfactual["W~_graft"]), rows
     assert measured.test.direction_holds and measured.test.p_value < 0.01, measured.test
+    assert measured.test.unit == "training names" and measured.test.units == 80
     # The control learns what it was given: the original implications, not the counterfactual ones.
     assert rows["W~_graft"][1] < rows["W~_graft"][0] - 2, rows
 

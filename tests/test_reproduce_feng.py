@@ -17,7 +17,7 @@ from lincorr.reproduce import BUDGETS, load_paper, reproduce
 from lincorr.reproduce.claims import Paper
 from lincorr.reproduce.feng.steps import TunedHop, depth_test, freeze, hop_config, localisation, ocr
 from lincorr.reproduce.step import Context
-from lincorr.reproduce.verdicts import verdict
+from lincorr.reproduce.verdicts import judge
 from lincorr.studies.extractive.ocr import hop_data, load_world
 from lincorr.studies.extractive.positions import ROLES
 from lincorr.studies.extractive.scores import score_components
@@ -46,16 +46,26 @@ def test_the_claims_of_one_hop_share_its_training_settings():
         assert len({k[1:] for k in keys}) == 1, budget
 
 
-@pytest.mark.parametrize("mass, toward, expected", [
-    ([5.0, 4.0, 3.0, 1.0, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0], "early", "reproduced"),
-    ([5.0, 4.0, 3.0, 1.0, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0], "late", "not reproduced"),
-    ([0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.2, 1.0, 3.0, 6.0], "late", "reproduced"),
-    ([1.0] * 10, "early", "not reproduced"),  # spread evenly: no direction
-    ([0.0] * 10, "early", "not reproduced"),  # no positive mass
+def planted_scores(mass, n_prompts: int = 8, noise: float = 0.01, seed: int = 0) -> np.ndarray:
+    """One component per block, each prompt's score the planted block `mass` plus noise: `[n_prompts, n_blocks]`."""
+    return np.asarray(mass) + noise * np.random.default_rng(seed).standard_normal((n_prompts, len(mass)))
+
+
+EARLY = [5.0, 4.0, 3.0, 1.0, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("scores, toward, expected", [
+    (planted_scores(EARLY), "early", "reproduced"),
+    (planted_scores(EARLY), "late", "not reproduced"),  # the interval excludes the effect of interest
+    (planted_scores(EARLY[::-1]), "late", "reproduced"),
+    (planted_scores([1.0] * 10), "early", "not reproduced"),  # spread evenly: no direction, and the test would have seen one
+    (np.zeros((8, 10)), "early", "not reproduced"),  # no positive mass
+    (planted_scores(np.linspace(1.1, 0.9, 10), n_prompts=3, noise=2.0), "early", "inconclusive"),  # 3 noisy implications cannot tell
 ])
-def test_the_depth_test_follows_where_the_mass_sits(mass, toward, expected):
-    test = depth_test(np.array(mass), toward, "planted mass", n_resamples=999)
-    assert verdict(test) == expected
+def test_the_depth_test_follows_where_the_mass_sits_over_the_implications(scores, toward, expected):
+    test = depth_test(scores, np.arange(10), 10, toward, "planted mass", interest=0.1)
+    assert judge(test).verdict == expected, test
+    assert test.units == len(scores) and test.unit == "implications"
 
 
 @pytest.fixture
@@ -71,31 +81,32 @@ def planted_hop(lm, registry, settings: dict, before: list, after: list, hop: st
     return {("feng.hop", config): TunedHop(config, data, lm, ranks)}
 
 
-@pytest.mark.parametrize("after, expected", [([0, 0, 1, 0, 0], "reproduced"), ([4, 3, 4, 4, 3], "not reproduced")])
+@pytest.mark.parametrize("after, expected", [([0, 0, 1, 0, 0], "reproduced"), ([4, 3, 4, 4, 3], "not reproduced"),
+                                             ([0, 6, 2, 3, 3], "inconclusive")])
 def test_the_ocr_verdict_follows_the_planted_ranks(tiny, after, expected):
     lm, registry = tiny
     settings = {**TINY_HOPS, "hop": "first"}
     shared = planted_hop(lm, registry, settings, [3, 4, 2, 4, 3], after)
-    measured = ocr(Context(lm, registry, settings, shared=shared))
-    assert verdict(measured.test) == expected and measured.ours["implications_mean_rank_after"] == pytest.approx(np.mean(after))
+    measured = ocr(Context(lm, registry, settings, shared=shared, interest=2.0))
+    assert judge(measured.test).verdict == expected and measured.test.unit == "implications" and measured.ours["implications_mean_rank_after"] == pytest.approx(np.mean(after))
 
 
 @pytest.mark.parametrize("early, expected", [(True, "reproduced"), (False, "not reproduced")])
 def test_the_localisation_verdict_follows_the_planted_scores(tiny, early, expected):
-    """Informative mass planted in the first block's MLP at the subject tokens sits early; in the last block's, late."""
+    """Informative mass planted in the first block's MLP at the subject tokens of every implication sits early; in the last
+    block's, late (and the interval, which resampling the identical implications makes a point, excludes the early side)."""
     lm, registry = tiny
     settings = {**TINY_HOPS, "hop": "first", "score": "informative", "part": "mlp", "role": "subject", "toward": "early"}
     shared = planted_hop(lm, registry, settings, [3] * 5, [0] * 5)
     components = score_components(lm)
-    by_role = np.zeros((len(components), len(ROLES)))
+    by_prompt = np.zeros((5, len(components), len(ROLES)))
     planted_layer = 0 if early else layout(lm).n_layers - 1
-    by_role[components.index(next(c for c in components if c.kind == "mlp" and c.layer == planted_layer)), ROLES.index("subject")] = 1.0
+    by_prompt[:, components.index(next(c for c in components if c.kind == "mlp" and c.layer == planted_layer)), ROLES.index("subject")] = 1.0
     config = next(iter(shared.values())).config
-    shared[("feng.scores", config, False)] = {"informative_by_role": by_role}
-    measured = localisation(Context(lm, registry, settings, shared=shared))
+    shared[("feng.scores", config, False)] = {"informative_by_role": by_prompt.mean(0), "informative_by_prompt": by_prompt}
+    measured = localisation(Context(lm, registry, settings, shared=shared, interest=0.1))
     assert measured.ours["positive_mass_by_block"][planted_layer] == 1.0
-    # Two blocks: the planted block is the extreme of both orders, so the permutation p is 1/2 at best, never significant.
-    assert measured.test.direction_holds == early and verdict(measured.test) == "not reproduced"
+    assert measured.test.direction_holds == early and judge(measured.test).verdict == expected
 
 
 def test_table_2_judges_the_paper_split_and_stores_the_score_split_as_a_variant(tiny):
@@ -134,7 +145,31 @@ def test_the_whole_paper_runs_on_a_tiny_model(tiny, monkeypatch):
     assert [c.id for c in result.claims] == [c.id for c in load_paper("feng").claims]
     assert {by_id[i].verdict for i in ("feng.fig1", "feng.table1", "feng.fig5")} == {"not applicable"}
     measured = [c for c in result.claims if c.step]
-    assert all(c.verdict in ("reproduced", "not reproduced") and 0.0 <= c.p_value <= 1.0 for c in measured), result.text()
+    assert all(c.verdict in ("reproduced", "not reproduced", "inconclusive") and 0.0 <= c.p_value <= 1.0 for c in measured), result.text()
+    assert all(c.detail["unit"] for c in measured), result.text()  # every test names its independent units
     assert set(by_id["feng.table2"].ours["rows"]["first"]) >= {"none", "all", "early_post", "late_post", "early_pre", "late_pre"}
     assert set(by_id["feng.table3"].ours["rows"]) == {"W_F'", "W_graft", "W~_graft"}
     assert by_id["feng.fig6"].ours["mlp"]["n"] == 2 and by_id["feng.fig6"].ours["head"]["n"] == 2 * layout(lm).n_heads
+
+
+def test_a_resumed_run_loads_the_hop_and_its_scores_instead_of_training_and_scoring_again(tiny, monkeypatch):
+    """A fresh reproduction (empty `ctx.shared`) finds the hop's fine-tuned model and its scores in the cache."""
+    import lincorr.checkpoints as checkpoints
+    import lincorr.reproduce.feng.steps as feng_steps
+
+    lm, registry = tiny
+    work = {"trained": 0, "scored": 0}
+    real_train, real_scores = checkpoints.train_on_facts, feng_steps.linearized_scores
+
+    def counted(name: str, real):
+        def call(*args, **kwargs):
+            work[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(checkpoints, "train_on_facts", counted("trained", real_train))
+    monkeypatch.setattr(feng_steps, "linearized_scores", counted("scored", real_scores))
+    runs = [feng_steps.hop_scores(Context(lm, registry, TINY_HOPS), "first") for _ in range(2)]
+    assert work == {"trained": 1, "scored": 1}
+    for key in ("informative", "downstream_by_prompt"):
+        np.testing.assert_array_equal(runs[0][key], runs[1][key])

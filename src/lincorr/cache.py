@@ -1,8 +1,9 @@
-"""The cache: where it is, its one key scheme, and its three stores (models, logit tables, study rows).
+"""The cache: where it is, its one key scheme, and its stores (models, logit tables, study rows, fine-tuned checkpoints).
 
 Sections: `models/` (GGUF files converted to safetensors, with `hashes.json`, the remembered
-sha256 of GGUF files), `logits/` (logit tables and the finished pieces of unfinished ones) and
-`results/` (finished rows of the training studies' tables). Every entry is named by
+sha256 of GGUF files), `logits/` (logit tables and the finished pieces of unfinished ones),
+`results/` (finished rows of the training studies' tables) and `checkpoints/` (models fine-tuned
+on facts, the parameters training changed, as safetensors; written and read by `checkpoints.py`). Every entry is named by
 `key_digest` of its key, a dict that holds everything its content depends on; tables and rows
 also hold `provenance.code_digest` of the code computing them (`code_key`). Every write goes
 through `filesystem` (whole or not at all); everything in the cache can be recomputed.
@@ -25,8 +26,8 @@ from lincorr.errors import CacheError, LincorrError
 from lincorr.filesystem import atomic_file, check_writable, read_json, ready_directory, write_json_atomic
 from lincorr.provenance import code_digest
 
-MODELS, HASHES, TABLES, RESULTS = "models", "hashes.json", "logits", "results"
-SECTIONS = {"models": (MODELS, HASHES), "tables": (TABLES,), "results": (RESULTS,)}
+MODELS, HASHES, TABLES, RESULTS, CHECKPOINTS = "models", "hashes.json", "logits", "results", "checkpoints"
+SECTIONS = {"models": (MODELS, HASHES), "tables": (TABLES,), "results": (RESULTS,), "checkpoints": (CHECKPOINTS,)}
 CONVERSION_RECORD = "lincorr.json"  # in a converted model's directory: its source fingerprint and every file's size and checksum
 # In the root of a cache that lincorr made (or found empty): only such a cache has sections `cache clear` may remove.
 CACHE_MARKER = ".lincorr-cache"

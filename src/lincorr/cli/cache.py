@@ -6,14 +6,15 @@ from lincorr.cli.options import add_command, add_json_option, print_json
 
 
 def add_cache_command(commands) -> None:
-    cache = add_command(commands, "cache", "list, size or clear the cache of converted models, logit tables and study rows")
+    cache = add_command(commands, "cache", "list, size or clear the cache of converted models, logit tables, study rows and fine-tuned checkpoints")
     actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = add_command(actions, "list", "each section with its entries and size, and where the cache is")
     add_json_option(listing)
     listing.set_defaults(handler=run_list)
     add_command(actions, "size", "the cache's total size").set_defaults(handler=run_size)
     clear = add_command(actions, "clear", "remove sections of the cache (all of them unless one is named)")
-    for section, what in (("models", "converted models"), ("tables", "logit tables and checkpoints"), ("results", "stored study rows")):
+    for section, what in (("models", "converted models"), ("tables", "logit tables"), ("results", "stored study rows"),
+                          ("checkpoints", "fine-tuned checkpoints")):
         clear.add_argument(f"--{section}", action="store_true", help=f"only the {what}")
     clear.set_defaults(handler=run_clear)
 

@@ -23,7 +23,7 @@ import copy
 import dataclasses
 from typing import ClassVar
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from lincorr.studies.extractive.ocr import (
     usable_cities,
 )
 from lincorr.studies.extractive.scores import linearized_scores, score_components
+from lincorr.checkpoints import trained_checkpoint
 from lincorr.finetune import Fact, TrainConfig
 from lincorr.metrics import pearson, pearson_permutation_p
 from lincorr.models import LM
@@ -46,7 +47,7 @@ from lincorr.templates import fill
 
 __all__ = [
     "ORDERS", "PAPER_TABLE3", "WEIGHT_SETS", "CONTINUED_TRAIN", "NovelData", "novel_data", "ordering_phases", "OriginsConfig", "OrderingResult", "measure_ordering",
-    "graft_weights", "GraftResult", "measure_graft",
+    "graft_weights", "graft_measures", "GraftResult", "measure_graft",
 ]
 
 ORDERS = ("facts_then_implications", "implications_then_facts", "shuffled")
@@ -326,42 +327,65 @@ class GraftResult(Stored):
             self.plot(out / "graft.png")
 
 
-def measure_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig()) -> GraftResult:
-    """Table 3 and Fig. 6: train the four weight sets, graft, measure; then score both updates."""
-    started = time.perf_counter()
-    data = config.data(registry, lm.tokenizer)
-    def trained(base: LM, examples: QuerySet, name: str) -> LM:
-        return train_model(base, examples.facts(), config.continued, name=name)[0]
+def graft_measures(lm: LM, data: NovelData, config: OriginsConfig, measure: Callable[[str, LM], object] | None, *,
+                   scores: bool = True, use_cache: bool = True) -> tuple[dict[str, object], dict[str, np.ndarray]]:
+    """Train every weight set of Table 3, graft, and `measure(name, model)` each (names of `WEIGHT_SETS`; none without
+    `measure`); with `scores`, Fig. 6's two scores per component: {"downstream": W_F,ImplF fine-tuned on the test facts,
+    on their implications, "informative": the update W_F' -> W_graft, on Impl F'}, each `[n_components]`.
 
-    rows = {}
+    The one place the weight sets are built (the origins study and `lincorr reproduce feng` both call it). Each is a full
+    copy of the model, measured as soon as it exists and dropped once nothing needs it; each trained one is kept in the
+    cache (`checkpoints.trained_checkpoint`, unless `use_cache` is False), so a later call (Fig. 6 after Table 3, a
+    resumed run, the ordering phases that train the same facts from the same weights) loads it instead of training again.
+    """
+    def trained(base: LM, examples: QuerySet, name: str, train: TrainConfig = config.continued) -> LM:
+        return trained_checkpoint(base, examples.facts(), train, name=name, use_cache=use_cache)
 
-    def measure(name: str, model: LM) -> None:
-        rows[name] = {"weights": name, "impl_counterfactual": mean_rank(model, data.counterfactual_implications),
-                      "impl_original": mean_rank(model, data.train_implications),
-                      "facts_counterfactual": mean_rank(model, data.counterfactual_facts), "facts_original": mean_rank(model, data.train_facts)}
+    measured = {}
 
-    # Each weight set is a full copy of the model: measured as soon as it exists, dropped once nothing needs it.
-    measure("W", lm)
+    def keep(name: str, model: LM) -> None:
+        if measure is not None:
+            measured[name] = measure(name, model)
+
+    keep("W", lm)
     w_f = trained(lm, data.train_facts, "W_F")
-    measure("W_F", w_f)
+    keep("W_F", w_f)
     w_f_impl = trained(w_f, data.train_implications, "W_F,ImplF")
-    measure("W_F,ImplF", w_f_impl)
+    keep("W_F,ImplF", w_f_impl)
     w_cf = trained(lm, data.counterfactual_facts, "W_F'")
-    measure("W_F'", w_cf)
+    keep("W_F'", w_cf)
     grafted = graft_weights(w_cf, w_f_impl, w_f, "W_graft")
     del w_f
-    measure("W_graft", grafted)
-    components = score_components(lm)
-    informative = linearized_scores(w_cf, grafted, data.counterfactual_implications, components=components, upstream=False,
-                                    batch_size=config.batch_size)["informative"]
+    keep("W_graft", grafted)
+    components, found = score_components(lm), {}
+    if scores:
+        found["informative"] = linearized_scores(w_cf, grafted, data.counterfactual_implications, components=components,
+                                                 upstream=False, batch_size=config.batch_size)["informative"]
     del grafted
-    w_impl = trained(lm, data.train_implications, "W_ImplF")
-    measure("W_ImplF", w_impl)
-    measure("W~_graft", graft_weights(w_cf, w_impl, lm, "W~_graft"))
-    del w_impl, w_cf
-    tested = train_model(w_f_impl, data.test_facts.facts(), config.train, name="W_F,ImplF+test")[0]
-    downstream = linearized_scores(w_f_impl, tested, data.test_implications, components=components, upstream=False,
-                                   batch_size=config.batch_size)["downstream"]
-    rows = tuple(rows[name] for name in WEIGHT_SETS)
-    return GraftResult(lm.name, config, rows, tuple(str(c) for c in components), downstream, informative,
-                       chance_mean_rank(data.test_facts), time.perf_counter() - started)
+    if measure is not None:
+        w_impl = trained(lm, data.train_implications, "W_ImplF")
+        keep("W_ImplF", w_impl)
+        keep("W~_graft", graft_weights(w_cf, w_impl, lm, "W~_graft"))
+        del w_impl
+    del w_cf
+    if scores:
+        tested = trained(w_f_impl, data.test_facts, "W_F,ImplF+test facts", config.train)
+        found["downstream"] = linearized_scores(w_f_impl, tested, data.test_implications, components=components, upstream=False,
+                                                batch_size=config.batch_size)["downstream"]
+    return {name: measured[name] for name in WEIGHT_SETS if name in measured}, found
+
+
+def measure_graft(lm: LM, registry, config: OriginsConfig = OriginsConfig(), *, use_cache: bool = True) -> GraftResult:
+    """Table 3 and Fig. 6: train the four weight sets, graft, measure; then score both updates (`graft_measures`)."""
+    started = time.perf_counter()
+    data = config.data(registry, lm.tokenizer)
+
+    def measure(name: str, model: LM) -> dict:
+        return {"weights": name, "impl_counterfactual": mean_rank(model, data.counterfactual_implications),
+                "impl_original": mean_rank(model, data.train_implications),
+                "facts_counterfactual": mean_rank(model, data.counterfactual_facts), "facts_original": mean_rank(model, data.train_facts)}
+
+    rows, scores = graft_measures(lm, data, config, measure, use_cache=use_cache)
+    components = score_components(lm)
+    return GraftResult(lm.name, config, tuple(rows.values()), tuple(str(c) for c in components), scores["downstream"],
+                       scores["informative"], chance_mean_rank(data.test_facts), time.perf_counter() - started)

@@ -12,7 +12,9 @@ module holding c's weights computes its output position by position, so with the
 W_c + s_p (W'_c - W_c) taken at position p alone, dR/ds_p is position p's share and the shares sum
 to the whole (the chain rule). `weight_steps` adds s_p times the module's directional derivative
 (`torch.func.jvp`, exact for the affine modules blocks are built of) to every such output, with
-s = 0 so nothing changes but the gradient.
+s = 0 so nothing changes but the gradient. For an nn.Linear that derivative is the change's own
+forward on the component's slice (x . dW_c^T + db_c), about one forward of the module for all the
+heads that share it, where the general `jvp` would run the module twice per head.
 """
 
 from __future__ import annotations
@@ -69,10 +71,10 @@ def _offsets(lm: LM, prompts: Sequence[str], rows: list[list[int]]) -> list[list
 
 
 def role_sums(values: torch.Tensor, roles: torch.Tensor) -> torch.Tensor:
-    """Per-position values `[b, w]` summed over each role's columns: `[len(ROLES)]` (float64; padding columns dropped)."""
+    """Per-position values `[b, w]` summed over each role's columns, row by row: `[b, len(ROLES)]` (float64; padding dropped)."""
     values, roles = values.double(), roles.to(values.device)
-    return torch.stack([torch.where(roles == r, values, torch.zeros((), dtype=values.dtype, device=values.device)).sum()
-                        for r in range(len(ROLES))]).cpu()
+    return torch.stack([torch.where(roles == r, values, torch.zeros((), dtype=values.dtype, device=values.device)).sum(1)
+                        for r in range(len(ROLES))], 1).cpu()
 
 
 @contextlib.contextmanager
@@ -114,10 +116,18 @@ def _step_hook(clean: torch.nn.Module, changes: dict[int, dict[str, tuple]], ste
     `clean` is a hook-free copy of the module, so the derivative's own forward fires no hook of a trace.
     """
     base = dict(clean.named_parameters())
+    linear = type(clean) is torch.nn.Linear
 
     def hook(_module, args, kwargs, output):
         inputs = tuple(a.detach() if torch.is_tensor(a) else a for a in args)
         for i, change in changes.items():
+            if i not in steps or steps[i].shape != output.shape[:2]:
+                steps[i] = torch.zeros(output.shape[:2], dtype=output.dtype, device=output.device, requires_grad=True)
+            step = steps[i].view(*output.shape[:2], *[1] * (output.dim() - 2))
+            if linear:
+                for rows, tangent in _linear_tangents(inputs[0], change, output.dtype):
+                    output = output + step * tangent if rows is None else output.index_add(-1, rows.to(output.device), step * tangent)
+                continue
             names = tuple(change)
 
             def forward(*values):
@@ -125,9 +135,27 @@ def _step_hook(clean: torch.nn.Module, changes: dict[int, dict[str, tuple]], ste
 
             primals = tuple(base[n].detach().to(output.dtype) for n in names)
             _, tangent = torch.func.jvp(forward, primals, tuple(_widened(primal, *change[n]) for n, primal in zip(names, primals)))
-            if i not in steps or steps[i].shape != output.shape[:2]:
-                steps[i] = torch.zeros(output.shape[:2], dtype=output.dtype, device=output.device, requires_grad=True)
-            output = output + steps[i].view(*output.shape[:2], *[1] * (output.dim() - 2)) * tangent.detach()
+            output = output + step * tangent.detach()
         return output
 
     return hook
+
+
+def _linear_tangents(x: torch.Tensor, change: dict[str, tuple], dtype: torch.dtype) -> list[tuple[torch.Tensor | None, torch.Tensor]]:
+    """An nn.Linear's output change for its weight change, as (output rows it lands on or None for all, values) pieces.
+
+    The module is affine in its weights, so the derivative is the change's own forward: x . dW^T + db, computed on the
+    component's slice alone (a head's rows or columns), never on a zero-padded full weight (n_heads times the work).
+    """
+    pieces = []
+    for name, (where, part) in change.items():
+        part = part.to(dtype)
+        if name == "bias":
+            pieces.append((None if where is None else where[1], part.expand(*x.shape[:-1], -1)))
+        elif where is None:
+            pieces.append((None, torch.nn.functional.linear(x.to(dtype), part)))
+        elif where[0] == 0:  # output rows
+            pieces.append((where[1], torch.nn.functional.linear(x.to(dtype), part)))
+        else:  # input columns
+            pieces.append((None, torch.nn.functional.linear(x.to(dtype).index_select(-1, where[1].to(x.device)), part)))
+    return pieces

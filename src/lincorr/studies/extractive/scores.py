@@ -117,8 +117,10 @@ def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components:
     """Eqs. 4-6 averaged over `queries`, by token role and summed.
 
     For each key of `SCORES`: `f"{key}_by_role"` `[n_components, len(ROLES)]` (the positions of each
-    role of `positions.ROLES`; the subjects are `queries.subjects`) and `key` `[n_components]`, its sum
-    over the roles. `components` default to `score_components(original)`; `upstream=False` skips the
+    role of `positions.ROLES`; the subjects are `queries.subjects`), `key` `[n_components]`, its sum
+    over the roles, and `f"{key}_by_prompt"` `[n_prompts, n_components, len(ROLES)]`, each prompt's own
+    share (not divided by the number of prompts: the mean over prompts is `{key}_by_role`), so a
+    test can resample the prompts. `components` default to `score_components(original)`; `upstream=False` skips the
     per-split backward passes (the entries are then NaN). `original` and `tuned` must share an architecture.
     """
     components = [Component.parse(c) if isinstance(c, str) else c for c in (components or score_components(original))]
@@ -128,10 +130,11 @@ def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components:
     full = run(original, list(queries.prompts), capture=components, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
     y_star = {c: _right_aligned_mean(_wide(full[c]), full.attention_mask) for c in components}
     roles = token_roles(original, queries.prompts, queries.subjects)
-    by_role = {key: torch.zeros(len(components), len(ROLES), dtype=torch.float64) for key in ("informative", "downstream")}
+    by_prompt = {key: torch.zeros(len(queries), len(components), len(ROLES), dtype=torch.float64) for key in SCORES}
     saved = []  # per chunk: (activations y, gradients dR/dy), both {c: [b, w, d]}, the mask and the roles [b, w]
     with weight_steps(original, tuned, weights) as steps:
-        for prompts, answers, chunk_roles in _chunks(queries, batch_size, roles):
+        for start, (prompts, answers, chunk_roles) in zip(range(0, len(queries), batch_size), _chunks(queries, batch_size, roles)):
+            rows = slice(start, start + len(prompts))
             shifted = shifted_outputs(original, tuned, prompts, components, batch_size=len(prompts))
             steps.clear()
             trace = run(original, prompts, capture=components, positions="all", token_ids=token_ids, grad=True)
@@ -141,13 +144,17 @@ def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components:
             activation_grads = {c: _real(_wide(g), mask) for c, g in zip(components, grads)}
             values = {c: _wide(trace[c].detach()) for c in components}
             for i, c in enumerate(components):
-                by_role["informative"][i] += role_sums(_real(grads[len(components) + i][..., None], mask)[..., 0], chunk_roles)
-                by_role["downstream"][i] += role_sums((activation_grads[c] * _real(_wide(shifted[c]) - values[c], mask)).sum(-1), chunk_roles)
+                by_prompt["informative"][rows, i] = role_sums(_real(grads[len(components) + i][..., None], mask)[..., 0], chunk_roles)
+                by_prompt["downstream"][rows, i] = role_sums((activation_grads[c] * _real(_wide(shifted[c]) - values[c], mask)).sum(-1),
+                                                             chunk_roles)
             saved.append((values, activation_grads, mask, chunk_roles))
-    by_role["upstream"] = (_upstream(original, tuned, queries, components, saved, y_star, token_ids, batch_size)
-                           if upstream else torch.full((len(components), len(ROLES)), float("nan"), dtype=torch.float64))
-    scores = {f"{key}_by_role": (by_role[key] / len(queries)).numpy() for key in SCORES}
-    return {**{key: scores[f"{key}_by_role"].sum(1) for key in SCORES}, **scores}
+    if upstream:
+        _upstream(original, tuned, queries, components, saved, y_star, token_ids, batch_size, by_prompt["upstream"])
+    else:
+        by_prompt["upstream"].fill_(float("nan"))
+    scores = {f"{key}_by_role": (by_prompt[key].sum(0) / len(queries)).numpy() for key in SCORES}
+    return {**{key: scores[f"{key}_by_role"].sum(1) for key in SCORES}, **scores,
+            **{f"{key}_by_prompt": by_prompt[key].numpy() for key in SCORES}}
 
 
 def _check_same_shapes(original: LM, tuned: LM, weights: Sequence[Slices]) -> None:
@@ -175,24 +182,23 @@ def _split_points(original: LM, components: Sequence[Component]) -> list[tuple[l
     return points
 
 
-def _upstream(original, tuned, queries, components, saved, y_star, token_ids, batch_size) -> torch.Tensor:
-    """Eq. 6 by role, summed over the prompts: `[n_components, len(ROLES)]`."""
-    upstream = torch.zeros(len(components), len(ROLES), dtype=torch.float64)
+def _upstream(original, tuned, queries, components, saved, y_star, token_ids, batch_size, upstream: torch.Tensor) -> None:
+    """Eq. 6 by prompt and role into `upstream` `[n_prompts, n_components, len(ROLES)]`."""
     hybrid = mixed_copy(original)
     chunks = _chunks(queries, batch_size)
     with contextlib.ExitStack() as late:
         for indices, then_late in _split_points(original, components):
             if indices:
                 scored = [components[i] for i in indices]
-                for (prompts, answers), (values, base_grads, mask, roles) in zip(chunks, saved):
+                for start, (prompts, answers), (values, base_grads, mask, roles) in zip(range(0, len(queries), batch_size), chunks, saved):
                     trace = run(hybrid, prompts, capture=scored, positions="all", token_ids=token_ids, grad=True)
                     grads = torch.autograd.grad(rewards(trace.logits, answers).sum(), [trace[c] for c in scored])
                     width = mask.shape[1]
                     for i, c, g in zip(indices, scored, grads):
                         centred = _real(values[c] - y_star[c][-width:], mask)
-                        upstream[i] += role_sums(((_real(_wide(g), mask) - base_grads[c]) * centred).sum(-1), roles)
+                        upstream[start:start + len(prompts), i] = role_sums(((_real(_wide(g), mask) - base_grads[c]) * centred).sum(-1),
+                                                                            roles)
             late.enter_context(weights_from(hybrid.model, tuned.model, then_late))
-    return upstream
 
 
 def _mean_reward(lm: LM, queries: QuerySet, token_ids: torch.Tensor, interventions=(), batch_size: int = 32) -> float:
