@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Names resolve on first use, so `import lincorr` (and the CLI) stay fast until torch is needed.
 _EXPORTS = {
