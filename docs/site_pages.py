@@ -19,8 +19,6 @@ sys.path.insert(0, str(ROOT / "src"))
 
 # Help is wrapped to the terminal's width; the page is the same on every machine.
 HELP_COLUMNS = "100"
-# Names that are not exported by `lincorr` but belong in its API reference.
-MORE_API = {"Reports": ["lincorr.report.build_report"]}
 
 
 def subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, argparse.ArgumentParser]]:
@@ -71,8 +69,6 @@ def api_page() -> str:
             "## `lincorr`", ""]
     for name in lincorr.__all__:
         text += [f"::: {where[name]}", ""]
-    for heading, paths in MORE_API.items():
-        text += [f"## {heading}", ""] + [line for path in paths for line in (f"::: {path}", "")]
     return "\n".join(text)
 
 

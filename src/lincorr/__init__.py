@@ -40,6 +40,15 @@ _EXPORTS = {
     "fit_tables": "lincorr.fit",
     "measure_pair": "lincorr.fit",
     "load_result": "lincorr.studies",
+    # The studies a first session uses (examples/quickstart.ipynb), so it imports nothing from deeper modules.
+    "RelationSpec": "lincorr.relations",
+    "bind_relation": "lincorr.relations",
+    "measure_precision": "lincorr.studies.logits.precision",
+    "Grid": "lincorr.studies.logits.matrix",
+    "measure_matrix": "lincorr.studies.logits.matrix",
+    "GeneralizationConfig": "lincorr.studies.training.generalization",
+    "measure_generalization": "lincorr.studies.training.generalization",
+    "build_report": "lincorr.report",
 }
 
 __all__ = ["prompt", *_EXPORTS]
