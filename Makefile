@@ -30,7 +30,7 @@ demo: setup
 test: setup chromium
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest --durations=20
 
-# No real model, no other process, no browser: the unit tests alone, in a few minutes.
+# No real model, no other process, no browser: the unit tests alone.
 test-fast: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not integration and not multiprocess and not browser"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,17 @@ def test_the_committed_notebook_has_no_outputs():
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     assert code and all(cell.outputs == [] and cell.execution_count is None for cell in code)
+
+
+def test_the_notebook_imports_only_lincorrs_top_level():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    imported = []
+    for node in ast.walk(ast.parse("\n".join(cell.source for cell in notebook.cells if cell.cell_type == "code"))):
+        if isinstance(node, ast.ImportFrom):
+            imported.append(node.module or "")
+        elif isinstance(node, ast.Import):
+            imported += [alias.name for alias in node.names]
+    assert "lincorr" in imported and not [name for name in imported if name.startswith("lincorr.")]
 
 
 @pytest.mark.integration

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import html
 import json
-import re
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.browser import OfflinePage, headless_chromium
 from helpers.runs import FIGURES, STUDIES
 from helpers.strangers import PROMPTS, SOURCE_WORDS, TARGET_WORDS, write_runs_with_strangers_words
 
@@ -23,11 +21,6 @@ from lincorr.cli import main
 from lincorr.report import build_report
 
 pytestmark = pytest.mark.browser
-playwright = pytest.importorskip("playwright.sync_api", reason="Playwright for Python is not installed (pip install -e '.[test]')")
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-LAUNCH_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run"]
 
 # Scroll a category cell of a plotly heatmap to the middle of the window (W can be thousands of pixels tall) and return
 # its centre in window coordinates.
@@ -49,31 +42,12 @@ TICK_LABELS = "(id) => Array.from(document.querySelectorAll(`#${id} .xtick text,
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).is_file():
-        pytest.skip("no Chromium to test the report in: install Debian's chromium (apt-get install -y chromium); make test does")
-    with playwright.sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=LAUNCH_FLAGS)
+    with headless_chromium() as chromium:
         yield chromium
-        chromium.close()
 
 
-class OpenedReport:
-    """A report open in a fresh page that refuses (and records) every request that is not the file itself, and records errors."""
-
-    def __init__(self, browser, path: Path):
-        self.errors: list[str] = []
-        self.requests: list[str] = []
-        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
-        self.context.route(re.compile(r"^(?!file:).*"), self.refuse)
-        self.page = self.context.new_page()
-        self.page.on("console", lambda message: self.errors.append(message.text) if message.type == "error" else None)
-        self.page.on("pageerror", lambda error: self.errors.append(str(error)))
-        self.page.goto(path.as_uri())
-        self.page.wait_for_load_state("load")
-
-    def refuse(self, route):
-        self.requests.append(route.request.url)
-        route.abort()
+class OpenedReport(OfflinePage):
+    """A report open offline (helpers.browser.OfflinePage), with what the tests read off its figures."""
 
     def drawn_figures(self) -> int:
         """Figures plotly has drawn: a plot with its SVG in place and at least one trace."""

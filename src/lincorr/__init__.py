@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import importlib
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 # Names resolve on first use, so `import lincorr` (and the CLI) stay fast until torch is needed.
 _EXPORTS = {
@@ -40,6 +40,15 @@ _EXPORTS = {
     "fit_tables": "lincorr.fit",
     "measure_pair": "lincorr.fit",
     "load_result": "lincorr.studies",
+    # The studies a first session uses (examples/quickstart.ipynb), so it imports nothing from deeper modules.
+    "RelationSpec": "lincorr.relations",
+    "bind_relation": "lincorr.relations",
+    "measure_precision": "lincorr.studies.logits.precision",
+    "Grid": "lincorr.studies.logits.matrix",
+    "measure_matrix": "lincorr.studies.logits.matrix",
+    "GeneralizationConfig": "lincorr.studies.training.generalization",
+    "measure_generalization": "lincorr.studies.training.generalization",
+    "build_report": "lincorr.report",
 }
 
 __all__ = ["prompt", *_EXPORTS]
