@@ -43,7 +43,7 @@ from lincorr.reproduce.runner import ClaimResult, ReproductionResult
 from lincorr.reproduce.verdicts import binomial_above
 from lincorr.reproduction_file import REPRODUCTION
 from lincorr.results import PROVENANCE, STATE
-from lincorr.schema import ANY, Entries, FileKind, Items, Maybe, mismatch
+from lincorr.schema import Entries, FileKind, Items, Maybe, mismatch
 from lincorr.studies import load_result
 from lincorr.studies.logits.resilience import text_facts
 
