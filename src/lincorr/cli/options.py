@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 from lincorr import strict_json
+from lincorr.choices import split_names
 from lincorr.errors import InputError, UsageError
 
 MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
@@ -69,12 +70,45 @@ def batch_size_option(text: str) -> int | str:
     return "auto" if text == "auto" else COUNT(text)
 
 
+def names(example: str) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: comma-separated names, each once and none empty (`choices.split_names`); `example` shows a valid list."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        try:
+            return split_names(text, "", example)  # argparse names the option
+        except UsageError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
 def counts(text: str) -> tuple[int, ...]:
-    """An argparse type: comma-separated positive whole numbers, e.g. 1000,2000,5000."""
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers such as 1000,2000,5000, got {text!r}")
-    return tuple(sorted(set(COUNT(part) for part in parts)))
+    """An argparse type: comma-separated positive whole numbers, each once, e.g. 1000,2000,5000; in increasing order."""
+    values = [COUNT(part) for part in names("1000,2000,5000")(text)]
+    if len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} gives a number more than once; give each once")
+    return tuple(sorted(values))
+
+
+def model_spec(text: str) -> str:
+    """An argparse type: a model spec that is not blank (an empty one would silently mean a default or fail late)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} names no model; {MODEL_HELP}")
+    return text
+
+
+class Distinct(argparse.Action):
+    """A repeatable option (or one of several values) whose values are each given once and none empty: a repeated
+    value would be measured or shown twice, an empty one means nothing."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = list(values) if isinstance(values, list) else [*(getattr(namespace, self.dest) or ()), values]
+        if any(isinstance(value, str) and not value.strip() for value in given):
+            parser.error(f"argument {option_string or self.metavar}: an empty value; give a value or leave the option out")
+        repeated = sorted({str(value) for value in given if given.count(value) > 1})
+        if repeated:
+            parser.error(f"argument {option_string or self.metavar}: {', '.join(repeated)} given more than once; give each once")
+        setattr(namespace, self.dest, given)
 
 
 def finite_number(text: str) -> float:
@@ -122,7 +156,7 @@ def ridge_alpha(text: str) -> float | str:
 def add_model_options(parser, *aliases: str, help_text: str = MODEL_HELP) -> None:
     """--model (and `aliases` of it) with --device, --dtype, --device-map and --trust-remote-code."""
     group = parser.add_argument_group("model")
-    group.add_argument("--model", *aliases, dest="model", default="gemma-3-270m", help=help_text)
+    group.add_argument("--model", *aliases, dest="model", type=model_spec, default="gemma-3-270m", help=help_text)
     group.add_argument("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1, mps (default: cpu, or where --device-map puts it)")
     group.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights' dtype")
     group.add_argument("--device-map", default=None, help='passed to transformers, e.g. "auto" to spread a large model over GPUs')
@@ -130,7 +164,7 @@ def add_model_options(parser, *aliases: str, help_text: str = MODEL_HELP) -> Non
 
 
 def add_registry_option(parser) -> None:
-    parser.add_argument("--registry", action="append", default=[], metavar="FILE", help="extra registry file (repeatable)")
+    parser.add_argument("--registry", action=Distinct, default=[], metavar="FILE", help="extra registry file (repeatable)")
 
 
 def add_json_option(parser) -> None:
@@ -289,6 +323,15 @@ def save_and_print(args, result, *, text: Callable[[], str] | None = None, paylo
 def wrote(args) -> str:
     """The closing line of a table that was also saved."""
     return f"\n\nwrote {args.out}/" if args.out else ""
+
+
+def refuse_same_model(args) -> None:
+    """Before loading: --eval-model is not --model again (the same spec, or a path to the same file or directory); the
+    same weights under another name are refused by fingerprint once both have loaded."""
+    from lincorr.models import same_model_spec
+
+    if args.eval_model and same_model_spec(args.model, args.eval_model):
+        raise UsageError(f"--eval-model {args.eval_model} is the model itself; name another checkpoint of it, e.g. its instruct version")
 
 
 def load_lm(args, spec: str | None = None):
