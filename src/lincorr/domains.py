@@ -129,8 +129,13 @@ def tokenize_words(words: Sequence[str], tokenizer, answer_prefix: str = " ") ->
             decoded[token_id] = tokenizer.decode([token_id])
         return decoded[token_id]
 
+    texts = [answer_prefix + word for word in words]
+    if callable(getattr(tokenizer, "batch_encode_plus", None)):  # a transformers tokenizer: one call for the list
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    else:  # any other tokenizer is only known to take one text
+        encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
     entries: list[DomainWord | None] = []
-    for word, ids in zip(words, tokenizer([answer_prefix + word for word in words], add_special_tokens=False)["input_ids"]):
+    for word, ids in zip(words, encoded):
         if answer_prefix and ids and not decode(ids[0]).strip():
             # SentencePiece may emit a lone "▁" before some words; the answer starts after it.
             ids = ids[1:]
