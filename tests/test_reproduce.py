@@ -138,7 +138,7 @@ def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypat
 
 @pytest.mark.parametrize("arguments, message", [
     (["reproduce", "peng", "--only", "peng.table2,peng.nope"], "peng.nope"),
-    (["reproduce", "peng", "--only", ","], "--only names no claim"),
+    (["reproduce", "peng", "--only", ","], "has an empty name"),
     (["reproduce", "nopaper"], "no claims for paper 'nopaper'"),
     (["reproduce"], "name a paper"),
 ])
@@ -189,9 +189,14 @@ def test_the_lre_step_says_why_a_model_keeps_no_relation(llama_lm):
 
 
 def test_a_resilience_claim_without_a_second_checkpoint_says_how_to_give_one(llama_lm):
-    result = reproduce("peng", llama_lm, only="peng.fig8,peng.fig24", registry=load_registry())
-    assert [c.verdict for c in result.claims] == ["not applicable"] * 2
-    assert all("--eval-model" in c.reason and c.code_digest is None for c in result.claims), "no step ran"
+    from lincorr.errors import UsageError
+    from lincorr.reproduce.runner import unmeasured_reason
+
+    fig8 = load_paper("peng").claim("peng.fig8")
+    assert "--eval-model" in unmeasured_reason(fig8, "quick", with_eval_model=False)
+    assert unmeasured_reason(fig8, "quick", with_eval_model=True) is None
+    with pytest.raises(UsageError, match="no claim chosen is measured.*--eval-model"):  # so no model need load for it
+        reproduce("peng", llama_lm, only="peng.fig8,peng.fig24", registry=load_registry())
 
 
 def test_w_carried_to_a_second_checkpoint_is_scored_on_its_logits(llama_lm, tokenizer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -427,13 +428,20 @@ def test_cli_precision_n_curve_fits_every_n_on_a_prefix_of_the_inputs(workspace,
     assert (out / "precision_curve.png").exists() and (out / "precision_curve.csv").exists()
 
 
-def test_cli_cases_and_resilience(workspace, registry_file, capsys):
+def test_cli_cases_and_resilience(workspace, registry_file, tokenizer, capsys):
     assert cli(workspace, registry_file, "cases", "tiny_city", "tiny_country", "--word", "Paris", "-k", "3") == 0
     assert "| Paris |" in capsys.readouterr().out
-    assert cli(workspace, registry_file, "resilience", "--eval-model", str(workspace / "model"), "--prompts",
+    copied = workspace / "copied"  # the same weights under another path: refused by fingerprint once loaded
+    shutil.copytree(workspace / "model", copied)
+    assert cli(workspace, registry_file, "resilience", "--eval-model", str(copied), "--prompts", "tiny_city,tiny_country") == 2
+    assert "same weights" in capsys.readouterr().err
+    other = workspace / "other"
+    tiny_llama(len(tokenizer), seed=1).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    assert cli(workspace, registry_file, "resilience", "--eval-model", str(other), "--prompts",
                "tiny_city,tiny_country", "--json") == 0
     payload = json.loads(capsys.readouterr().out)
-    assert payload["mean_offdiagonal"]["difference"] == pytest.approx(0.0, abs=1e-6)
+    assert payload["mean_offdiagonal"]["difference"] != pytest.approx(0.0, abs=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from lincorr.errors import CacheError, LincorrError
-from lincorr.filesystem import atomic_file, check_writable, read_json, ready_directory, write_json_atomic
+from lincorr.filesystem import atomic_file, check_writable, link_trouble, read_json, ready_directory, write_json_atomic
 from lincorr.provenance import code_digest
 
 MODELS, HASHES, TABLES, RESULTS, CHECKPOINTS = "models", "hashes.json", "logits", "results", "checkpoints"
@@ -41,15 +41,21 @@ def cache_root() -> Path:
 
     A set but empty or relative LINCORR_CACHE_DIR is refused: either would make the cache the working directory (or
     move it with the working directory), where clearing it would remove the user's own files.
+    A path through a symbolic link that loops or points nowhere (an unmounted share) is refused too: creating the cache
+    there would fail half-way.
     """
     configured = os.environ.get("LINCORR_CACHE_DIR")
     if configured is None:
-        return DEFAULT_ROOT.expanduser()
-    if not configured.strip():
+        root = DEFAULT_ROOT.expanduser()
+    elif not configured.strip():
         raise CacheError("LINCORR_CACHE_DIR is set but empty; unset it (the cache is then ~/.cache/lincorr) or set it to an absolute path")
-    root = Path(configured).expanduser()
+    else:
+        root = Path(configured).expanduser()
     if not root.is_absolute():
         raise CacheError(f"LINCORR_CACHE_DIR must be an absolute path, not '{configured}', which would move with the working directory")
+    trouble = link_trouble(root)
+    if trouble:
+        raise CacheError(f"cache directory {root}: {trouble}; mount or fix it, or point LINCORR_CACHE_DIR at another directory")
     return root
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Sequence
 from typing import Literal
@@ -46,18 +47,31 @@ class Domain:
     def __len__(self) -> int:
         return len(self.words)
 
+    @functools.cached_property
+    def lookups(self) -> tuple[dict[str, int], ...]:
+        """The columns by word, by decoded token, and both ignoring case (each name's first column): `find` in one look-up
+        per table, so matching a reference is linear in its pairs, not pairs x domain."""
+        stripped = [token.strip() for token in self.tokens]
+        tables: tuple[dict[str, int], ...] = ({}, {}, {}, {})
+        for column, (word, token) in enumerate(zip(self.words, stripped)):
+            for table, key in zip(tables, (word, token, word.lower(), token.lower())):
+                table.setdefault(key, column)
+        return tables
+
     def find(self, word: str) -> int | None:
         """Column of `word` (matched on the word, then its decoded token, then case-blind), or None."""
-        stripped = tuple(t.strip() for t in self.tokens)
-        for candidates in (self.words, stripped):
-            if word in candidates:
-                return candidates.index(word)
-        lowered = word.lower()
-        for candidates in (self.words, stripped):
-            for i, candidate in enumerate(candidates):
-                if candidate.lower() == lowered:
-                    return i
+        for table, key in zip(self.lookups, (word, word, word.lower(), word.lower())):
+            if key in table:
+                return table[key]
         return None
+
+    @functools.cached_property
+    def dropped_reasons(self) -> dict[str, str]:
+        """Why each dropped word (lower-cased) was left out of the domain: the first reason given for it."""
+        reasons: dict[str, str] = {}
+        for dropped in self.dropped:
+            reasons.setdefault(dropped.word.lower(), dropped.reason)
+        return reasons
 
     def index(self, word: str) -> int:
         """Column of `word`; a clear error when it is not in the domain."""
@@ -100,14 +114,33 @@ def classify_first_token(word: str, first_token: str) -> Category:
 
 def tokenize_word(word: str, tokenizer, answer_prefix: str = " ") -> DomainWord | None:
     """First token of `answer_prefix + word` as the model would see it after the prompt."""
-    ids = tokenizer(answer_prefix + word, add_special_tokens=False)["input_ids"]
-    if answer_prefix and ids and not tokenizer.decode([ids[0]]).strip():
-        # SentencePiece may emit a lone "▁" before some words; the answer starts after it.
-        ids = ids[1:]
-    if not ids:
-        return None
-    token = tokenizer.decode([ids[0]])
-    return DomainWord(word, int(ids[0]), token, classify_first_token(word, token))
+    return tokenize_words([word], tokenizer, answer_prefix)[0]
+
+
+def tokenize_words(words: Sequence[str], tokenizer, answer_prefix: str = " ") -> list[DomainWord | None]:
+    """`tokenize_word` of each word, tokenized in one call and each first token decoded once: a tokenizer call costs far more
+    than its words, and a domain may hold a large relation's every object."""
+    if not words:
+        return []
+    decoded: dict[int, str] = {}
+
+    def decode(token_id: int) -> str:
+        if token_id not in decoded:
+            decoded[token_id] = tokenizer.decode([token_id])
+        return decoded[token_id]
+
+    texts = [answer_prefix + word for word in words]
+    if callable(getattr(tokenizer, "batch_encode_plus", None)):  # a transformers tokenizer: one call for the list
+        encoded = tokenizer(texts, add_special_tokens=False)["input_ids"]
+    else:  # any other tokenizer is only known to take one text
+        encoded = [tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+    entries: list[DomainWord | None] = []
+    for word, ids in zip(words, encoded):
+        if answer_prefix and ids and not decode(ids[0]).strip():
+            # SentencePiece may emit a lone "▁" before some words; the answer starts after it.
+            ids = ids[1:]
+        entries.append(DomainWord(word, int(ids[0]), decode(ids[0]), classify_first_token(word, decode(ids[0]))) if ids else None)
+    return entries
 
 
 def build_domain(
@@ -131,11 +164,8 @@ def build_domain(
     kept: list[DomainWord] = []
     dropped: list[Dropped] = []
     seen: dict[int, str] = {}
-    for raw in words:
-        word = raw.strip()
-        if not word:
-            continue
-        entry = tokenize_word(word, tokenizer, answer_prefix)
+    stripped = [word for word in (raw.strip() for raw in words) if word]
+    for word, entry in zip(stripped, tokenize_words(stripped, tokenizer, answer_prefix)):
         if entry is None:
             dropped.append(Dropped(word, "tokenizes to nothing"))
             continue

@@ -13,6 +13,7 @@ allows, as `open` and `mkdir` would give them, not the private modes of `tempfil
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -194,18 +195,55 @@ def check_writable(directory: Path, what: str) -> None:
         os.unlink(probe)
 
 
-def check_output_directory(path, option: str = "output directory") -> None:
-    """Fail before any work when `path` cannot become an output directory.
+def link_trouble(path) -> str | None:
+    """Why `path` cannot be followed: a symbolic link on the way to it that loops or points nowhere; None when none does.
+
+    A path that does not exist yet is fine (it is created); a dangling link (an unmounted share) or a loop would let
+    the checks pass and the creation fail after the work.
+    """
+    parts = (Path.cwd() / path).parts  # not normalised: a ".." after a link is the kernel's to follow
+    for end in range(1, len(parts) + 1):
+        prefix = Path(*parts[:end])
+        if not os.path.islink(prefix):
+            continue
+        try:
+            os.stat(prefix)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                return f"{prefix} is a symbolic link that loops back on itself"
+            return f"{prefix} is a symbolic link to {os.readlink(prefix)}, which does not exist"
+    return None
+
+
+def holds_working_directory(directory: Path) -> bool:
+    """Whether the (resolved) `directory` is the working directory or one of its parents: replacing it would pull the floor from under the shell."""
+    try:
+        here = Path(os.path.realpath(os.getcwd()))
+    except FileNotFoundError:  # the working directory was removed already
+        return False
+    return directory == here or directory in here.parents
+
+
+def check_output_directory(path, option: str = "output directory") -> Path:
+    """Fail before any work when `path` cannot become an output directory; its real path (links resolved) when it can.
 
     Each run replaces its output directory whole, so that it never mixes files of two runs (a
     stale W.png beside new arrays); lincorr therefore writes only into a new or empty directory,
-    or one that it wrote itself.
+    or one that it wrote itself, never the directory the user stands in or one holding it, and
+    through a link only to a place that exists.
     """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
+    trouble = link_trouble(path)
+    if trouble:
+        raise OutputError(f"{option} {path}: {trouble}; fix the link or name another directory")
+    real = Path(os.path.realpath(path))
+    if holds_working_directory(real):
+        raise OutputError(f"{option} {path} is the working directory or holds it, and each run replaces its output directory whole; "
+                          f"name a new directory, e.g. {option} run1")
+    if real.exists() and not real.is_dir():
         raise OutputError(f"{option} {path} is a file; name a directory (it will be created)")
-    if path.is_dir() and any(path.iterdir()) and not (path / OUTPUT_MARKER).is_file():
+    if real.is_dir() and any(real.iterdir()) and not (real / OUTPUT_MARKER).is_file():
         raise OutputError(f"{option} {path} holds files lincorr did not write, and each run replaces its output directory whole; "
                            "name a new or empty directory")
     # The new directory is staged beside it, in its parent.
-    check_writable(path.absolute().parent, f"{option} {path}")
+    check_writable(real.parent, f"{option} {path}")
+    return real

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from lincorr.cache import conversion_state, converted_model_directory, file_sha256, record_conversion
-from lincorr.errors import DeviceError, ModelError
+from lincorr.errors import DeviceError, ModelError, UsageError
 from lincorr.filesystem import replaced_directory
 from lincorr.provenance import note
 from lincorr.schema import TEXT, FileKind, Maybe, read_document
@@ -223,6 +223,22 @@ def load_tokenizer(spec: str = DEFAULT_MODEL, *, trust_remote_code: bool = False
     if not any((converted / name).is_file() for name in TOKENIZER_FILES):
         return None
     return prepare_tokenizer(AutoTokenizer.from_pretrained(converted))
+
+
+def same_model_spec(spec: str, other: str) -> bool:
+    """Whether two model specs name the same weights, known without loading either: the same text, or paths to one file or directory."""
+    if spec.strip() == other.strip():
+        return True
+    paths = Path(spec).expanduser(), Path(other).expanduser()
+    return all(path.exists() for path in paths) and os.path.samefile(*paths)
+
+
+def require_other_checkpoint(lm: LM, other: LM, option: str) -> None:
+    """`other` (given by `option`) is not `lm`'s weights again: a W scored on the logits it was fitted on passes every
+    test of whether it survives another checkpoint."""
+    if other.fingerprint == lm.fingerprint:
+        raise UsageError(f"{option} {other.name} has the same weights as the model itself ({lm.name}, fingerprint {lm.fingerprint[:24]}); "
+                         "name another checkpoint of it, e.g. its instruct version")
 
 
 def check_device(device: str | None) -> None:

@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import csv
 import datetime
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,11 +19,10 @@ from lincorr.filesystem import OUTPUT_MARKER, atomic_file, check_output_director
 def staged_directory(target):
     """Yield a staging directory; on success it replaces `target` whole (no file of an earlier run stays), on error nothing changes.
 
-    `target` must be new, empty, or an earlier lincorr output (see `filesystem.check_output_directory`).
+    `target` must be new, empty, or an earlier lincorr output (see `filesystem.check_output_directory`); through a link, the
+    directory it points to is replaced, not the link.
     """
-    target = Path(os.path.abspath(target))
-    check_output_directory(target)
-    with replaced_directory(target) as staging:
+    with replaced_directory(check_output_directory(target)) as staging:
         yield staging
         (staging / OUTPUT_MARKER).write_text("written by lincorr; the next run that writes here replaces this directory whole\n",
                                              encoding="utf-8")

@@ -153,9 +153,9 @@ def match_reference(pairs: ReferencePairs, source_domain: Domain, target_domain:
 
 def absence_reason(side: str, word: str, domain: Domain) -> str:
     """Why a word has no column: the tokenizer dropped it from the domain (and why), or the domain never had it."""
-    for dropped in domain.dropped:
-        if dropped.word.lower() == word.lower():
-            return f"{side} dropped from the {domain.name} domain by this tokenizer: {dropped.reason}"
+    reason = domain.dropped_reasons.get(word.lower())
+    if reason is not None:
+        return f"{side} dropped from the {domain.name} domain by this tokenizer: {reason}"
     return f"{side} not in the {domain.name} domain"
 
 

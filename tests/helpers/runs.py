@@ -134,7 +134,7 @@ def write_tiny_runs(root) -> dict:
         "matrix": ["matrix", "--family", "tiny", "--inputs", str(inputs), *FIT, "--out"],
         "precision": ["precision", "tiny_city", "tiny_country", "--inputs", str(inputs), "--out"],
         "cases": ["cases", "tiny_city", "tiny_country", "--word", "Paris", "--word", "Tokyo", "-k", "3", "--inputs", str(inputs), "--out"],
-        "resilience": ["resilience", "--eval-model", str(model), "--prompts", "tiny_city,tiny_country", "--inputs", str(inputs), "--out"],
+        "resilience": ["resilience", "--eval-model", str(other_model), "--prompts", "tiny_city,tiny_country", "--inputs", str(inputs), "--out"],
         "scale": ["scale", "--models", f"{model},{other_model}", "--relations", "tiny_city:tiny_country", "-n", "60", "--out"],
         "generalize": ["generalize", "tiny_city", "tiny_country", *TRAIN, "--n-seeds", "2", *FIT, "--out"],
         "subwords": ["subwords", "tiny_city", "tiny_country", *TRAIN, "--n-seeds", "1", *FIT, "--out"],

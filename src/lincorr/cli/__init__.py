@@ -66,7 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; every mistake a user can fix ends in one `lincorr: error: ...` line and exit code 2."""
+    """Run one command; every mistake a user can fix ends in one `lincorr: error: ...` line and exit code 2.
+
+    Ctrl-C, SIGTERM and a closed pipe propagate, once every `finally` here has run, to `lincorr.__main__`, which ends the process.
+    """
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as done:  # --help or --version
@@ -94,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         finished = True
         serving = team is not None and not team.is_main
         return report_error(error, rank=team.rank if serving else None)
+    except BrokenPipeError:
+        # The reader went away (`| head`): the command is over; `lincorr.__main__` ends the process quietly.
+        finished = True
+        raise
     except OSError as error:
         if error.errno not in ENVIRONMENT_ERRNOS:
             raise
@@ -101,14 +108,6 @@ def main(argv: list[str] | None = None) -> int:
         # Raised while writing: staged outputs and cache temporaries were removed on the way out.
         return report_error(StorageError(f"{error.strerror}: {error.filename or 'while writing'}; nothing half-written was left; "
                                          "free space or choose another location"))
-    except BrokenPipeError:
-        # The reader went away (e.g. `| head`); silence the flush at exit too.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        finished = True
-        return 0
-    except KeyboardInterrupt:
-        print("lincorr: interrupted; run the same command again to resume from the cache", file=sys.stderr)
-        return 130
     finally:
         record_command(None)  # what this process saves later (as a library) was not written by this command
         end_run(team, finished)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from lincorr.cli.options import (
     COUNT,
     NON_NEGATIVE,
+    Distinct,
     add_command,
     add_json_option,
     add_model_options,
@@ -28,11 +29,11 @@ def add_ablation_command(commands) -> None:
                         help="the reference pairs as they are, deranged, or reduced to first letters")
     add_seed_option(ablate, "seed of the made-up names, the pair order and the block's initialisation")
     add_paper_table_option(ablate, ("7",), "run every Table 7 row and mapping over --seeds")
-    ablate.add_argument("--embedding-width", type=COUNT, nargs="+", default=None, metavar="K",
+    ablate.add_argument("--embedding-width", type=COUNT, nargs="+", action=Distinct, default=None, metavar="K",
                         help="run SOURCE TARGET with every mapping over --seeds on the embeddings reduced to each K principal "
                              "components (PCA over the whole vocabulary, e.g. 64 128 256 640): does generalization grow with the "
                              "vocabulary's width?")
-    ablate.add_argument("--seeds", type=NON_NEGATIVE, nargs="+", default=[0, 1, 2], help="seeds of --paper-table 7 and --embedding-width")
+    ablate.add_argument("--seeds", type=NON_NEGATIVE, nargs="+", action=Distinct, default=[0, 1, 2], help="seeds of --paper-table 7 and --embedding-width")
     add_out_option(ablate, "the tables of --paper-table 7 (table7.md and table7.json) or --embedding-width (widths.md and widths.json)")
     ablate.add_argument("--stage1-epochs", type=NON_NEGATIVE, default=10, help="epochs on the paired source/target texts")
     ablate.add_argument("--stage2-epochs", type=NON_NEGATIVE, default=20, help="epochs on the new source facts")

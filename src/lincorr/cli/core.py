@@ -6,6 +6,7 @@ from pathlib import Path
 
 from lincorr.cli.options import (
     COUNT,
+    Distinct,
     SIDES,
     PAPER_FIT,
     PAPER_FIT_HELP,
@@ -51,8 +52,8 @@ def add_core_commands(commands) -> None:
     add_prompt_pair(fit, help_text="registry prompt name, or a label when its --*-template is given")
     add_custom_prompt_options(fit)
     add_references_option(fit)
-    fit.add_argument("--top", action="append", default=[], metavar="WORD", help="print the top influenced targets of a source word (repeatable)")
-    fit.add_argument("--top-influencing", action="append", default=[], metavar="WORD", help="print the top influencing sources of a target word")
+    fit.add_argument("--top", action=Distinct, default=[], metavar="WORD", help="print the top influenced targets of a source word (repeatable)")
+    fit.add_argument("--top-influencing", action=Distinct, default=[], metavar="WORD", help="print the top influencing sources of a target word")
     fit.add_argument("-k", "--top-k", type=COUNT, default=5, help="words per --top / --top-influencing row")
     add_out_option(fit, "W, b, logits, tokens, inputs and result.json")
     add_alias(fit, "--save-dir", "out", "--out")

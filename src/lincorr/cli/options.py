@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 from collections.abc import Callable, Iterable, Sequence
 
 from lincorr import strict_json
 from lincorr.cli.spellings import add_global_options
+from lincorr.cli.values import (  # noqa: F401 - the commands import the option values from here, with the options
+    COUNT,
+    MODEL_HELP,
+    NON_NEGATIVE,
+    Distinct,
+    batch_size_option,
+    counts,
+    finite_number,
+    finite_number_that,
+    fraction,
+    model_spec,
+    positive_number,
+    names,
+    ridge_alpha,
+    whole_number,
+)
 from lincorr.errors import InputError, UsageError
 
-MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
 PAPER_ESTIMATOR = "ols (the paper's estimator) or ridge"
 SIDES = ("source", "target")
 FAMILIES = "attribute, cross-language, simile, math, mechanisms"  # the bundled registry's; a test holds them equal
@@ -61,84 +75,10 @@ def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
 
 # ---- what a number option accepts: checked while parsing, so a bad value fails before anything runs ----
 
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least `minimum`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    return parse
-
-
-COUNT = whole_number(1)
-NON_NEGATIVE = whole_number(0)
-
-
-def batch_size_option(text: str) -> int | str:
-    """An argparse type: a positive whole number or `auto`."""
-    return "auto" if text == "auto" else COUNT(text)
-
-
-def counts(text: str) -> tuple[int, ...]:
-    """An argparse type: comma-separated positive whole numbers, e.g. 1000,2000,5000."""
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts:
-        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers such as 1000,2000,5000, got {text!r}")
-    return tuple(sorted(set(COUNT(part) for part in parts)))
-
-
-def finite_number(text: str) -> float:
-    """An argparse type: a float that is neither NaN nor infinite."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    return value
-
-
-def finite_number_that(accepts: Callable[[float], bool], requirement: str) -> Callable[[str], float]:
-    """An argparse type: a finite float for which `accepts` holds; `requirement` says which in the error."""
-
-    def parse(text: str) -> float:
-        value = finite_number(text)
-        if not accepts(value):
-            raise argparse.ArgumentTypeError(f"must be {requirement}, got {text!r}")
-        return value
-
-    return parse
-
-
-positive_number = finite_number_that(lambda value: value > 0, "positive")
-fraction = finite_number_that(lambda value: 0 < value < 1, "between 0 and 1 (exclusive)")
-
-
-def ridge_alpha(text: str) -> float | str:
-    """"cv" or a finite, non-negative penalty."""
-    if text == "cv":
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be 'cv' or a finite, non-negative number, got {text!r}")
-    return value
-
-
-# ---- the options ----
-
 def add_model_options(parser, *aliases: str, help_text: str = MODEL_HELP) -> None:
     """--model (and `aliases` of it) with --device, --dtype, --device-map and --trust-remote-code."""
     group = parser.add_argument_group("model")
-    group.add_argument("--model", *aliases, dest="model", default="gemma-3-270m", help=help_text)
+    group.add_argument("--model", *aliases, dest="model", type=model_spec, default="gemma-3-270m", help=help_text)
     group.add_argument("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1, mps (default: cpu, or where --device-map puts it)")
     group.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights' dtype")
     group.add_argument("--device-map", default=None, help='passed to transformers, e.g. "auto" to spread a large model over GPUs')
@@ -146,7 +86,7 @@ def add_model_options(parser, *aliases: str, help_text: str = MODEL_HELP) -> Non
 
 
 def add_registry_option(parser) -> None:
-    parser.add_argument("--registry", action="append", default=[], metavar="FILE", help="extra registry file (repeatable)")
+    parser.add_argument("--registry", action=Distinct, default=[], metavar="FILE", help="extra registry file (repeatable)")
 
 
 def add_json_option(parser) -> None:
@@ -302,6 +242,15 @@ def wrote(args) -> str:
     return f"\n\nwrote {args.out}/" if args.out else ""
 
 
+def refuse_same_model(args) -> None:
+    """Before loading: --eval-model is not --model again (the same spec, or a path to the same file or directory); the
+    same weights under another name are refused by fingerprint once both have loaded."""
+    from lincorr.models import same_model_spec
+
+    if args.eval_model and same_model_spec(args.model, args.eval_model):
+        raise UsageError(f"--eval-model {args.eval_model} is the model itself; name another checkpoint of it, e.g. its instruct version")
+
+
 def load_lm(args, spec: str | None = None):
     """The model of --model, or `spec`, with this command's device, dtype and trust settings; the cache is checked first."""
     from lincorr.cache import check_cache
@@ -327,10 +276,10 @@ def load_registry_from(args):
     return read_once(args, "registry", lambda: load_registry(args.registry))
 
 
-def checked_registry(args, names: Iterable[str]):
-    """The registry, once every prompt in `names` is known to it: a misspelt name fails in a second, not after the model loads."""
+def checked_registry(args, prompts: Iterable[str]):
+    """The registry, once every name in `prompts` is known to it: a misspelt name fails in a second, not after the model loads."""
     registry = load_registry_from(args)
-    for name in names:
+    for name in prompts:
         registry.prompt(name)
     return registry
 

@@ -12,7 +12,9 @@ from lincorr.cli.options import (
     collect_settings,
     load_lm,
     load_registry_from,
+    model_spec,
     print_json,
+    refuse_same_model,
     save_and_print,
 )
 from lincorr.errors import UsageError
@@ -28,7 +30,7 @@ def add_reproduce_command(commands) -> None:
                              "docs/results.md and docs/mechanisms.md); paper: the paper's N, relations and training")
     parser.add_argument("--list", action="store_true", help="list the paper's claims and exit")
     parser.add_argument("--status", default=None, metavar="DIR", help="list the claims of a saved reproduction whose code has changed since")
-    parser.add_argument("--eval-model", default=None, metavar="MODEL",
+    parser.add_argument("--eval-model", type=model_spec, default=None, metavar="MODEL",
                         help="a second checkpoint of --model with its tokenizer (e.g. its instruct version), for the claims "
                              "that ask whether W survives post-training; without it they are not applicable")
     add_out_option(parser, "reproduction.json, claims.md and provenance.json")
@@ -39,7 +41,7 @@ def add_reproduce_command(commands) -> None:
 
 
 def run_reproduce(args) -> None:
-    from lincorr.reproduce import ReproductionResult, load_paper, reproduce
+    from lincorr.reproduce import ReproductionResult, claims_to_run, load_paper, reproduce
 
     if args.status:
         result = ReproductionResult.load(args.status)
@@ -54,9 +56,22 @@ def run_reproduce(args) -> None:
         raise UsageError("name a paper (lincorr reproduce peng) or pass --status DIR")
     paper = load_paper(args.paper)
     if args.list:
-        print("\n".join(f"{c.id:<26} {c.where:<28} {'step ' + c.step if c.step else 'not applicable'}" for c in paper.claims))
+        list_claims(args, paper)
         return
-    paper.chosen(args.only)  # a misspelt id fails now, not after the model loads
+    claims_to_run(args.paper, args.only, args.budget, with_eval_model=bool(args.eval_model))  # a choice that measures nothing fails now
+    refuse_same_model(args)
     result = reproduce(args.paper, load_lm(args), only=args.only, budget=args.budget, registry=load_registry_from(args),
                        settings=collect_settings(args), eval_model=load_lm(args, args.eval_model) if args.eval_model else None)
     save_and_print(args, result)
+
+
+def list_claims(args, paper) -> None:
+    """The claims of --only (all without it): one line each, or with --json an object per claim."""
+    claims = paper.chosen(args.only)
+    if args.json:
+        print_json({"paper": paper.name, "title": paper.title,
+                    "claims": [{"id": c.id, "where": c.where, "statement": c.statement, "step": c.step,
+                                "not_applicable": c.not_applicable, "budgets": list(c.settings), "eval_model": c.eval_model}
+                               for c in claims]})
+        return
+    print("\n".join(f"{c.id:<26} {c.where:<28} {'step ' + c.step if c.step else 'not applicable'}" for c in claims))

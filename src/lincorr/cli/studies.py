@@ -11,6 +11,7 @@ from lincorr.cli.options import (
     PAPER_FIT,
     PAPER_FIT_HELP,
     SIDES,
+    Distinct,
     counts,
     add_collection_options,
     add_command,
@@ -28,8 +29,11 @@ from lincorr.cli.options import (
     fit_config,
     load_lm,
     load_registry_from,
+    model_spec,
+    names,
     positive_number,
     read_references,
+    refuse_same_model,
     resolve_prompt,
     save_and_print,
 )
@@ -92,12 +96,12 @@ def add_precision(commands) -> None:
 def add_lre(commands) -> None:
     lre = study_parser(commands, "lre", "W precision (Table 2's Hit@Top-N, ols and ridge-std) on the 47 LRE relations, by relation type",
                 writes="lre.json, .csv and .md")
-    lre.add_argument("--relations", default=None, metavar="NAME,...",
+    lre.add_argument("--relations", type=names("country_capital_city,city_in_country"), default=None, metavar="NAME,...",
                      help="LRE relations by file name, e.g. country_capital_city,city_in_country (default: all 47)")
     lre.add_argument("--max-subjects", type=COUNT, default=None, metavar="K",
                      help="at most K subjects per relation, drawn with --seed (ols needs more training inputs than subjects; "
                           "default: all)")
-    lre.add_argument("--types", default=None, metavar="TYPE,...", help="only relations of these types: factual, commonsense, linguistic, bias")
+    lre.add_argument("--types", type=names("factual,linguistic"), default=None, metavar="TYPE,...", help="only relations of these types: factual, commonsense, linguistic, bias")
     add_model_options(lre, help_text=MODEL_HELP)
     add_collection_options(lre)
     add_fit_options(lre, estimator="ridge-std", choices=("ridge-std", "ols"), reason=PRECISION_REASON)
@@ -109,7 +113,7 @@ def add_cases(commands) -> None:
     cases = study_parser(commands, "cases", "top influenced / influencing words of W (Tables 3, 15, 16, 17)", writes="cases.md, cases.csv and cases.json")
     add_prompt_pair(cases, optional=True)
     cases.add_argument("--influencing", action="store_true", help="rows are target words with their top influencing sources")
-    cases.add_argument("--word", action="append", default=[], metavar="WORD", help="a row word (repeatable; default every word)")
+    cases.add_argument("--word", action=Distinct, default=[], metavar="WORD", help="a row word (repeatable; default every word)")
     cases.add_argument("-k", "--top-k", type=COUNT, default=5, help="words per row")
     add_paper_table_option(cases, ("3", "15", "16", "17"), "the rows of one of the paper's case tables")
     shared_options(cases)
@@ -121,7 +125,7 @@ def add_resilience(commands) -> None:
                        writes="resilience.json, pairs.csv, difference.png and the three matrices")
     grid_options(resilience)
     eval_from = resilience.add_mutually_exclusive_group(required=True)
-    eval_from.add_argument("--eval-model", default=None, help="model B: another checkpoint with A's tokenizer")
+    eval_from.add_argument("--eval-model", type=model_spec, default=None, help="model B: another checkpoint with A's tokenizer")
     eval_from.add_argument("--finetune-text", default=None, metavar="FILE", help="model B = A fine-tuned on this text file (one passage per line)")
     resilience.add_argument("--lr", type=positive_number, default=5e-5, help="fine-tuning learning rate")
     resilience.add_argument("--epochs", type=COUNT, default=1, help="fine-tuning epochs")
@@ -132,8 +136,8 @@ def add_resilience(commands) -> None:
 
 def add_scale(commands) -> None:
     scale = study_parser(commands, "scale", "correlation and W precision across models (Fig. 4)", writes="scale.json, scale.csv and scale_<estimator>.png")
-    scale.add_argument("--models", required=True, metavar="A,B,...", help="comma-separated model specs")
-    scale.add_argument("--relations", default="city:country,ceo:company", metavar="S:T,...", help="prompt pairs")
+    scale.add_argument("--models", type=names("gemma-3-270m,smollm2-135m-instruct"), required=True, metavar="A,B,...", help="comma-separated model specs")
+    scale.add_argument("--relations", type=names("city:country,ceo:company"), default="city:country,ceo:company", metavar="S:T,...", help="prompt pairs")
     shared_options(scale)
     scale.set_defaults(handler=run_scale)
 
@@ -142,17 +146,9 @@ def grid_options(parser) -> None:
     """Which prompt pairs a matrix covers."""
     group = parser.add_argument_group("which prompts").add_mutually_exclusive_group(required=True)
     group.add_argument("--family", default=None, help=f"every ordered pair of a registry family ({FAMILIES})")
-    group.add_argument("--prompts", default=None, metavar="A,B,...", help="every ordered pair of these registry prompts")
+    group.add_argument("--prompts", type=names("city,country"), default=None, metavar="A,B,...", help="every ordered pair of these registry prompts")
     group.add_argument("--cross-language", action="store_true", help="English knowledge k -> l/k for each language l (Fig. 3's X-Lang panel)")
-    parser.add_argument("--languages", default=None, metavar="es,fr,...", help="languages of --cross-language (default: all in the registry)")
-
-
-def split_names(text: str, option: str) -> list[str]:
-    """"a, b,c" -> ["a", "b", "c"]; an empty list is the user's mistake."""
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names:
-        raise UsageError(f"{option} needs at least one name, e.g. {option} city,country")
-    return names
+    parser.add_argument("--languages", type=names("es,fr"), default=None, metavar="es,fr,...", help="languages of --cross-language (default: all in the registry)")
 
 
 def chosen_grid(args):
@@ -160,12 +156,11 @@ def chosen_grid(args):
 
     registry = load_registry_from(args)
     if args.cross_language:
-        return Grid.cross_language(registry, split_names(args.languages, "--languages") if args.languages else None)
+        return Grid.cross_language(registry, list(args.languages) if args.languages else None)
     if args.family:
         return Grid.square([spec.name for spec in registry.family(args.family)], f"{args.family} family")
-    names = split_names(args.prompts, "--prompts")
-    checked_registry(args, names)
-    return Grid.square(names, "selected prompts")
+    checked_registry(args, args.prompts)
+    return Grid.square(list(args.prompts), "selected prompts")
 
 
 PRECISION_REASON = ("ridge-std (lincorr's, the default): ridge on z-scored columns, alpha 1 per input, onto the target's "
@@ -257,24 +252,34 @@ def run_precision_curve(args) -> None:
 
 
 def run_lre(args) -> None:
-    from lincorr.knowledge.lre import lre_relations
     from lincorr.studies.logits.lre import LRE_FITS, lre_precision
     from lincorr.studies.logits.precision import precision_fits
 
     if args.registry:
         raise UsageError("lre reads the bundled LRE relations, not registry files; drop --registry")
-    relations = lre_relations(names=split_names(args.relations, "--relations") if args.relations else ())
-    if args.types:
-        types = split_names(args.types, "--types")
-        known = sorted({relation.relation_type for relation in lre_relations()})
-        if unknown := [name for name in types if name not in known]:
-            raise UsageError(f"unknown LRE relation type {', '.join(unknown)}; use one of {', '.join(known)}")
-        relations = tuple(relation for relation in relations if relation.relation_type in types)
+    relations = chosen_lre_relations(args)
     configs = [config for config in precision_fits(fit_config(args), args.estimator) if config.label in LRE_FITS]
     lm = load_lm(args)
     table = lre_precision(lm, relations, choose_inputs(args, lm.tokenizer), configs, max_subjects=args.max_subjects,
                           settings=collect_settings(args))
     save_and_print(args, table)
+
+
+def chosen_lre_relations(args):
+    """The LRE relations of --relations (all without it) of the --types given (any without it), known to select one before the model loads."""
+    from lincorr.knowledge.lre import lre_relations
+
+    relations = lre_relations(names=args.relations or ())
+    if not args.types:
+        return relations
+    known = sorted({relation.relation_type for relation in lre_relations()})
+    if unknown := [name for name in args.types if name not in known]:
+        raise UsageError(f"unknown LRE relation type {', '.join(unknown)}; use one of {', '.join(known)}")
+    chosen = tuple(relation for relation in relations if relation.relation_type in args.types)
+    if not chosen:
+        given = ", ".join(f"{relation.name} is {relation.relation_type}" for relation in relations)
+        raise UsageError(f"--relations and --types select no relation ({given}); drop one of them or widen it")
+    return chosen
 
 
 def run_cases(args) -> None:
@@ -297,13 +302,15 @@ def run_cases(args) -> None:
 
 
 def run_resilience(args) -> None:
-    from lincorr.studies.logits.resilience import finetune_on_text, measure_resilience
     from lincorr.finetune import TrainConfig
+    from lincorr.models import require_other_checkpoint
+    from lincorr.studies.logits.resilience import finetune_on_text, measure_resilience
 
     if args.finetune_text and not Path(args.finetune_text).is_file():
         raise InputError(f"--finetune-text file {args.finetune_text} does not exist; pass a text file")
     grid = chosen_grid(args)
     config = fit_config(args)
+    refuse_same_model(args)
     fit_lm = load_lm(args)
     training = None
     if args.finetune_text:
@@ -311,6 +318,7 @@ def run_resilience(args) -> None:
         eval_lm, training = finetune_on_text(fit_lm, args.finetune_text, train)
     else:
         eval_lm = load_lm(args, args.eval_model)
+        require_other_checkpoint(fit_lm, eval_lm, "--eval-model")
     result = measure_resilience(fit_lm, eval_lm, load_registry_from(args), grid, choose_inputs(args, fit_lm.tokenizer), config,
                                 training=training, settings=collect_settings(args))
     save_and_print(args, result)
@@ -323,12 +331,12 @@ def run_scale(args) -> None:
     if args.inputs:
         raise UsageError("scale samples inputs from each model's own vocabulary; use -n instead of --inputs")
     relations = []
-    for item in split_names(args.relations, "--relations"):
+    for item in args.relations:
         source, _, target = item.partition(":")
         if not target:
             raise UsageError(f"--relations takes SOURCE:TARGET pairs, got {item!r}")
         relations.append(RelationSpec(source, target))
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
-    result = measure_scale(split_names(args.models, "--models"), registry, relations, args.n_inputs, precision_configs(args),
+    result = measure_scale(list(args.models), registry, relations, args.n_inputs, precision_configs(args),
                            seed=args.seed, load=lambda spec: load_lm(args, spec), settings=collect_settings(args))
     save_and_print(args, result)

@@ -79,11 +79,9 @@ class LreRelation:
 
     def pairs(self) -> tuple[tuple[str, tuple[str, ...]], ...]:
         """Each subject once, with every object the samples give it, in file order."""
-        objects: dict[str, list[str]] = {}
+        objects: dict[str, dict[str, None]] = {}  # ordered sets: one look-up per sample, however many objects a subject has
         for subject, obj in self.samples:
-            found = objects.setdefault(subject.strip(), [])
-            if obj.strip() not in found:
-                found.append(obj.strip())
+            objects.setdefault(subject.strip(), {})[obj.strip()] = None
         return tuple((subject, tuple(found)) for subject, found in objects.items())
 
 

@@ -15,11 +15,11 @@ from importlib import resources
 
 import yaml
 
+from lincorr.choices import split_names
 from lincorr.errors import LincorrError, UsageError
 from lincorr.paper import paper_entry
 
 BUDGETS = ("quick", "paper")
-PAPERS = ("peng", "merullo", "feng")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,14 +71,14 @@ class Paper:
         return next(c for c in self.claims if c.id == claim_id)
 
     def chosen(self, only: str | None) -> tuple[Claim, ...]:
-        """The claims named in `only` ("peng.table2,peng.table4"; None: all); an unknown id is the user's to fix."""
-        if not only:
+        """The claims named in `only` ("peng.table2,peng.table4"; None: all); an empty, repeated or unknown id is the user's to fix."""
+        if only is None:
             return self.claims
-        wanted = [part.strip() for part in only.split(",") if part.strip()]
+        wanted = split_names(only, "--only", f"{self.claims[0].id},{self.claims[-1].id}")
         known = {c.id for c in self.claims}
         unknown = [i for i in wanted if i not in known]
-        if unknown or not wanted:
-            raise UsageError(f"--only names no claim of {self.name}: {', '.join(unknown) or only}; "
+        if unknown:
+            raise UsageError(f"--only names no claim of {self.name}: {', '.join(unknown)}; "
                              f"the ids are listed by `lincorr reproduce {self.name} --list`")
         return tuple(c for c in self.claims if c.id in wanted)
 
@@ -103,13 +103,17 @@ def claim_from(entry: dict, paper: str) -> Claim:
     return claim
 
 
+def known_papers() -> tuple[str, ...]:
+    """The papers with claims: the names of this package's sub-packages that hold a claims.yaml."""
+    return tuple(sorted(p.name for p in resources.files("lincorr.reproduce").iterdir() if p.joinpath("claims.yaml").is_file()))
+
+
 @functools.cache
 def load_paper(name: str) -> Paper:
-    """The claims of paper `name` ("peng") from `lincorr/reproduce/<name>/claims.yaml`; a name, never a path."""
-    if name not in PAPERS:
-        raise UsageError(f"no claims for paper '{name}'; known: {', '.join(PAPERS)}")
-    resource = resources.files("lincorr.reproduce").joinpath(name, "claims.yaml")
-    data = yaml.safe_load(resource.read_text(encoding="utf-8"))
+    """The claims of paper `name` ("peng") from `lincorr/reproduce/<name>/claims.yaml`; a paper is a name, never a path."""
+    if name not in known_papers():
+        raise UsageError(f"no claims for paper {name!r}; a paper is one of the names {', '.join(known_papers())}")
+    data = yaml.safe_load(resources.files("lincorr.reproduce").joinpath(name, "claims.yaml").read_text(encoding="utf-8"))
     claims = tuple(claim_from(entry, name) for entry in data["claims"])
     duplicates = sorted({c.id for c in claims if sum(d.id == c.id for d in claims) > 1})
     if duplicates:

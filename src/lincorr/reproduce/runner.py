@@ -19,9 +19,9 @@ from typing import ClassVar
 
 from lincorr.cache import stored_result
 from lincorr.collection import CollectSettings
-from lincorr.errors import InputError, LincorrError
+from lincorr.errors import InputError, LincorrError, UsageError
 from lincorr.knowledge import load_registry
-from lincorr.models import LM, load_model
+from lincorr.models import LM, load_model, require_other_checkpoint
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
 from lincorr.progress import progress_bar
 from lincorr.provenance import code_digest
@@ -178,6 +178,31 @@ def p_text(p: float | None) -> str:
     return f"{p:.3g}" if p is not None and math.isfinite(p) else ""
 
 
+def unmeasured_reason(claim: Claim, budget: str, *, with_eval_model: bool) -> str | None:
+    """Why `claim` is not measured in a run at `budget` (None when it is): no step, not at this budget, or no second checkpoint."""
+    if claim.step is None:
+        return claim.not_applicable
+    if claim.settings_for(budget) is None:
+        return f"not run at --budget {budget} (too long for a first look); run --budget paper"
+    if claim.eval_model and not with_eval_model:
+        return NEEDS_EVAL_MODEL
+    return None
+
+
+def claims_to_run(paper: str, only: str | None, budget: str, *, with_eval_model: bool) -> tuple[Claim, ...]:
+    """The claims of `paper` named in `only` (None: all), once one of them would be measured: a choice that measures
+    nothing is refused before a model loads, not reported as a table of `not applicable` after."""
+    if budget not in BUDGETS:
+        raise InputError(f"unknown budget '{budget}'; use one of {', '.join(BUDGETS)}")
+    chosen = load_paper(paper).chosen(only)
+    reasons = [(claim.id, unmeasured_reason(claim, budget, with_eval_model=with_eval_model)) for claim in chosen]
+    if all(reason is not None for _, reason in reasons):
+        shown = "; ".join(f"{claim_id}: {reason}" for claim_id, reason in reasons[:3])
+        raise UsageError(f"no claim chosen is measured at --budget {budget} ({shown}{'; ...' if len(reasons) > 3 else ''}); "
+                         f"choose others with --only (see lincorr reproduce {paper} --list)")
+    return chosen
+
+
 def unmeasured(claim: Claim, reason: str) -> ClaimResult:
     return ClaimResult(claim.id, claim.where, claim.statement, claim.paper_numbers(), {}, "", claim.test, None, None,
                        "not applicable", reason, step=claim.step)
@@ -211,26 +236,21 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     code changed.
     """
     started = time.perf_counter()
-    if budget not in BUDGETS:
-        raise InputError(f"unknown budget '{budget}'; use one of {', '.join(BUDGETS)}")
     claims_of = load_paper(paper)
-    chosen = claims_of.chosen(only)
+    chosen = claims_to_run(paper, only, budget, with_eval_model=eval_model is not None)
     lm = lm_or_model if isinstance(lm_or_model, LM) else load_model(lm_or_model)
     registry = registry or load_registry()
     second = eval_model if isinstance(eval_model, LM) or eval_model is None else load_model(eval_model)
+    if second is not None:
+        require_other_checkpoint(lm, second, "--eval-model")
     shared: dict = {EVAL_LM: second} if second is not None else {}
     results, measured = [], []
     for claim in progress_bar(chosen, desc=f"reproduce {paper}", unit="claim"):
-        claim_settings = claim.settings_for(budget) if claim.step else None
-        if claim.step is None:
-            results.append(unmeasured(claim, claim.not_applicable))
+        reason = unmeasured_reason(claim, budget, with_eval_model=second is not None)
+        if reason is not None:
+            results.append(unmeasured(claim, reason))
             continue
-        if claim_settings is None:
-            results.append(unmeasured(claim, f"not run at --budget {budget} (too long for a first look); run --budget paper"))
-            continue
-        if claim.eval_model and second is None:
-            results.append(unmeasured(claim, NEEDS_EVAL_MODEL))
-            continue
+        claim_settings = claim.settings_for(budget)
         ctx = Context(lm, registry, claim_settings, settings, shared, claim.interest)
         key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key(),
                "interest": claim.interest,

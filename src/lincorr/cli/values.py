@@ -1,0 +1,121 @@
+"""The values options take on the command line, as argparse types and actions: each checked while parsing, so a wrong
+value is one error line before any work (whole numbers, lists of names each once, finite numbers, a ridge penalty)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+from lincorr.choices import split_names
+from lincorr.errors import UsageError
+
+MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+COUNT = whole_number(1)
+NON_NEGATIVE = whole_number(0)
+
+
+def batch_size_option(text: str) -> int | str:
+    """An argparse type: a positive whole number or `auto`."""
+    return "auto" if text == "auto" else COUNT(text)
+
+
+def names(example: str) -> Callable[[str], tuple[str, ...]]:
+    """An argparse type: comma-separated names, each once and none empty (`choices.split_names`); `example` shows a valid list."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        try:
+            return split_names(text, "", example)  # argparse names the option
+        except UsageError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def counts(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated positive whole numbers, each once, e.g. 1000,2000,5000; in increasing order."""
+    values = [COUNT(part) for part in names("1000,2000,5000")(text)]
+    if len(set(values)) < len(values):
+        raise argparse.ArgumentTypeError(f"{text!r} gives a number more than once; give each once")
+    return tuple(sorted(values))
+
+
+def model_spec(text: str) -> str:
+    """An argparse type: a model spec that is not blank (an empty one would silently mean a default or fail late)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} names no model; {MODEL_HELP}")
+    return text
+
+
+class Distinct(argparse.Action):
+    """A repeatable option (or one of several values) whose values are each given once and none empty: a repeated
+    value would be measured or shown twice, an empty one means nothing."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        given = list(values) if isinstance(values, list) else [*(getattr(namespace, self.dest) or ()), values]
+        if any(isinstance(value, str) and not value.strip() for value in given):
+            parser.error(f"argument {option_string or self.metavar}: an empty value; give a value or leave the option out")
+        repeated = sorted({str(value) for value in given if given.count(value) > 1})
+        if repeated:
+            parser.error(f"argument {option_string or self.metavar}: {', '.join(repeated)} given more than once; give each once")
+        setattr(namespace, self.dest, given)
+
+
+def finite_number(text: str) -> float:
+    """An argparse type: a float that is neither NaN nor infinite."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def finite_number_that(accepts: Callable[[float], bool], requirement: str) -> Callable[[str], float]:
+    """An argparse type: a finite float for which `accepts` holds; `requirement` says which in the error."""
+
+    def parse(text: str) -> float:
+        value = finite_number(text)
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {requirement}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_number = finite_number_that(lambda value: value > 0, "positive")
+fraction = finite_number_that(lambda value: 0 < value < 1, "between 0 and 1 (exclusive)")
+
+
+def ridge_alpha(text: str) -> float | str:
+    """"cv" or a finite, non-negative penalty."""
+    if text == "cv":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be 'cv' or a finite, non-negative number, got {text!r}")
+    return value
+
+
+# ---- the options ----
