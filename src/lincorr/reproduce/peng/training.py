@@ -112,7 +112,7 @@ def reading_weights(ctx: Context) -> dict[str, dict[tuple, tuple[float, float]]]
     from that W fitted on the relation's tables at the claim's N; a standardized W is read in standard units. Fitted once
     per reproduction."""
     relations = ctx.chosen({r.label: r for r in paper_table("table5").relations()})
-    key = ("reading weights", tuple(r.label for r in relations), int(ctx.settings["n_inputs"]), tuple(ctx.settings.get("seeds", ())))
+    key = ("reading weights", repr(sorted(ctx.settings.items())))  # the facts trained under these settings
     if key not in ctx.shared:
         configs = {config.label: config for config in precision_fits(FitConfig(n_boot=10), READING_FITS[0])}
         learned = learned_outcomes(ctx)
