@@ -148,7 +148,7 @@ def test_bad_arguments_give_one_error_line(arguments, message, capsys):
 
 
 def test_the_precision_step_runs_on_a_tiny_model(llama_lm):
-    ctx = Context(llama_lm, load_registry(), {"relations": ["City->Country"], "n_inputs": 60})
+    ctx = Context(llama_lm, load_registry(), {"relations": ["City->Country"], "precise": ["City->Country"], "n_inputs": 60}, interest=0.42)
     measured = STEPS["precision"](ctx)
     rows = measured.ours["relations"]["City->Country"]
     assert set(rows) == {"ols", "ridge-std"} and measured.test is not None and 0.0 <= measured.test.p_value <= 1.0

@@ -15,7 +15,7 @@ from lincorr.metrics import labelwise_pearson
 if TYPE_CHECKING:
     from lincorr.fit import FitConfig
 
-__all__ = ["MIN_TEST_INPUTS", "split_indices", "split_sizes", "control_labelwise_r", "pairs_bootstrap_labelwise_ci",
+__all__ = ["MIN_TEST_INPUTS", "split_indices", "split_sizes", "control_labelwise_r", "control_predictions", "pairs_bootstrap_labelwise_ci",
            "pairs_bootstrap_intervals"]
 
 # Every r, interval and control is scored on held-out inputs; over fewer than this many a
@@ -51,19 +51,20 @@ def control_labelwise_r(source: np.ndarray, target: np.ndarray, test_source: np.
     `source` `[n, n_source]` and `target` `[n, n_target]` are fitted on their `train` rows; `test_source` is
     what the shuffled W predicts from, `actual` `[n_test, n_target]` what it is scored against.
     """
+    predictions = control_predictions(source, target, test_source, train, config, alpha)
+    return np.mean([labelwise_pearson(predicted, actual) for predicted in predictions], axis=0)
+
+
+def control_predictions(source: np.ndarray, target: np.ndarray, test_source: np.ndarray, train: np.ndarray, config: FitConfig,
+                        alpha: float) -> np.ndarray:
+    """What each of `config.n_control` Ws fitted on shuffled training pairs predicts from `test_source` `[n_control, n_test, n_target]`."""
     rng = np.random.default_rng(config.seed + 1)
-    return np.mean(
-        [
-            labelwise_pearson(
-                LinearMap(estimator=config.estimator, alpha=alpha, standardize=config.standardize)
-                .fit(source[train], target[rng.permutation(train)])
-                .predict(test_source).astype(np.float32),
-                actual,
-            )
-            for _ in range(config.n_control)
-        ],
-        axis=0,
-    )
+    return np.stack([
+        LinearMap(estimator=config.estimator, alpha=alpha, standardize=config.standardize)
+        .fit(source[train], target[rng.permutation(train)])
+        .predict(test_source).astype(np.float32)
+        for _ in range(config.n_control)
+    ])
 
 
 def pairs_bootstrap_labelwise_ci(source: np.ndarray, target: np.ndarray, train: np.ndarray, test: np.ndarray,

@@ -1,7 +1,7 @@
 """The steps behind Peng et al.'s appendix figures on the correlation metric itself: instance-wise r (Fig. 10) and the
 spread of the label-wise r over target words (Fig. 23).
 
-Both read the fits of a family's off-diagonal cells that Fig. 3's claims read (`peng_logits.cell_fits`: ols, half the
+Both read the fits of a family's off-diagonal cells that Fig. 3's claims read (`logits.cell_fits`: ols, half the
 inputs held out, fitted once per reproduction), so the two claims and Fig. 3 speak of one set of Ws.
 """
 
@@ -13,9 +13,10 @@ import numpy as np
 
 from lincorr.fit import PairResult
 from lincorr.metrics import instancewise_pearson
-from lincorr.reproduce.peng.logits import PAPER_FIT, cell_fits, mean
+from lincorr.reproduce.peng.logits import PAPER_FIT, cell_fits, mean, shared_test_size
+from lincorr.reproduce.peng.units import CellScores, as_drawn, cell_scores, labelwise_spread, mean_over_inputs, resamples
 from lincorr.reproduce.step import Context, Measured
-from lincorr.reproduce.verdicts import binomial_above, paired_greater
+from lincorr.reproduce.verdicts import bootstrap_greater
 
 # Appendix J: "a std generally lower than 0.05".
 PAPER_SPREAD = 0.05
@@ -29,32 +30,44 @@ def bias_only_instancewise_r(fit: PairResult) -> np.ndarray:
 
 
 def instancewise(ctx: Context) -> Measured:
-    """Fig. 10: instance-wise r of W on held-out inputs, tested against the prediction of the bias alone (the paper's caveat)."""
+    """Fig. 10: instance-wise r of W on held-out inputs above the prediction of the bias alone (the paper's caveat); each
+    input's gain is averaged over the cells first, and the inputs (the independent units) are resampled."""
     fits = cell_fits(ctx)
-    with_w = np.concatenate([fit.instancewise_r for fit in fits.values()])
-    bias_only = np.concatenate([bias_only_instancewise_r(fit) for fit in fits.values()])
+    n_test = shared_test_size(list(fits.values()))
+    with_w = np.stack([fit.instancewise_r for fit in fits.values()])  # [n_cells, n_test]
+    bias_only = np.stack([bias_only_instancewise_r(fit) for fit in fits.values()])
+    gain = np.nanmean(with_w - bias_only, axis=0)
+    gain = gain[np.isfinite(gain)]
     ours = {"n_inputs": len(ctx.inputs()), "estimator": PAPER_FIT, "n_cells": len(fits), "instancewise_r_mean": mean(with_w),
-            "bias_only_r_mean": mean(bias_only),
-            "cells": {f"{s}->{t}": mean(fit.instancewise_r) for (s, t), fit in fits.items()}}
+            "bias_only_r_mean": mean(bias_only), "cells": {f"{s}->{t}": mean(fit.instancewise_r) for (s, t), fit in fits.items()}}
     text = (f"{len(fits)} cells: instance-wise r of W {ours['instancewise_r_mean']:.2f}, of the bias alone "
-            f"{ours['bias_only_r_mean']:.2f}")
-    return Measured(ours, text, paired_greater(with_w, bias_only, "instance-wise r of each held-out input: W vs the bias alone"))
+            f"{ours['bias_only_r_mean']:.2f}, on {n_test} held-out inputs")
+    test = bootstrap_greater(float(gain.mean()), mean_over_inputs(gain, resamples(gain.size)),
+                             f"instance-wise r of W minus the bias alone's, each input's mean over {len(fits)} cells", ctx.interest,
+                             int(gain.size), "held-out inputs")
+    return Measured(ours, text, test)
 
 
-def spread_of(labelwise: Mapping[str, np.ndarray], what: str, **about) -> Measured:
-    """The std over target words of each cell's label-wise r (`labelwise`, by cell), tested as most cells below the paper's 0.05."""
-    stds = {cell: float(np.std(r[np.isfinite(r)])) for cell, r in labelwise.items()}
-    below = sum(std < PAPER_SPREAD for std in stds.values())
-    ours = {**about, "n_cells": len(stds), "cells_below": below, "median_std": round(float(np.median(list(stds.values()))), 3),
-            "cells": {cell: round(std, 3) for cell, std in stds.items()}}
+def spread_of(cells: Mapping[str, CellScores], what: str, interest: float | None, **about) -> Measured:
+    """The std over target words of each cell's label-wise r (`cells`, by name), tested as the median over cells below
+    the paper's 0.05 by resampling the held-out inputs the cells share."""
+    scores = list(cells.values())
+    n_test = scores[0].actual.shape[0]
+    stds = labelwise_spread(scores, as_drawn(n_test))[0]
+    below = int(np.sum(stds < PAPER_SPREAD))
+    median = float(np.median(stds))
+    ours = {**about, "n_cells": len(stds), "cells_below": below, "median_std": round(median, 3),
+            "cells": {cell: round(float(std), 3) for cell, std in zip(cells, stds)}}
     text = f"std of the {what} below {PAPER_SPREAD} in {below} of {len(stds)} cells (median {ours['median_std']:.3f})"
-    return Measured(ours, text, binomial_above(below, len(stds), 0.5, f"cells with std below {PAPER_SPREAD}"))
+    resampled = PAPER_SPREAD - np.median(labelwise_spread(scores, resamples(n_test)), axis=1)
+    return Measured(ours, text, bootstrap_greater(PAPER_SPREAD - median, resampled, f"{PAPER_SPREAD} minus the median over "
+                                                  f"{len(stds)} cells of the std of the {what}", interest, n_test, "held-out inputs"))
 
 
 def spread(ctx: Context) -> Measured:
     """Fig. 23: the spread of each cell's label-wise r over its target words (`spread_of`)."""
-    labelwise = {f"{s}->{t}": fit.labelwise_r for (s, t), fit in cell_fits(ctx).items()}
-    return spread_of(labelwise, "label-wise r", n_inputs=len(ctx.inputs()), estimator=PAPER_FIT)
+    cells = {f"{s}->{t}": cell_scores(fit) for (s, t), fit in cell_fits(ctx).items()}
+    return spread_of(cells, "label-wise r", ctx.interest, n_inputs=len(ctx.inputs()), estimator=PAPER_FIT)
 
 
 STEPS = {"instancewise": instancewise, "spread": spread}

@@ -21,7 +21,7 @@ def lre(ctx: Context) -> Measured:
     configs = [config for config in precision_fits(FitConfig(alpha=1.0, n_boot=100), PAPER_FIT) if config.label in LRE_FITS]
     table = lre_precision(ctx.lm, relations, ctx.inputs(), configs, max_subjects=ctx.settings.get("max_subjects"),
                           settings=ctx.collect)
-    tests = {fit: [(row, hit_at_1_test(row)) for row in table.rows if row.estimator == fit] for fit in (PAPER_FIT, OURS_FIT)}
+    tests = {fit: [(row, hit_at_1_test(row, ctx.interest)) for row in table.rows if row.estimator == fit] for fit in (PAPER_FIT, OURS_FIT)}
     if not tests[PAPER_FIT]:
         raise NotApplicable("no LRE relation could be judged on this model: " + "; ".join(r for _, r in table.skipped[:3]))
     above = {fit: [row.label for row, test in pairs if test.p_value < SIGNIFICANCE] for fit, pairs in tests.items()}

@@ -9,10 +9,12 @@ from collections.abc import Sequence
 from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
 from lincorr.fit import FitConfig, PairResult, measure_relation
+from lincorr.metrics import top_k
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
 from lincorr.results import Stored, record
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec, bind_relation
+from lincorr.studies.logits.precision import ranked_weights
 
 __all__ = ["DIRECTIONS", "CaseSpec", "CaseRow", "CaseTable", "CaseTables", "paper_cases", "case_table", "measure_cases"]
 
@@ -99,12 +101,17 @@ def case_table(pair: PairResult, direction: str, *, words: Sequence[str] | None 
     present = [w for w in chosen if domain.find(w) is not None]
     if not present:
         raise LincorrError(f"none of {', '.join(chosen[:5])} is in the {domain.name} domain; pick words from it, e.g. {', '.join(domain.words[:5])}")
+    # A standardized fit is read in standard units, as precision reads it (`ranked_weights`).
+    weights = ranked_weights(pair)
+    other = pair.target.domain.words if influenced else pair.source.domain.words
     rows = []
     for word in present:
         canonical = domain.words[domain.index(word)]
-        top = pair.top_influenced(canonical, k) if influenced else pair.top_influencing(canonical, k)
+        row = domain.index(canonical)
+        vector = weights[row] if influenced else weights[:, row]
+        top = [(other[j], float(vector[j])) for j in top_k(vector, k)]
         rows.append(CaseRow(canonical, tuple(top), right_answers(reference_pairs, canonical, influenced)))
-    return CaseTable(pair.source_name, pair.target_name, pair.model_name, pair.config.estimator, direction, k,
+    return CaseTable(pair.source_name, pair.target_name, pair.model_name, pair.config.label, direction, k,
                      tuple(rows), tuple(w for w in chosen if w not in present))
 
 

@@ -33,7 +33,7 @@ from lincorr.relations import (
 )
 
 __all__ = ["KS", "MIN_PAIRS", "PAPER_N_INPUTS", "PRECISION_FITS", "STANDARDIZED_PENALTY", "precision_fits", "PrecisionResult", "PrecisionTable", "checked_reference", "judged_relation", "precision_of", "rates_text",
-           "require_usable",
+           "require_usable", "ranked_weights",
            "precision_from_tables", "measure_precision"]
 
 

@@ -56,8 +56,9 @@ class Vocabulary:
 class AblationConfig:
     """Training settings of both stages; `None` widths and activations follow the source model's MLP.
 
-    The epochs are the paper's (10 and 20) over shuffled mini-batches; `batch_size=None` trains
-    full-batch instead, one step per epoch, which needs ~100x the epochs and compute.
+    The epochs are lincorr's (10 and 20) over shuffled mini-batches; the paper trains 1,000 and 2,000
+    epochs (§6) with no batch size given, which `batch_size=None` with those epochs reproduces (full batch,
+    one step per epoch, about 30x the compute; docs/ablation.md).
     `softmax_over="domains"` normalises over the source and target domain tokens only (fast,
     the test is top-1 over a domain anyway); "full" over the whole vocabulary, as the paper's LM.
     """
