@@ -245,21 +245,19 @@ def ranks_greater(values: Sequence[float], others: Sequence[float], what: str = 
 
 
 def all_of(tests: Sequence[Test], what: str) -> Test:
-    """A claim that each of several tasks or relations holds (intersection-union test): its p-value is the largest, its
-    effect the smallest, its power the product of theirs (exact for independent parts, a lower bound for parts that rise
-    together); each part keeps its own line."""
+    """A claim that each of several tasks or relations holds (intersection-union test): its p-value, effect, interval and
+    effect of interest are those of the part with the largest p (the part that decides it), its power the product of
+    theirs (exact for independent parts, a lower bound for parts that rise together); each part keeps its own line."""
     if len(tests) == 1:
         return tests[0]
     weakest = max(tests, key=lambda t: t.p_value)
-    effects = [t.effect for t in tests]
-    effect = min(effects) if None not in effects else None
     power = None
     if all(t.power is not None for t in tests):
         power = tuple((alpha, float(np.prod([t.power_at(alpha) for t in tests]))) for alpha in POWER_ALPHAS)
     holding = sum(t.direction_holds for t in tests)
     smallest_units = min((t.units for t in tests if t.units), default=None)
     return Test(f"each of {len(tests)} {what} ({holding} pointing the paper's way; largest p: {weakest.name})", weakest.statistic,
-                weakest.p_value, holding == len(tests), effect, weakest.interval, weakest.interest, power, smallest_units,
+                weakest.p_value, holding == len(tests), weakest.effect, weakest.interval, weakest.interest, power, smallest_units,
                 weakest.unit, tuple(tests))
 
 
