@@ -30,6 +30,8 @@ import lincorr
 from lincorr.errors import InputError
 from lincorr.fit import PAIR_FILE, PairResult
 from lincorr.inputs import read_inputs_file
+from lincorr.cli import build_parser
+from lincorr.cli.config import CONFIG_FILE, command_parser, options_of
 from lincorr.domains import read_word_file
 from lincorr.knowledge.files import read_registry_file
 from lincorr.knowledge.lre import LRE_FILE, read_lre_relation
@@ -124,6 +126,8 @@ READERS = {
     "inputs file": Reader(read_inputs_file, text("Alice\nBob\n"), structured=False, json=False),
     "word file": Reader(read_word_file, text("Paris\nTokyo\n"), structured=False, json=False),
     "training text": Reader(text_facts, text("Paris is in France.\n"), structured=False, json=False),
+    "config file": Reader(lambda path: options_of(str(path), command_parser(build_parser(), ["fit"])[0]), text("seed: 3\n"),
+                          CONFIG_FILE, json=False),
     "linear map file": Reader(LinearMap.load, lambda path: LinearMap(alpha=1.0).fit(np.eye(4), np.eye(4)[:, :2]).save(path),
                               MAP_FILE, structured=False, json=False, text=False),
 }
@@ -133,6 +137,7 @@ NEEDS_RUNS = {"saved pair", "saved result state", "saved result provenance"}
 
 # Every call of a reading function, by module and function, and the reader above (or test) that sweeps it.
 READ_SITES = {
+    "lincorr.cli.config:options_of": "config file",
     "lincorr.cli.options:check_user_files": "training text",
     "lincorr.domains:read_word_file": "word file",
     "lincorr.fit:PairResult.load": "saved pair",

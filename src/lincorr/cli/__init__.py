@@ -16,6 +16,7 @@ import time
 from lincorr import __version__
 from lincorr.cli.ablation import add_ablation_command
 from lincorr.cli.cache import add_cache_command
+from lincorr.cli.config import with_config
 from lincorr.cli.core import add_core_commands
 from lincorr.cli.extractive import add_extractive_command
 from lincorr.cli.mechanisms import add_mechanism_commands
@@ -70,11 +71,12 @@ def main(argv: list[str] | None = None) -> int:
 
     Ctrl-C, SIGTERM and a closed pipe propagate, once every `finally` here has run, to `lincorr.__main__`, which ends the process.
     """
+    parser = build_parser()
     try:
-        args = build_parser().parse_args(argv)
+        args = parser.parse_args(with_config(parser, list(sys.argv[1:] if argv is None else argv)))
     except SystemExit as done:  # --help or --version
         return done.code if isinstance(done.code, int) else 0
-    except UsageError as error:
+    except LincorrError as error:
         return report_error(error)
     configure_logging(getattr(args, "verbose", False))
     from lincorr.provenance import record_command

@@ -39,6 +39,9 @@ def add_global_options(parser) -> None:
     group = parser.add_argument_group("global options")
     group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show library log messages")
     group.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+    # Read into the command line before parsing (`cli.config.with_config`); declared here for --help.
+    group.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
+                       help="the command's options from a YAML file (option: value); the command line wins over it")
 
 
 def add_preset_option(parser, paper: str, *, settings: dict | None = None, choices: Sequence[str] = ("lincorr", "paper"),

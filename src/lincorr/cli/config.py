@@ -1,0 +1,96 @@
+"""`--config FILE`: a command's options written down as YAML, so a study can be shared as a file and run again.
+
+    # study.yaml, for `lincorr fit city country --config study.yaml`
+    n: 2000
+    seed: 3
+    estimator: ridge
+    top: [Tokyo, Paris]
+
+Each key is a long option of the command (`n-inputs` or `n_inputs` for `--n-inputs`), each value what the command
+line would take: a number or text, `true` for a switch, a list for an option that takes several values. The
+options are read into the command line right after the command's name, so anything typed on the command line wins
+over the file. A key the command does not know, or a value of the wrong kind, is one error line naming the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from lincorr.cli.values import Distinct
+from lincorr.errors import InputError
+from lincorr.reading import check_nesting, read_text, yaml_depth
+from lincorr.schema import REAL, TEXT, Entries, FileKind, Items, checked
+
+CONFIG_FILE = FileKind("config file", Entries((TEXT, REAL, bool, Items((TEXT, REAL)))),
+                       "write one `option: value` per line, the options of the command's --help", written_by="a config file")
+
+
+def with_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`argv` with every `--config FILE` replaced by the options FILE holds, placed right after the command's name."""
+    if "--config" not in argv and not any(token.startswith("--config=") for token in argv):
+        return argv
+    rest, files = [], []
+    tokens = iter(argv)
+    for token in tokens:
+        if token == "--config":
+            files.append(next(tokens, ""))
+        elif token.startswith("--config="):
+            files.append(token.split("=", 1)[1])
+        else:
+            rest.append(token)
+    command, at = command_parser(parser, rest)
+    written = [option for path in files for option in options_of(path, command)]
+    return rest[:at] + written + rest[at:]
+
+
+def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.ArgumentParser, int]:
+    """The parser of the (sub)command `argv` names, and the position just after its name in `argv`."""
+    at = 0
+    while True:
+        choices = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        named = next((i for i in range(at, len(argv)) if choices and argv[i] in choices), None)
+        if named is None:
+            return parser, at
+        parser, at = choices[argv[named]], named + 1
+
+
+def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
+    """The command-line tokens of the config file `path` for `parser`'s command."""
+    if not path:
+        raise InputError("--config needs a file: --config study.yaml")
+    text = read_text(path, CONFIG_FILE.what)
+    check_nesting(path, CONFIG_FILE.what, yaml_depth(text))
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise InputError(f"{CONFIG_FILE.what} {path} is not YAML ({' '.join(str(error).split())[:200]}); {CONFIG_FILE.remedy}") from None
+    document = checked({} if document is None else document, CONFIG_FILE, Path(path))
+    known = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
+    tokens = []
+    for key, value in document.items():
+        option = "--" + str(key).replace("_", "-")
+        action = known.get(option)
+        if action is None or option in ("--config", "--help"):
+            raise InputError(f"{CONFIG_FILE.what} {path}: '{key}' is not an option of `{parser.prog}`; see `{parser.prog} --help`")
+        tokens += option_tokens(option, action, value, path)
+    return tokens
+
+
+def option_tokens(option: str, action: argparse.Action, value, path: str) -> list[str]:
+    """`value` as the command line spells it for `action`: a switch alone, a list as several values."""
+    if action.nargs == 0:
+        if value is not True:
+            raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]} is a switch; write `{option[2:]}: true` or leave it out")
+        return [option]
+    if isinstance(value, list):
+        if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+            return [option, *map(str, value)]
+        if isinstance(action, (argparse._AppendAction, Distinct)):  # a repeatable option: once per value
+            return [token for item in value for token in (option, str(item))]
+        raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]} takes one value, not a list")
+    if isinstance(value, bool):
+        raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]} takes a value, not true or false")
+    return [option, str(value)]

@@ -1,0 +1,51 @@
+"""`--config FILE`: a command's options from YAML, placed after the command's name, so the command line wins."""
+
+from __future__ import annotations
+
+import pytest
+
+from lincorr.cli import build_parser, main
+from lincorr.cli.config import with_config
+from tests.helpers.cli_errors import one_error_line
+
+
+def parsed(argv: list[str]):
+    parser = build_parser()
+    return parser.parse_args(with_config(parser, argv))
+
+
+def test_the_files_options_reach_the_command_and_the_command_line_wins(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text("seed: 3\nn_inputs: 2000\nestimator: ols\ntop: [Tokyo, Paris]\nheatmap: true\n", encoding="utf-8")
+    args = parsed(["fit", "city", "country", "--config", str(study)])
+    assert (args.seed, args.n_inputs, args.estimator, args.top, args.heatmap) == (3, 2000, "ols", ["Tokyo", "Paris"], True)
+    assert (args.source, args.target) == ("city", "country")
+    args = parsed(["--config", str(study), "fit", "city", "country", "--seed", "5"])
+    assert (args.seed, args.n_inputs) == (5, 2000), "the command line wins over the file, wherever --config stands"
+
+
+def test_a_group_commands_options_go_after_its_own_name(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text("n-facts: 7\n", encoding="utf-8")
+    assert parsed(["extractive", "ocr", f"--config={study}"]).n_facts == 7
+
+
+@pytest.mark.parametrize("text, message", [
+    ("sed: 3\n", "'sed' is not an option of `lincorr fit`"),
+    ("heatmap: false\n", "heatmap is a switch"),
+    ("seed: [1, 2]\n", "seed takes one value, not a list"),
+    ("seed: {a: 1}\n", "seed"),
+    ("- seed\n", "config file"),
+    ("seed: [unclosed\n", "is not YAML"),
+])
+def test_a_wrong_file_is_one_error_line_naming_it(text, message, tmp_path, capsys):
+    study = tmp_path / "study.yaml"
+    study.write_text(text, encoding="utf-8")
+    assert main(["fit", "city", "country", "--config", str(study)]) == 2
+    line = one_error_line(capsys)
+    assert message in line and str(study) in line
+
+
+def test_a_config_that_is_not_there_is_one_error_line(tmp_path, capsys):
+    assert main(["fit", "city", "country", "--config", str(tmp_path / "none.yaml")]) == 2
+    assert "none.yaml" in one_error_line(capsys)
