@@ -19,6 +19,7 @@ from lincorr.cli.cache import add_cache_command
 from lincorr.cli.core import add_core_commands
 from lincorr.cli.extractive import add_extractive_command
 from lincorr.cli.mechanisms import add_mechanism_commands
+from lincorr.cli.models import add_models_command
 from lincorr.cli.registry import add_registry_commands
 from lincorr.cli.report import add_report_command
 from lincorr.cli.reproduce import add_reproduce_command
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_reproduce_command(commands)
     add_report_command(commands)
     add_cache_command(commands)
+    add_models_command(commands)
     return parser
 
 
