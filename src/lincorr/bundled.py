@@ -60,6 +60,7 @@ class BundledModel:
 
     alias: str
     formerly: str | None  # the alias before names said what a model is; still accepted
+    series: str | None  # the size series it belongs to: bundled models of one family and tokenizer in several sizes
     family: str
     size: str
     tuning: str  # "base" or "instruct"
@@ -84,7 +85,8 @@ class BundledModel:
 def catalogue() -> dict[str, BundledModel]:
     """The bundled models by alias, as bundled.yaml records them."""
     text = resources.files("lincorr").joinpath("bundled.yaml").read_text(encoding="utf-8")
-    return {alias: BundledModel(alias=alias, formerly=entry.get("formerly"), family=entry["family"], size=entry["size"],
+    return {alias: BundledModel(alias=alias, formerly=entry.get("formerly"), series=entry.get("series"), family=entry["family"],
+                                size=entry["size"],
                                 tuning=entry["tuning"], quantisation=entry["quantisation"], tensors=entry["tensors"],
                                 license=entry["license"], version=entry["version"], sha256=entry["sha256"],
                                 header=GGUFHeader(**entry["header"]), chunks=tuple(Chunk(*row) for row in entry["chunks"]))
@@ -101,6 +103,15 @@ def find_bundled(spec: str) -> BundledModel | None:
                         bundle.quantisation)
             return bundle
     return None
+
+
+def size_series(name: str) -> tuple[str, ...]:
+    """The aliases of a bundled size series, smallest first."""
+    members = sorted((b for b in catalogue().values() if b.series == name), key=lambda b: b.header.parameters)
+    if not members:
+        known = sorted({b.series for b in catalogue().values() if b.series})
+        raise ModelError(f"no bundled size series '{name}'; the series are: {', '.join(known)} (`lincorr models` lists them)")
+    return tuple(b.alias for b in members)
 
 
 def install_command(requirements) -> str:

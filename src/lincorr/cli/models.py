@@ -27,13 +27,14 @@ def run_models(args) -> None:
     if args.json:
         print_json([{"alias": r.model.alias, "formerly": r.model.formerly, "family": r.model.family, "size": r.model.size,
                      "tuning": r.model.tuning, "quantisation": r.model.quantisation, "tensors": r.model.tensors,
-                     "license": r.model.license, "packages": list(r.model.requirements), "sha256": r.model.sha256,
+                     "license": r.model.license, "series": r.model.series, "packages": list(r.model.requirements), "sha256": r.model.sha256,
                      "installed": r.installed, "converted": r.converted, "convert_bytes": r.convert_bytes,
                      "run_bytes": r.run_bytes, "default": r.model.alias == DEFAULT_MODEL} for r in rows])
         return
     for r in rows:
         bundle = r.model
         notes = [f"formerly {bundle.formerly}"] if bundle.formerly else []
+        notes += [f"size series {bundle.series}"] if bundle.series else []
         notes += ["the default"] if bundle.alias == DEFAULT_MODEL else []
         print(f"{bundle.alias}" + (f" ({', '.join(notes)})" if notes else ""))
         print(f"  {bundle.family} {bundle.size}, {bundle.tuning}, {bundle.quantisation} GGUF (tensors: {bundle.tensors})")

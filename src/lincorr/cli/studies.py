@@ -123,7 +123,10 @@ def add_resilience(commands) -> None:
 
 def add_scale(commands) -> None:
     scale = study_parser(commands, "scale", "correlation and W precision across models (Fig. 4)", writes="scale.json, scale.csv and scale_<estimator>.png")
-    scale.add_argument("--models", required=True, metavar="A,B,...", help="comma-separated model specs")
+    scale.add_argument("--models", default=None, metavar="A,B,...",
+                       help="comma-separated model specs: the series, or with --series the models shown beside it")
+    scale.add_argument("--series", default=None, metavar="NAME",
+                       help="a bundled size series (one family and tokenizer in several sizes; `lincorr models` names them)")
     scale.add_argument("--relations", default="city:country,ceo:company", metavar="S:T,...", help="prompt pairs")
     shared_options(scale)
     scale.set_defaults(handler=run_scale)
@@ -317,6 +320,8 @@ def run_scale(args) -> None:
 
     if args.inputs:
         raise UsageError("scale samples inputs from each model's own vocabulary; use -n instead of --inputs")
+    if not (args.models or args.series):
+        raise UsageError("scale needs models: --series NAME (a bundled size series) and/or --models A,B,...")
     relations = []
     for item in split_names(args.relations, "--relations"):
         source, _, target = item.partition(":")
@@ -324,6 +329,7 @@ def run_scale(args) -> None:
             raise UsageError(f"--relations takes SOURCE:TARGET pairs, got {item!r}")
         relations.append(RelationSpec(source, target))
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
-    result = measure_scale(split_names(args.models, "--models"), registry, relations, args.n_inputs, precision_configs(args),
+    models = split_names(args.models, "--models") if args.models else []
+    result = measure_scale(models, registry, relations, args.n_inputs, precision_configs(args), series=args.series,
                            seed=args.seed, load=lambda spec: load_lm(args, spec), settings=collect_settings(args))
     save_and_print(args, result)
