@@ -16,7 +16,7 @@ from helpers.tiny import write_tiny_gguf
 from lincorr import bundled
 from lincorr.bundled import BundledModel, Chunk, GGUFHeader, assembled_gguf, catalogue, find_bundled, read_header, size_series
 from lincorr.errors import ModelError
-from lincorr.models import LoadOptions, load_gguf, load_model
+from lincorr.models import LoadOptions, load_gguf
 
 VERSION = "1.0"
 N_CHUNKS = 3

@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "gemma-3-270m-q4km"
 
-# Converting peaks at 1.59x the model's float32 weights (qwen2.5-coder-0.5b-instruct-q4km: 3.74 GiB for 2.35 GiB of
-# weights, /usr/bin/time -v, docs/benchmarks.md "Bundled models"); the estimate keeps a margin above that.
+# Converting peaked at 1.59x the model's float32 weights for qwen2.5-coder-0.5b-instruct-q4km (3.74 GiB for 2.35) and
+# 1.31x for the 1.5B (8.65 GiB for 6.62), by /usr/bin/time -v (docs/benchmarks.md, "Bundled models"); the estimate
+# keeps a margin above both.
 CONVERSION_PEAK = 1.75
 FLOAT32_BYTES = 4
 
