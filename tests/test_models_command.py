@@ -38,3 +38,12 @@ def test_models_as_text_names_quantisation_and_license(capsys):
 def test_model_kwargs_must_be_a_json_object(capsys, value):
     assert main(["fit", "city", "country", "--model-kwargs", value]) == 2
     assert "--model-kwargs" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["scale"], "--series NAME"),
+    (["scale", "--series", "no-such-series"], "the series are: qwen2.5-coder"),
+])
+def test_scale_needs_a_series_or_models_and_a_known_series(capsys, argv, says):
+    assert main(argv) == 2
+    assert says in one_error_line(capsys)
