@@ -95,7 +95,7 @@ class LM:
 def compile_forward(lm: LM) -> LM:
     """Run `last_hidden` (collection) through `torch.compile`, which fuses the norms, activations and rotary embeddings.
 
-    On this project's 2-core CPU, gemma-3-270m collects 1.12x faster once compiled, after a compile
+    On this project's 2-core CPU, gemma-3-270m-q4km collects 1.12x faster once compiled, after a compile
     of about 2 minutes (45 s with torch's on-disk compile cache warm): worth it for sweeps of many
     tables, not for one (docs/benchmarks.md). Logits move by ~3e-5, so compiled tables are cached
     apart from eager ones. Everything else (internals, training) keeps using the eager model.

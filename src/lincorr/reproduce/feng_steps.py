@@ -3,7 +3,7 @@
 Each hop's model is fine-tuned once per reproduction (`tuned_hop`) and scored once (`hop_scores`),
 both kept in `ctx.shared`, so every claim on a hop reads the same model. Training is seeded and
 uses the extractive studies' small preset (`SMALL_TRAIN`); a claim's `learning_rate_by_model`
-sets the rate for a model that needs another (smollm2-135m-instruct learns the facts only at 1e-4,
+sets the rate for a model that needs another (smollm2-135m-instruct-q41 learns the facts only at 1e-4,
 docs/mechanisms.md). The tests compare ranks item by item: each fact or implication's rank of
 its right answer among the candidates (the paper's mean rank is their mean).
 """
