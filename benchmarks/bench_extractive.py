@@ -1,7 +1,7 @@
 """Extractive-score speed: gradients for every component from one backward per batch, against a loop with one
 backward per component. Run from the repository root:
 
-    python benchmarks/bench_extractive.py [--model gemma-3-270m] [--hop first] [--n-loop 10]
+    python benchmarks/bench_extractive.py [--model gemma-3-270m-q4km] [--hop first] [--n-loop 10]
 
 Both sides score the 20 implications of the hop's dataset against the same "fine-tuned" weights in
 this process, so the ratio holds on a busy machine even when the seconds do not. The weights are
@@ -57,7 +57,7 @@ def per_component_loop(lm, queries, components) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument("--model", default="gemma-3-270m-q4km")
     parser.add_argument("--hop", default="first", choices=["first", "second"])
     parser.add_argument("--n-loop", type=int, default=10, help="components the per-component loop runs on (extrapolated)")
     args = parser.parse_args()

@@ -1,6 +1,6 @@
 """Logit-lens speed: `vector_arithmetic.lens` against a one-prompt-at-a-time, one-layer-at-a-time loop. Run from the repository root:
 
-    python benchmarks/bench_internals.py [--model gemma-3-270m] [--n-prompts 64] [--loop-prompts 8]
+    python benchmarks/bench_internals.py [--model gemma-3-270m-q4km] [--n-prompts 64] [--loop-prompts 8]
 
 Both read the reciprocal rank of the argument's and the answer's first token at every lens layer
 (`resid[0]` .. `resid[L]`) of the capitals few-shot prompts. The lens runs length-sorted batches,
@@ -50,7 +50,7 @@ def loop_lens(lm, prompts, argument_ids, answer_ids) -> tuple[np.ndarray, np.nda
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument("--model", default="gemma-3-270m-q4km")
     parser.add_argument("--task", default="capitals")
     parser.add_argument("--n-prompts", type=int, default=64, help="prompts for the lens")
     parser.add_argument("--loop-prompts", type=int, default=8, help="prompts for the one-at-a-time loop")

@@ -1,6 +1,6 @@
 """Speed of whole correlation matrices: from a cold logit cache, then again fully cached, in one process or several.
 
-    python benchmarks/bench_studies.py [--model gemma-3-270m] [--family attribute] [-n 1000]
+    python benchmarks/bench_studies.py [--model gemma-3-270m-q4km] [--family attribute] [-n 1000]
     python benchmarks/bench_studies.py --registry [--processes 1 2]    # the whole registry, per family
 
 Each matrix is the `lincorr matrix` command in a fresh process (model load included), against a
@@ -68,7 +68,7 @@ def sweep(args, grids, cache: Path, processes: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument("--model", default="gemma-3-270m-q4km")
     parser.add_argument("--family", default="attribute")
     parser.add_argument("--registry", action="store_true", help="the whole registry: four family matrices and the cross-language block")
     parser.add_argument("-n", type=int, default=1000)

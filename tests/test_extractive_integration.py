@@ -1,4 +1,4 @@
-"""Extractive structures on gemma-3-270m: one fine-tuned model per hop, shared by the tests of this file.
+"""Extractive structures on gemma-3-270m-q4km: one fine-tuned model per hop, shared by the tests of this file.
 
 Margins are set from measured runs (seed 0, `SMALL_TRAIN`, docs/mechanisms.md): first hop,
 facts 9.60 -> 0.00 and implications 9.75 -> 1.05; second hop, facts 9.65 -> 0.00 and
@@ -29,7 +29,7 @@ TRAIN = dataclasses.replace(SMALL_TRAIN)
 
 def trained(bundled, hop: str):
     """The model, the hop's data, the fine-tuned model, and mean ranks before and after (no per-epoch evaluation: time)."""
-    lm = bundled("gemma-3-270m")
+    lm = bundled("gemma-3-270m-q4km")
     data = hop_data(load_world(load_registry()), lm.tokenizer, hop)
     tuned, _ = train_model(lm, data.facts.facts(), TRAIN, name=f"gemma+{hop}")
     before_after = [{"fact_mean_rank": mean_rank(model, data.facts), "implication_mean_rank": mean_rank(model, data.implications)}
@@ -109,7 +109,7 @@ def origins(bundled, session_cache):
     Its models are kept in the session's checkpoint cache, so the two tests below share what they both train: the
     ordering test's implications-first phase is grafting's W_ImplF, trained by whichever test runs first.
     """
-    return Context(bundled("gemma-3-270m"), load_registry(), {"n_train": 80, "n_test": 20, "n_cities": 20, "seed": 0})
+    return Context(bundled("gemma-3-270m-q4km"), load_registry(), {"n_train": 80, "n_test": 20, "n_cities": 20, "seed": 0})
 
 
 def test_grafting_the_implication_update_onto_counterfactual_facts_answers_their_implications(origins):

@@ -43,7 +43,7 @@ def assert_strong_and_real(summary: dict) -> None:
     assert summary["n_constant_targets"] == 0, summary  # every country's r is in the mean
 
 
-@pytest.mark.parametrize("name", ["gemma-3-270m", "smollm2-135m-instruct"])
+@pytest.mark.parametrize("name", ["gemma-3-270m-q4km", "smollm2-135m-instruct-q41"])
 def test_city_country_correlation(bundled, name):
     lm = bundled(name)
     city, country = city_country(lm)
@@ -59,7 +59,7 @@ def test_gemma_w_ranks_the_right_country_above_chance_over_all_pairs(bundled):
     """Every usable City->Country reference pair, in both directions: right answers in W's top 1 and top 3 far more often
     than a random ranking would put them there (binomial p < 0.01). Measured with ridge (seed 0, 1000 inputs): influenced
     Hit@1 127 of 247 pairs against chance 0.012 (p ~ 1e-173), influencing Hit@1 53 of 101 against 0.016 (p ~ 1e-66)."""
-    lm = bundled("gemma-3-270m")
+    lm = bundled("gemma-3-270m-q4km")
     city, country = city_country(lm)
     inputs = sample_vocab_inputs(lm.tokenizer, N_INPUTS, seed=0)
     tables = collect(lm, {"city": city, "country": country}, inputs)
@@ -73,7 +73,7 @@ def test_gemma_w_ranks_the_right_country_above_chance_over_all_pairs(bundled):
             assert above_chance_p(hits[k], len(pairs), chance[k]) < 0.01, (k, hits, chance, len(pairs))
 
 
-@pytest.mark.parametrize("name", ["gemma-3-270m", "smollm2-135m-instruct"])
+@pytest.mark.parametrize("name", ["gemma-3-270m-q4km", "smollm2-135m-instruct-q41"])
 def test_real_model_batched_equals_single_and_model_logits(bundled, name):
     lm = bundled(name)
     city, _ = city_country(lm)
@@ -88,9 +88,9 @@ def test_real_model_batched_equals_single_and_model_logits(bundled, name):
 
 
 def test_cli_fit_json_and_save_dir(bundled, tmp_path, capsys):
-    bundled("gemma-3-270m")  # converted weights in place
+    bundled("gemma-3-270m-q4km")  # converted weights in place
     out = tmp_path / "run"
-    code = main(["fit", "city", "country", "--model", "gemma-3-270m", "-n", str(N_INPUTS), "--seed", "0", "--estimator", "ridge",
+    code = main(["fit", "city", "country", "--model", "gemma-3-270m-q4km", "-n", str(N_INPUTS), "--seed", "0", "--estimator", "ridge",
                  "--alpha", "cv", "--json", "--quiet", "--out", str(out), "--top", "Tokyo"])
     assert code == 0
     payload = json.loads(capsys.readouterr().out)

@@ -6,7 +6,17 @@ import pytest
 import torch
 from helpers.precision import tiny_forward_atol
 from helpers.tiny import tiny_gemma3, tiny_gpt2, tiny_llama
-from helpers.tiny_archs import tiny_gemma3_multimodal, tiny_mistral, tiny_olmo, tiny_olmo2, tiny_qwen2, tiny_qwen3
+from helpers.tiny_archs import (
+    tiny_gemma2,
+    tiny_gemma3_multimodal,
+    tiny_gpt_neox,
+    tiny_mistral,
+    tiny_olmo,
+    tiny_olmo2,
+    tiny_phi3,
+    tiny_qwen2,
+    tiny_qwen3,
+)
 
 from lincorr.models import left_pad, tokenize_prompts
 from lincorr.errors import LincorrError
@@ -35,9 +45,10 @@ from lincorr.models import position_ids_from_mask, wrap_model
 BUILDERS = {
     "llama": tiny_llama, "gemma3": tiny_gemma3, "gpt2": tiny_gpt2, "qwen2": tiny_qwen2, "qwen3": tiny_qwen3,
     "mistral": tiny_mistral, "olmo": tiny_olmo, "olmo2": tiny_olmo2, "gemma3-multimodal": tiny_gemma3_multimodal,
+    "gpt_neox": tiny_gpt_neox, "gemma2": tiny_gemma2, "phi3": tiny_phi3,
 }
 # Architectures that normalise attention / FFN outputs before the residual add.
-POST_NORM = {"gemma3", "olmo2", "gemma3-multimodal"}
+POST_NORM = {"gemma3", "olmo2", "gemma3-multimodal", "gemma2"}
 # Different lengths (3 to 7 tokens with <bos>), so batches are left-padded.
 PROMPTS = ["Alice lives in the city of", "Bob is", "the capital of France is", "X Y", "Carol lives in"]
 # EXACT: one computation read two ways (a hook against the model's own outputs, a patch that writes back what was read,
@@ -212,9 +223,12 @@ def test_ablations_equal_the_patches_they_stand_for(lm):
 
 
 @pytest.mark.parametrize("frozen", [False, True])
-def test_one_backward_gives_gradients_that_match_finite_differences(lm, frozen):
+def test_one_backward_gives_gradients_that_match_finite_differences(arch, frozen):
     # float64 only partly helps: the RMS norms compute in float32 whatever the model's dtype,
     # so the step is 1% of each activation's scale and the agreement asked for is 1%.
+    name, lm = arch
+    if name == "gemma2":
+        pytest.skip("transformers' Gemma 2 in float64 puts NaN at left-padding positions, which attention spreads to every row")
     lm.model.double().requires_grad_(not frozen)
     components = [mlp(0), mlp(1), attn(0), head(1, 1), resid(1)]
     token_ids = torch.tensor([5, 9])
@@ -254,6 +268,22 @@ def test_parameters_partition_each_block_and_head_indices_address_the_head(arch)
     with torch.no_grad():
         parameters[weight_name].index_fill_(axis, columns, 0.0)
     torch.testing.assert_close(run(lm, PROMPTS, batch_size=2).logits, ablated.logits, **CLOSE)
+
+
+def test_head_indices_hold_the_heads_own_values(lm):
+    """Zeroing head h's query/key/value rows zeroes head h's output: its values are all zero, whatever the layout of a fused projection."""
+    parts = layout(lm)
+    component = head(1, 2)  # under GPT-2's layout GPT-NeoX's head 1 would keep its values by chance; head 2 would not
+    o_name = f"{parts.block_path(1, parts.arch.o_proj)}.weight"
+    named = dict(lm.model.named_parameters())
+    before = run(lm, PROMPTS, capture=[component])[component]
+    assert before.abs().max() > 0
+    with torch.no_grad():
+        for name, (axis, rows) in head_indices(lm, component).items():
+            if name != o_name:
+                named[name].index_fill_(axis, rows, 0.0)
+    after = run(lm, PROMPTS, capture=[component])[component]
+    torch.testing.assert_close(after, torch.zeros_like(after), **EXACT)
 
 
 def test_heads_cover_the_projections_exactly_once(lm):

@@ -21,7 +21,7 @@ RELATIONS = ("country_capital_city", "city_in_country")
 def test_gemma_w_ranks_lre_objects_above_chance(bundled):
     # Measured (seed 0, 1000 inputs): ols Hit@1 0.86 (country_capital_city) and 0.62 (city_in_country) against a chance of 0.05;
     # one relation above chance at p < 0.01 per fit is the phenomenon, the paper's ols included.
-    lm = bundled("gemma-3-270m")
+    lm = bundled("gemma-3-270m-q4km")
     configs = [config for config in precision_fits(FitConfig()) if config.label in LRE_FITS]
     table = lre_precision(lm, lre_relations(names=RELATIONS), sample_vocab_inputs(lm.tokenizer, N_INPUTS, seed=0), configs,
                           settings=UNCACHED)

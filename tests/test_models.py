@@ -130,4 +130,31 @@ def test_bad_model_specs_give_one_clear_error(spec, message):
 
 def test_unknown_dtype():
     with pytest.raises(LincorrError, match="dtype"):
-        load_model("gemma-3-270m", dtype="int3")
+        load_model("gemma-3-270m-q4km", dtype="int3")
+
+
+def test_model_kwargs_reach_from_pretrained_and_the_fingerprint(tmp_path, tokenizer):
+    from helpers.tiny import tiny_llama
+
+    tiny_llama(len(tokenizer)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    plain = load_model(str(tmp_path))
+    eager = load_model(str(tmp_path), model_kwargs={"attn_implementation": "eager"})
+    assert eager.model.config._attn_implementation == "eager" != plain.model.config._attn_implementation
+    # A kwarg can change the model's outputs (a config override), so its tables must not be served from the plain model's.
+    assert eager.fingerprint != plain.fingerprint
+    assert load_model(str(tmp_path), model_kwargs={"attn_implementation": "eager"}).fingerprint == eager.fingerprint
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"dtype": "float16"}, "use --dtype"),
+    ({"device_map": "auto", "revision": "main"}, "use --device-map, --revision"),
+])
+def test_model_kwargs_may_not_contradict_lincorrs_own_options(kwargs, message):
+    with pytest.raises(LincorrError, match=message):
+        load_model("gemma-3-270m-q4km", model_kwargs=kwargs)
+
+
+def test_revision_is_for_hub_models_only(tmp_path):
+    with pytest.raises(LincorrError, match="--revision picks a version of a hub model"):
+        load_model("gemma-3-270m-q4km", revision="main")

@@ -375,6 +375,25 @@ def test_scale_orders_models_by_size_and_saves_a_plot(registry, tokenizer, tmp_p
     assert len(json.loads((tmp_path / "scale" / "scale.json").read_text())["rows"]) == 2
 
 
+def test_a_size_series_is_measured_apart_from_the_models_beside_it(registry, tokenizer, tmp_path, monkeypatch):
+    import lincorr.studies.logits.scale as scale_module
+
+    from helpers.tiny import tiny_gemma3
+
+    models = {"small": tiny_llama(len(tokenizer)), "big": tiny_gpt2(len(tokenizer)), "other": tiny_gemma3(len(tokenizer))}
+    monkeypatch.setattr(scale_module, "size_series", lambda name: ("small", "big") if name == "tiny" else pytest.fail(name))
+    result = measure_scale(
+        ["other", "small"], registry, [RelationSpec("tiny_city", "tiny_country", "cities")], 60,
+        [FitConfig(estimator="ridge", alpha=1.0)], series="tiny", load=lambda spec: wrap_model(models[spec], tokenizer, name=spec),
+    )
+    assert [(p.model_name, p.in_series) for p in result.points][-1] == ("other", False)
+    assert [p.model_name for p in result.series_points] == ["small", "big"]  # smallest first; "small" named twice is measured once
+    assert all(len(values) == 2 for values in result.series("ridge").values())
+    assert result.note() == scale_module.TWO_POINT_NOTE and "not a trend" in result.text()
+    summary = result.summary()
+    assert summary["size_series"] == "tiny" and [m["in_series"] for m in summary["models"]] == [True, True, False]
+
+
 # ---- CLI ----
 
 @pytest.fixture

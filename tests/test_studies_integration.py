@@ -30,7 +30,7 @@ RIDGE = FitConfig(seed=0, estimator="ridge", alpha="cv")
 @pytest.fixture(scope="module")
 def gemma_matrix(bundled):
     """Module-scoped, set up while the cache variable names the session cache, where the tests' reruns find its tables."""
-    lm = bundled("gemma-3-270m")
+    lm = bundled("gemma-3-270m-q4km")
     inputs = sample_vocab_inputs(lm.tokenizer, N_INPUTS, seed=0)
     return lm, inputs, measure_matrix(lm, load_registry(), Grid.square(PROMPTS), inputs, RIDGE)
 
@@ -87,7 +87,7 @@ def test_cli_precision_json_on_gemma(gemma_matrix, capsys):
 
 
 def test_smollm2_cross_language_block_skips_prompts_without_a_domain(bundled):
-    lm = bundled("smollm2-135m-instruct")
+    lm = bundled("smollm2-135m-instruct-q41")
     registry = load_registry()
     grid, prompts, skipped = prepare_grid(registry, Grid.cross_language(registry, ["zh"]), lm.tokenizer, N_INPUTS, RIDGE)
     skipped_names = {name for name, _ in skipped}

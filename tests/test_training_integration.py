@@ -1,4 +1,4 @@
-"""Training studies on gemma-3-270m, kept small: two dozen facts, one seed, one gradient step."""
+"""Training studies on gemma-3-270m-q4km, kept small: two dozen facts, one seed, one gradient step."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ N_FACTS = 24
 
 @pytest.fixture(scope="module")
 def relation(bundled, session_cache):
-    lm = bundled("gemma-3-270m")
+    lm = bundled("gemma-3-270m-q4km")
     return lm, fit_relation(lm, load_registry(), RelationSpec("city", "country"), n_inputs=N_INPUTS, fit=RIDGE)
 
 

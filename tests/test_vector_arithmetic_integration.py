@@ -1,4 +1,4 @@
-"""Merullo et al.'s phenomena on gemma-3-270m, with margins justified by counts (docs/mechanisms.md has the full runs).
+"""Merullo et al.'s phenomena on gemma-3-270m-q4km, with margins justified by counts (docs/mechanisms.md has the full runs).
 
 Sizes are kept small for 2 CPU cores (the whole file runs in about two minutes); every claim is
 a paired exact test or a margin many pairs wide, not a number copied from a run.
@@ -19,7 +19,7 @@ N_EVAL = 32  # pairs asked in the o-vector and ablation studies
 
 @pytest.fixture(scope="module")
 def gemma(bundled):
-    return bundled("gemma-3-270m")
+    return bundled("gemma-3-270m-q4km")
 
 
 @pytest.fixture(scope="module")

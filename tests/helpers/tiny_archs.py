@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import torch
 from transformers import (
+    Gemma2Config,
+    Gemma2ForCausalLM,
+    GPTNeoXConfig,
+    GPTNeoXForCausalLM,
     MistralConfig,
     MistralForCausalLM,
     Olmo2Config,
     Olmo2ForCausalLM,
     OlmoConfig,
     OlmoForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -49,6 +55,29 @@ def tiny_olmo2(vocab_size: int, seed: int = 0) -> Olmo2ForCausalLM:
     """OLMo2: norms after attention and FFN (before the residual add), query/key norms over all heads."""
     torch.manual_seed(seed)
     return Olmo2ForCausalLM(Olmo2Config(vocab_size=vocab_size, **SIZES)).float()
+
+
+def tiny_gpt_neox(vocab_size: int, seed: int = 0) -> GPTNeoXForCausalLM:
+    """GPT-NeoX (Pythia): parallel residual, rotary on half of each head, one query/key/value projection ordered by head."""
+    torch.manual_seed(seed)
+    config = GPTNeoXConfig(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           max_position_embeddings=64, rotary_pct=0.5, use_parallel_residual=True, pad_token_id=0, bos_token_id=1,
+                           eos_token_id=None, tie_word_embeddings=False)
+    return GPTNeoXForCausalLM(config).float()
+
+
+def tiny_gemma2(vocab_size: int, seed: int = 0) -> Gemma2ForCausalLM:
+    """Gemma 2: post-norms around both sub-layers, soft-capped attention scores and logits, a 4-token sliding window."""
+    torch.manual_seed(seed)
+    config = Gemma2Config(vocab_size=vocab_size, head_dim=8, sliding_window=4, query_pre_attn_scalar=8, attn_logit_softcapping=5.0,
+                          final_logit_softcapping=3.0, layer_types=["sliding_attention", "full_attention"], **SIZES)
+    return Gemma2ForCausalLM(config).float()
+
+
+def tiny_phi3(vocab_size: int, seed: int = 0) -> Phi3ForCausalLM:
+    """Phi-3: one fused query/key/value projection (queries, then keys, then values) and one fused gate/up projection."""
+    torch.manual_seed(seed)
+    return Phi3ForCausalLM(Phi3Config(vocab_size=vocab_size, **SIZES)).float()
 
 
 def tiny_gemma3_multimodal(vocab_size: int, seed: int = 0):

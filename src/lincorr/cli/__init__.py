@@ -20,6 +20,7 @@ from lincorr.cli.config import with_config
 from lincorr.cli.core import add_core_commands
 from lincorr.cli.extractive import add_extractive_command
 from lincorr.cli.mechanisms import add_mechanism_commands
+from lincorr.cli.models import add_models_command
 from lincorr.cli.registry import add_registry_commands
 from lincorr.cli.report import add_report_command
 from lincorr.cli.reproduce import add_reproduce_command
@@ -44,6 +45,7 @@ SYSTEMS = (
     ("reproduction", (add_reproduce_command,)),
     ("registry", (add_registry_commands,)),
     ("report", (add_report_command,)),
+    ("models", (add_models_command,)),
     ("cache", (add_cache_command,)),
 )
 

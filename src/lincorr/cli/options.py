@@ -21,6 +21,7 @@ from lincorr.cli.values import (  # noqa: F401 - the commands import the option 
     counts,
     finite_number,
     finite_number_that,
+    json_object,
     fraction,
     model_spec,
     positive_number,
@@ -76,13 +77,18 @@ def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
 # ---- what a number option accepts: checked while parsing, so a bad value fails before anything runs ----
 
 def add_model_options(parser, *aliases: str, help_text: str = MODEL_HELP) -> None:
-    """--model (and `aliases` of it) with --device, --dtype, --device-map and --trust-remote-code."""
+    """--model (and `aliases` of it) with --device, --dtype, --device-map, --trust-remote-code, --revision and --model-kwargs."""
+    from lincorr.bundled import DEFAULT_MODEL
+
     group = parser.add_argument_group("model")
-    group.add_argument("--model", *aliases, dest="model", type=model_spec, default="gemma-3-270m", help=help_text)
+    group.add_argument("--model", *aliases, dest="model", type=model_spec, default=DEFAULT_MODEL, help=help_text)
     group.add_argument("--device", default=None, help="torch device, e.g. cpu, cuda, cuda:1, mps (default: cpu, or where --device-map puts it)")
     group.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"), help="weights' dtype")
     group.add_argument("--device-map", default=None, help='passed to transformers, e.g. "auto" to spread a large model over GPUs')
     group.add_argument("--trust-remote-code", action="store_true", help="allow a hub model's own code to run (off by default)")
+    group.add_argument("--revision", default=None, help="a hub model's branch, tag or commit (its fingerprint records the commit)")
+    group.add_argument("--model-kwargs", type=json_object, default=None, metavar="JSON",
+                       help='more arguments for transformers\' from_pretrained, e.g. \'{"attn_implementation": "eager"}\'')
 
 
 def add_registry_option(parser) -> None:
@@ -257,8 +263,11 @@ def load_lm(args, spec: str | None = None):
     from lincorr.models import load_model
 
     check_cache()
+    # --revision and --model-kwargs are --model's; a second model of the command (--eval-model, say) is loaded as named.
+    own = spec is None or spec == args.model
     return load_model(spec or args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
-                      trust_remote_code=args.trust_remote_code)
+                      trust_remote_code=args.trust_remote_code, revision=args.revision if own else None,
+                      model_kwargs=args.model_kwargs if own else None)
 
 
 def read_once(args, name: str, read: Callable[[], object]):

@@ -136,7 +136,10 @@ def add_resilience(commands) -> None:
 
 def add_scale(commands) -> None:
     scale = study_parser(commands, "scale", "correlation and W precision across models (Fig. 4)", writes="scale.json, scale.csv and scale_<estimator>.png")
-    scale.add_argument("--models", type=names("gemma-3-270m,smollm2-135m-instruct"), required=True, metavar="A,B,...", help="comma-separated model specs")
+    scale.add_argument("--models", type=names("gemma-3-270m-q4km,smollm2-135m-instruct-q41"), default=None, metavar="A,B,...",
+                       help="comma-separated model specs: the series, or with --series the models shown beside it")
+    scale.add_argument("--series", default=None, metavar="NAME",
+                       help="a bundled size series (one family and tokenizer in several sizes; `lincorr models` names them)")
     scale.add_argument("--relations", type=names("city:country,ceo:company"), default="city:country,ceo:company", metavar="S:T,...", help="prompt pairs")
     shared_options(scale)
     scale.set_defaults(handler=run_scale)
@@ -330,6 +333,8 @@ def run_scale(args) -> None:
 
     if args.inputs:
         raise UsageError("scale samples inputs from each model's own vocabulary; use -n instead of --inputs")
+    if not (args.models or args.series):
+        raise UsageError("scale needs models: --series NAME (a bundled size series) and/or --models A,B,...")
     relations = []
     for item in args.relations:
         source, _, target = item.partition(":")
@@ -337,6 +342,6 @@ def run_scale(args) -> None:
             raise UsageError(f"--relations takes SOURCE:TARGET pairs, got {item!r}")
         relations.append(RelationSpec(source, target))
     registry = checked_registry(args, {n for relation in relations for n in (relation.source, relation.target)})
-    result = measure_scale(list(args.models), registry, relations, args.n_inputs, precision_configs(args),
+    result = measure_scale(list(args.models or ()), registry, relations, args.n_inputs, precision_configs(args), series=args.series,
                            seed=args.seed, load=lambda spec: load_lm(args, spec), settings=collect_settings(args))
     save_and_print(args, result)

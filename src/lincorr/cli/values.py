@@ -4,13 +4,14 @@ value is one error line before any work (whole numbers, lists of names each once
 from __future__ import annotations
 
 import argparse
+import json
 import math
 from collections.abc import Callable
 
 from lincorr.choices import split_names
 from lincorr.errors import UsageError
 
-MODEL_HELP = "bundled alias, .gguf file, local directory or hub id"
+MODEL_HELP = "bundled alias (`lincorr models` lists them), .gguf file, local directory or hub id"
 
 
 def whole_number(minimum: int) -> Callable[[str], int]:
@@ -119,3 +120,14 @@ def ridge_alpha(text: str) -> float | str:
 
 
 # ---- the options ----
+
+
+def json_object(text: str) -> dict:
+    """An argparse type: a JSON object, e.g. '{"attn_implementation": "eager"}'."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"is not JSON ({error}); write an object like '{{\"attn_implementation\": \"eager\"}}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"must be a JSON object like '{{\"attn_implementation\": \"eager\"}}', not {text!r}")
+    return value

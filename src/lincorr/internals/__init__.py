@@ -8,7 +8,7 @@ Convention (shapes TransformerLens style; L blocks, numbered 0..L-1 as in the HF
   the final norm.
 - `attn[l]`, `mlp[l]`: block l's attention and FFN outputs exactly as added to the residual,
   `[batch, pos, d_model]`. Where the architecture normalises a sub-layer's output before the add
-  (Gemma 3, OLMo2) that norm is part of the component, so always
+  (Gemma 2 and 3, OLMo2) that norm is part of the component, so always
   `resid[l+1] = resid[l] + attn[l] + mlp[l]`.
 - `head[l,h]`: query head h of block l before the output projection, `[batch, pos, head_dim]`
   (grouped-query attention: heads are query heads; several share one key/value head).

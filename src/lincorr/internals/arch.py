@@ -82,7 +82,10 @@ class ArchMap:
     attn: tuple[str, ...]
     mlp: tuple[str, ...]
     o_proj: str  # its INPUT is the concatenated query heads `[batch, pos, n_heads * head_dim]`
-    qkv: tuple[str, ...]  # query, key, value projections, or one fused projection (GPT-2)
+    qkv: tuple[str, ...]  # query, key, value projections, or one fused projection (GPT-2, GPT-NeoX, Phi-3)
+    # How one fused projection orders its outputs: all queries, then keys, then values (GPT-2, Phi-3), or head by
+    # head, each head's query, key and value together (GPT-NeoX).
+    qkv_per_head: bool = False
 
 
 LLAMA_LIKE = ArchMap(
@@ -112,6 +115,19 @@ ARCHITECTURES: dict[str, ArchMap] = {
     "gemma3": dataclasses.replace(
         GEMMA3_TEXT, blocks="model.language_model.layers", embeddings="model.language_model.embed_tokens",
         final_norm="model.language_model.norm",
+    ),
+    "gemma2": GEMMA3_TEXT,  # the same post-norms; Gemma 2 also soft-caps its attention scores, inside self_attn
+    # Phi-3 fuses query/key/value (queries, then keys, then values); its dropouts (identity in eval) are what is added.
+    "phi3": dataclasses.replace(
+        LLAMA_LIKE, attn=("input_layernorm", "self_attn", "resid_attn_dropout"),
+        mlp=("post_attention_layernorm", "mlp", "resid_mlp_dropout"), qkv=("self_attn.qkv_proj",),
+    ),
+    # GPT-NeoX (Pythia): with its parallel residual (the default) the MLP reads the block's input, not the input plus
+    # the attention output; both outputs are added to the stream, after dropouts that are the identity in eval.
+    "gpt_neox": ArchMap(
+        blocks="gpt_neox.layers", embeddings="gpt_neox.emb_dropout", final_norm="gpt_neox.final_layer_norm",
+        attn=("input_layernorm", "attention", "post_attention_dropout"), mlp=("post_attention_layernorm", "mlp", "post_mlp_dropout"),
+        o_proj="attention.dense", qkv=("attention.query_key_value",), qkv_per_head=True,
     ),
     # transformer.drop (identity in eval) outputs token + position embeddings, exactly what block 0 gets.
     "gpt2": ArchMap(
@@ -251,7 +267,8 @@ def head_indices(lm: LM, component: Component | str) -> dict[str, tuple[int, tor
 
     `parameter.index_select(axis, indices)` is head h's part (for a weight delta), `index_copy_`
     grafts it, and a gradient mask built from it freezes it. Query/key/value rows (nn.Linear axis 0;
-    GPT-2's fused Conv1D axis 1, query block then key block then value block) and the output
+    GPT-2's fused Conv1D axis 1, query block then key block then value block; GPT-NeoX's fused rows
+    head by head) and the output
     projection's input columns (nn.Linear axis 1, Conv1D axis 0).
     """
     component = as_component(component)
@@ -263,7 +280,9 @@ def head_indices(lm: LM, component: Component | str) -> dict[str, tuple[int, tor
     group = component.head // (parts.n_heads // parts.n_kv_heads)
     q_rows = torch.arange(component.head * width, (component.head + 1) * width)
     kv_rows = torch.arange(group * width, (group + 1) * width)
-    if len(parts.arch.qkv) == 1:
+    if parts.arch.qkv_per_head:  # every head has its own key/value head here
+        per_path = {parts.arch.qkv[0]: torch.arange(3 * component.head * width, 3 * (component.head + 1) * width)}
+    elif len(parts.arch.qkv) == 1:
         q_size, kv_size = parts.n_heads * width, parts.n_kv_heads * width
         per_path = {parts.arch.qkv[0]: torch.cat([q_rows, q_size + kv_rows, q_size + kv_size + kv_rows])}
     else:

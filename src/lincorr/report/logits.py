@@ -210,18 +210,22 @@ def read_scale(directory: Path) -> Section:
     """`lincorr scale --out`: r and Hit@N against model size, one figure per estimator, and the rows."""
     scale = read_document(directory / "scale.json", SCALE)
     models = [f"{m['model']} ({m['n_parameters'] / 1e6:.0f}M)" for m in scale["models"]]
+    # The lines run over the size series; models shown beside it (`in_series` false) are in the table only.
+    in_series = [m for m in scale["models"] if m.get("in_series", True)]
     blocks = []
     for estimator in dict.fromkeys(row["estimator"] for row in scale["rows"]):
         series: dict[str, list[float]] = {}
-        for model in scale["models"]:
+        for model in in_series:
             for row in (r for r in scale["rows"] if r["model"] == model["model"] and r["estimator"] == estimator):
                 for name, value in (("label-wise r", row["labelwise_r_mean"]), ("Hit@1 influenced", row["hit_influenced"]["1"]),
                                     ("Hit@5 influenced", row["hit_influenced"]["5"]), ("Hit@1 influencing", row["hit_influencing"]["1"])):
                     series.setdefault(f"{row['label']}: {name}", []).append(value)
-        series = {name: values for name, values in series.items() if len(values) == len(models)}
-        blocks.append(Figure(figures.line_figure(models, series, f"correlation and W precision by model size ({estimator})",
+        series = {name: values for name, values in series.items() if len(values) == len(in_series)}
+        blocks.append(Figure(figures.line_figure([f"{m['model']} ({m['n_parameters'] / 1e6:.0f}M)" for m in in_series], series, f"correlation and W precision by model size ({estimator})",
                                                  x_name="model", y_name="r / Hit@N", y_range=(0, 1.02))))
     blocks.append(hit_table([{**row, "label": f"{row['label']} on {row['model']}"} for row in scale["rows"]], "every model, relation and estimator"))
+    if scale.get("note"):
+        blocks.append(KeyNumbers((("size series", f"{scale['size_series']}: {scale['note']}"),)))
     return Section(f"scale: {', '.join(m['model'] for m in scale['models'])}", "scale", str(directory),
                    read_provenance(directory, scale, model=", ".join(models)), tuple(blocks))
 

@@ -5,7 +5,7 @@ both kept in `ctx.shared`, so every claim on a hop reads the same model; the fin
 are also kept in the cache (`checkpoints.trained_checkpoint`), so a resumed run loads them
 instead of training again. Training is seeded and uses the extractive studies' small preset
 (`SMALL_TRAIN`); a claim's `learning_rate_by_model` sets the rate for a model that needs another
-(smollm2-135m-instruct learns the facts only at 1e-4, docs/mechanisms.md). The independent units
+(smollm2-135m-instruct-q41 learns the facts only at 1e-4, docs/mechanisms.md). The independent units
 are the implications, one per made-up name: the tests compare ranks implication by implication
 (the paper's mean rank is their mean), and where the scores sit is judged by resampling the
 implications the scores are averaged over.

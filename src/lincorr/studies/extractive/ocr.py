@@ -51,9 +51,9 @@ HOPS = ("first", "second")
 # The paper's settings (§5.1, OLMo-7B): Adam (no weight decay), lr 3e-6, betas (0.9, 0.999), batch 8,
 # 8 epochs, linear decay with 10% warm-up, full fine-tuning, loss on answer tokens. No clipping is mentioned.
 PAPER_TRAIN = TrainConfig(learning_rate=3e-6, epochs=8, batch_size=8, schedule="linear", warmup=0.1, max_grad_norm=None)
-# At the paper's rate gemma-3-270m does not learn 20 facts in 8 epochs (fact mean rank 3.50); at 10x it
+# At the paper's rate gemma-3-270m-q4km does not learn 20 facts in 8 epochs (fact mean rank 3.50); at 10x it
 # does, and batch 4 with a constant rate on the blocks alone gave the strongest OCR of the settings tried
-# (docs/mechanisms.md; smollm2-135m-instruct needs --lr 1e-4). Blocks only: embeddings stay as they
+# (docs/mechanisms.md; smollm2-135m-instruct-q41 needs --lr 1e-4). Blocks only: embeddings stay as they
 # are, so "early" and "late" in the freezing and scoring studies partition everything that trains.
 SMALL_TRAIN = TrainConfig(learning_rate=3e-5, epochs=8, batch_size=4, blocks_only=True)
 

@@ -36,8 +36,8 @@ __all__ = [
 ]
 
 
-# Blocks only: the 168M-parameter embedding of gemma-3-270m would triple the optimiser's cost.
-# 60x the paper's 5e-6: on gemma-3-270m, 5e-5 for 3 epochs learned 1-3 of 16 facts and 3e-4 for 6 epochs 15 of 16.
+# Blocks only: the 168M-parameter embedding of gemma-3-270m-q4km would triple the optimiser's cost.
+# 60x the paper's 5e-6: on gemma-3-270m-q4km, 5e-5 for 3 epochs learned 1-3 of 16 facts and 3e-4 for 6 epochs 15 of 16.
 # Training stops once every taught fact is learned (`GeneralizationConfig.until_learned`); `epochs` is the cap: at
 # 8 epochs, country facts were learned only 73% of the time. Gradients are clipped at norm 1 (TrainConfig's default).
 DEFAULT_TRAIN = TrainConfig(learning_rate=3e-4, epochs=24, batch_size=4, blocks_only=True)
@@ -62,7 +62,7 @@ class TrainingPreset:
 # Peng et al. §4.1 and §5 fine-tune llama-3.2-3b with "AdamW with 5e-6 learning rate" and say nothing of
 # frozen parts or epochs, so: every parameter (embeddings and the tied unembedding included, which §6
 # credits for generalization), until every taught fact is the source top-1. The cap only bounds a run
-# that never gets there: on gemma-3-270m, City->Country (16 facts, seed 0) was learned in 6 epochs, and
+# that never gets there: on gemma-3-270m-q4km, City->Country (16 facts, seed 0) was learned in 6 epochs, and
 # 50 is about 8x that (docs/results.md).
 PAPER_MAX_EPOCHS = 50
 PAPER_PRESET = TrainingPreset(

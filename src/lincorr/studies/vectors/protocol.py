@@ -39,7 +39,7 @@ PROTOCOLS = ("paper", "averaged")
 CONTEXTS = ("copy", "zero-shot")
 CONTROLS = ("without", "other_task", "random")
 # Added once at one layer, the averaged o-vector stands in for the paper's substitution at every layer from the crossing on;
-# at x1 it moves the answer's rank but rarely to the top (docs/mechanisms.md: capitals on gemma-3-270m, accuracy 0.02 at
+# at x1 it moves the answer's rank but rarely to the top (docs/mechanisms.md: capitals on gemma-3-270m-q4km, accuracy 0.02 at
 # x1 and 0.53 at x3, every control 0.00), so x3 is its default.
 OVECTOR_SCALE = 3.0
 

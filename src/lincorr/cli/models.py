@@ -1,0 +1,44 @@
+"""`lincorr models`: the bundled models, what each is, where it comes from, and whether it is ready on this machine."""
+
+from __future__ import annotations
+
+from lincorr.cli.options import add_command, add_json_option, print_json
+
+
+def add_models_command(commands) -> None:
+    models = add_command(commands, "models", "list the bundled models: what each is, its license and packages, "
+                                             "whether it is installed and converted, and the memory it needs")
+    add_json_option(models)
+    models.set_defaults(handler=run_models)
+
+
+def packages_text(bundle) -> str:
+    first, last = bundle.chunks[0].package, bundle.chunks[-1].package
+    if len(bundle.chunks) == 1:
+        return f"{first}=={bundle.version}"
+    return f"{first} .. {last} =={bundle.version} ({len(bundle.chunks)} packages, each a chunk of the GGUF file)"
+
+
+def run_models(args) -> None:
+    from lincorr.bundled import DEFAULT_MODEL, bundled_status
+    from lincorr.reading import human_size
+
+    rows = bundled_status()
+    if args.json:
+        print_json([{"alias": r.model.alias, "formerly": r.model.formerly, "family": r.model.family, "size": r.model.size,
+                     "tuning": r.model.tuning, "quantisation": r.model.quantisation, "tensors": r.model.tensors,
+                     "license": r.model.license, "series": r.model.series, "packages": list(r.model.requirements), "sha256": r.model.sha256,
+                     "installed": r.installed, "converted": r.converted, "convert_bytes": r.convert_bytes,
+                     "run_bytes": r.run_bytes, "default": r.model.alias == DEFAULT_MODEL} for r in rows])
+        return
+    for r in rows:
+        bundle = r.model
+        notes = [f"formerly {bundle.formerly}"] if bundle.formerly else []
+        notes += [f"size series {bundle.series}"] if bundle.series else []
+        notes += ["the default"] if bundle.alias == DEFAULT_MODEL else []
+        print(f"{bundle.alias}" + (f" ({', '.join(notes)})" if notes else ""))
+        print(f"  {bundle.family} {bundle.size}, {bundle.tuning}, {bundle.quantisation} GGUF (tensors: {bundle.tensors})")
+        print(f"  license: {bundle.license}")
+        print(f"  from: {packages_text(bundle)}")
+        print(f"  installed: {'yes' if r.installed else 'no'}   converted: {'yes' if r.converted else 'no'}   memory: "
+              f"about {human_size(r.convert_bytes)} to convert, {human_size(r.run_bytes)} of float32 weights to run")

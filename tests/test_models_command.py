@@ -1,0 +1,49 @@
+"""`lincorr models` and the model-loading options at the command line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from helpers.cli_errors import one_error_line
+
+from lincorr.bundled import catalogue
+from lincorr.cli import main
+
+FIELDS = {"alias", "formerly", "family", "size", "tuning", "quantisation", "license", "packages", "installed", "converted",
+          "convert_bytes", "run_bytes"}
+
+
+def test_models_lists_every_bundled_model_with_what_it_is(capsys):
+    assert main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row["alias"] for row in rows] == list(catalogue())
+    for row in rows:
+        assert FIELDS <= set(row)
+        assert row["convert_bytes"] > row["run_bytes"] > 0 and row["packages"]
+    licenses = {row["family"]: row["license"] for row in rows}
+    assert licenses["Gemma 3"].startswith("Gemma Terms of Use")
+    assert licenses["Qwen2.5 Coder"] == licenses["SmolLM2"] == "Apache-2.0"
+
+
+def test_models_as_text_names_quantisation_and_license(capsys):
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    for model in catalogue().values():
+        assert model.alias in text and model.license in text
+    assert text.count("installed: ") == len(catalogue())
+
+
+@pytest.mark.parametrize("value", ["not json", "[1, 2]"])
+def test_model_kwargs_must_be_a_json_object(capsys, value):
+    assert main(["fit", "city", "country", "--model-kwargs", value]) == 2
+    assert "--model-kwargs" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["scale"], "--series NAME"),
+    (["scale", "--series", "no-such-series"], "the series are: qwen2.5-coder"),
+])
+def test_scale_needs_a_series_or_models_and_a_known_series(capsys, argv, says):
+    assert main(argv) == 2
+    assert says in one_error_line(capsys)
