@@ -27,10 +27,10 @@ POSITIONALS = {
     "ablate": ["city", "country"], "generalize": ["city", "country"], "diagnose": ["city", "country"],
     "subwords": ["city", "country"], "gradcorr": ["city", "country"], "predict-edit": ["city", "country", "--value", "Paris"],
     "lens": ["capitals"], "ovector": ["capitals", "--layer", "1"], "ffn-ablate": ["capitals", "--from-layer", "1"],
-    "ovector-w": ["capitals", "--layer", "1"], "reproduce": ["peng", "--only", "peng.table2"],
+    "ovector-w": ["capitals", "--layer", "1"], "reproduce": ["peng", "--only", "peng.table2"], "tasks": [],
 }
 WRITTEN = {("report", "--out")}  # FILE options lincorr writes, not reads
-MODEL_FREE = {"templates", "references"}  # listings that take no --model
+MODEL_FREE = {"templates", "references", "tasks"}  # listings that take no --model
 STRUCTURED = {"--registry", "--references"}  # parsed as YAML or JSON; the others are lines of text, where any nesting is text
 
 
@@ -43,8 +43,10 @@ def subcommand(name: str) -> argparse.ArgumentParser:
 
 
 def file_options() -> list[tuple[str, str]]:
+    """Every (command, option) that reads a file; --config, one reader before any command parses, is swept once, on fit."""
     return [(name, action.option_strings[-1]) for name, parser in subcommands().items() for action in parser._actions
-            if action.metavar == "FILE" and (name, action.option_strings[-1]) not in WRITTEN]
+            if action.metavar == "FILE" and (name, action.option_strings[-1]) not in WRITTEN
+            and (action.option_strings[-1] != "--config" or name == "fit")]
 
 
 def hostile_files(directory: Path) -> dict[str, str]:

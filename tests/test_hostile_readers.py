@@ -157,6 +157,8 @@ READ_SITES = {
 RUN_DIRECTORY_MODULES = ("lincorr.report.",)
 # Parsers called on their own, outside lincorr.reading: only on files lincorr wrote itself or ships.
 OWN_FILES = {
+    "lincorr.cli.values": "--model-kwargs, JSON typed on the command line, not a file",
+    "lincorr.bundled": "bundled.yaml, shipped in the package, and the chunk packages' data files, each checked by its sha256",
     "lincorr.cache": "cache entries lincorr wrote; an unreadable one is recomputed",
     "lincorr.distributed": "messages between lincorr's own ranks",
     "lincorr.filesystem": "the cache's own JSON and /proc/self/status",

@@ -52,7 +52,7 @@ def registry(registry_file):
     return load_registry([registry_file])
 
 
-def family_matrix(lm, registry, config=FitConfig(), use_cache=True):
+def family_matrix(lm, registry, config=FitConfig(estimator="ols"), use_cache=True):
     grid = Grid.square([spec.name for spec in registry.family("tiny")], "tiny family")
     return measure_matrix(lm, registry, grid, INPUTS, config, CollectSettings(batch_size=10, use_cache=use_cache))
 
@@ -70,7 +70,7 @@ def test_matrix_diagonal_pair_order_and_skipped_prompt(llama_lm, registry):
     tables = collect(llama_lm, prompts, INPUTS)
     for i, source in enumerate(FAMILY):
         for j, target in enumerate(FAMILY):
-            pair = fit_tables(tables[source], tables[target], FitConfig())
+            pair = fit_tables(tables[source], tables[target], FitConfig(estimator="ols"))
             # The same float32 tables fitted in float64 two ways (one shared factorisation, one pair alone): r agrees to
             # float64 rounding amplified by the fit's conditioning, far inside 1e-5.
             assert result.labelwise_r[i, j] == pytest.approx(pair.summary()["labelwise_r_mean"], abs=1e-5)
@@ -218,7 +218,7 @@ def test_ols_too_few_inputs_fails_before_collecting(llama_lm, registry, monkeypa
     counting_scores(monkeypatch, interrupt_after=0)  # any collection would raise KeyboardInterrupt
     grid = Grid.square(FAMILY)
     with pytest.raises(LincorrError, match="more training inputs"):
-        measure_matrix(llama_lm, registry, grid, INPUTS[:8], FitConfig())
+        measure_matrix(llama_lm, registry, grid, INPUTS[:8], FitConfig(estimator="ols"))
 
 
 # ---- precision on a planted W ----
@@ -295,7 +295,7 @@ def test_read_reference_file_tsv_and_json(tmp_path):
 def test_precision_table_uses_registry_reference_and_reports_skips(llama_lm, registry):
     relations = [RelationSpec("tiny_city", "tiny_country", "cities"), RelationSpec("tiny_ghost", "tiny_country", "ghost"),
                  RelationSpec("tiny_country", "tiny_capital", "unrelated")]
-    configs = [FitConfig(), FitConfig(estimator="ridge", alpha="cv")]
+    configs = [FitConfig(estimator="ols"), FitConfig(estimator="ridge", alpha="cv")]
     table = measure_precision(llama_lm, registry, relations, INPUTS, configs)
     assert [(r.label, r.estimator) for r in table.rows] == [("cities", "ols"), ("cities", "ridge")]
     assert table.rows[0].reference == "tiny_cities->tiny_countries" and table.rows[0].n_pairs_influenced == 5
@@ -326,10 +326,10 @@ def test_case_table_rows_directions_and_right_answers(tmp_path):
 def test_resilience_same_checkpoint_is_unchanged_and_other_checkpoint_differs(llama_lm, registry, tokenizer):
     grid = Grid.square(FAMILY)
     same = measure_resilience(llama_lm, wrap_model(copy.deepcopy(llama_lm.model), tokenizer, name="copy"), registry, grid,
-                              INPUTS)
+                              INPUTS, FitConfig(estimator="ols"))
     np.testing.assert_allclose(same.difference, 0.0, atol=1e-6)
     other = wrap_model(tiny_llama(len(tokenizer), seed=1), tokenizer, name="other")
-    moved = measure_resilience(llama_lm, other, registry, grid, INPUTS)
+    moved = measure_resilience(llama_lm, other, registry, grid, INPUTS, FitConfig(estimator="ols"))  # ols: a prompt onto itself is exact
     np.testing.assert_allclose(moved.fit_on_fit.labelwise_r, same.fit_on_fit.labelwise_r)
     assert np.nanmax(np.abs(moved.difference)) > 0.05
     np.testing.assert_allclose(np.diag(moved.eval_on_eval.labelwise_r), 1.0, atol=1e-4)

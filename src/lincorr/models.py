@@ -13,9 +13,8 @@ from pathlib import Path
 
 import torch
 
-from lincorr.bundled import (
-    DEFAULT_MODEL, GGUFHeader, assembled_gguf, catalogue, check_conversion_memory, check_header, find_bundled, read_header,
-)
+from lincorr.bundled import DEFAULT_MODEL, GGUFHeader, assembled_gguf, catalogue, check_conversion_memory, check_header
+from lincorr.bundled import find_bundled, read_header
 from lincorr.cache import conversion_state, converted_model_directory, file_sha256, key_digest, record_conversion
 from lincorr.errors import DeviceError, ModelError, UsageError
 from lincorr.filesystem import replaced_directory
@@ -199,6 +198,7 @@ def load_tokenizer(spec: str = DEFAULT_MODEL, *, trust_remote_code: bool = False
     if bundle is None and not spec.endswith(".gguf"):
         if not (local.is_dir() and (local / "config.json").is_file()):
             return None
+        check_model_directory(local, trust_remote_code)  # what it lacks is said as loading the model would say it
         return prepare_tokenizer(AutoTokenizer.from_pretrained(str(local), trust_remote_code=trust_remote_code))
     if bundle is not None:
         converted = converted_model_directory(bundle.alias, bundle.fingerprint)
@@ -212,8 +212,12 @@ def load_tokenizer(spec: str = DEFAULT_MODEL, *, trust_remote_code: bool = False
 
 
 def same_model_spec(spec: str, other: str) -> bool:
-    """Whether two model specs name the same weights, known without loading either: the same text, or paths to one file or directory."""
-    if spec.strip() == other.strip():
+    """Whether two specs name the same weights, known without loading: one bundled model (alias or former name), one text or file."""
+    def named(text: str) -> str:
+        bundle = find_bundled(text.strip())
+        return bundle.alias if bundle is not None else text.strip()
+
+    if named(spec) == named(other):
         return True
     paths = Path(spec).expanduser(), Path(other).expanduser()
     return all(path.exists() for path in paths) and os.path.samefile(*paths)

@@ -68,6 +68,8 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
     except yaml.YAMLError as error:
         raise InputError(f"{CONFIG_FILE.what} {path} is not YAML ({' '.join(str(error).split())[:200]}); {CONFIG_FILE.remedy}") from None
     document = checked({} if document is None else document, CONFIG_FILE, Path(path))
+    if not document:
+        raise InputError(f"{CONFIG_FILE.what} {path} holds no options; {CONFIG_FILE.remedy}")
     known = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
     tokens = []
     for key, value in document.items():
