@@ -62,7 +62,7 @@ def add_mechanism_commands(commands) -> None:
                     "ovector.json, ovector.csv and ovector.png")
     add_vector_options(ovector)
     ovector.add_argument("--protocol", choices=PROTOCOLS, default="averaged",
-                         help="paper: one solved prompt's mlp[L] replaces every FFN from L on; averaged (lincorr's): the mean of "
+                         help="paper: one solved prompt's mlp[L] replaces every FFN from L - 1 on (BOS kept); averaged (lincorr's): the mean of "
                               "--n-source solved prompts' mlp[L], added once at mlp[L] (default: averaged)")
     ovector.add_argument("--contexts", choices=(*CONTEXTS, "both"), default="copy",
                          help="copy: the model repeats the argument; zero-shot: the question with no demonstrations (default: copy)")
