@@ -31,7 +31,7 @@ from lincorr.cli.options import (
 from lincorr.errors import UsageError
 from lincorr.studies.vectors.protocol import CONTEXTS, OVECTOR_SCALE, PROTOCOLS
 
-TASK_HELP = "registry task: capitals, past-tense, uppercase, or one from --registry"
+TASK_HELP = "registry task: capitals, past-tense, uppercase, all-caps, or one from --registry"
 unit_floor = finite_number_that(lambda value: 0 <= value < 1, "at least 0 and below 1")
 
 
