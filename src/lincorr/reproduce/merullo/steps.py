@@ -23,7 +23,7 @@ from lincorr.internals import layout
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.verdicts import Test, all_of, mcnemar_gain, paired_greater, ranks_greater
 from lincorr.studies.vectors.arithmetic import LensResult, ffn_ablations, lens, right_first
-from lincorr.studies.vectors.protocol import pair_order, replaced_layers
+from lincorr.studies.vectors.protocol import pair_order
 from lincorr.studies.vectors.sources import SourceRuns, source_runs
 from lincorr.tasks import bind_task, extractive_prompts, fewshot_prompts, score_prompts
 
@@ -190,9 +190,10 @@ def transfer_claim(ctx: Context) -> Measured:
 
 def ablation_outcomes(ctx: Context, name: str) -> dict:
     """Task `name`: per pair, whether the greedy answer is right on its abstractive and extractive prompts before and after
-    zero- and mean-ablating every FFN from the intervention's first block on (computed once per reproduction)."""
-    layer, _ = task_layer(ctx, name)
-    start, n_pairs = replaced_layers(layout(ctx.lm).n_layers, layer)[0], int(ctx.settings.get("n_pairs", 32))
+    zero- and mean-ablating every FFN from the o-vector's block on, the one applying the function (the intervention starts
+    a block earlier so that the vector accumulates, a reason an ablation does not share); computed once per reproduction."""
+    start, _ = task_layer(ctx, name)
+    n_pairs = int(ctx.settings.get("n_pairs", 32))
     key = ("merullo_ablation", name, start, n_pairs)
     if key not in ctx.shared:
         bound = bind_task(ctx.registry.task(name), ctx.lm.tokenizer)
