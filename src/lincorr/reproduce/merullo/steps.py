@@ -153,8 +153,9 @@ def gains(runs: SourceRuns, kind: str) -> np.ndarray:
 def ordered_tests(runs: dict[str, SourceRuns], kind: str, pairs: list[tuple[str, str]], interest: float | None) -> Test:
     """Each (easier, harder) pair: the easier task's sources raise their answer's RR more (Mann-Whitney over sources, the
     tasks sharing none)."""
-    return all_of([ranks_greater(gains(runs[easier], kind), gains(runs[harder], kind), f"RR gain of {easier} vs {harder} sources, {kind} contexts",
-                                 interest) for easier, harder in pairs], "task comparisons")
+    return all_of([dataclasses.replace(ranks_greater(gains(runs[easier], kind), gains(runs[harder], kind),
+                                                     f"RR gain of {easier} vs {harder} sources, {kind} contexts", interest), unit="sources")
+                   for easier, harder in pairs], "task comparisons")
 
 
 def ordering_claim(ctx: Context) -> Measured:
