@@ -136,7 +136,7 @@ def ovector_claim(ctx: Context) -> Measured:
     name, kind = str(ctx.settings["task"]), str(ctx.settings["context"])
     runs, (layer, origin) = task_runs(ctx, name), task_layer(ctx, name)
     ours = {"layer": layer, "layer_from": origin, "replaced": [runs.replaced[0], runs.replaced[-1]], "sources": list(runs.sources),
-            "other_task": runs.other_task, "n_contexts": len(runs.context_arguments), **runs.described(kind)}
+            "control_task": runs.other_task, "n_contexts": len(runs.context_arguments), **runs.described(kind)}
     text = (f"mlp[{layer}] ({origin}) of {len(runs.sources)} sources ({', '.join(runs.sources[:3])}, ...) replacing mlp[{runs.replaced[0]}.."
             f"{runs.replaced[-1]}] on {ours['n_contexts']} {kind} contexts: answer RR " + ", ".join(
                 f"{condition.replace('_', ' ')} {ours[condition]['rr']:.3f}" for condition in ("none", "with", "other_task", "random", "averaged"))
