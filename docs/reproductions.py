@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from lincorr.report.reproduction import published_cell
+from lincorr.reproduce import load_paper
 from lincorr.reproduce.runner import p_text
 from lincorr.report.effects import effect_text
 from lincorr.reproduce.verdicts import VERDICTS
@@ -43,6 +44,10 @@ def block(path: Path) -> str:
              + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "",
              "| claim | where | paper | ours | test | effect, power | p | adjusted p | verdict | code | measured |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    in_run = {c["id"] for c in run["claims"]}
+    added = [claim.id for claim in load_paper(run["paper"]).claims if claim.id not in in_run]
+    if added:
+        lines[0] += f" Claims added to the paper's list since this run, not in it: {', '.join(added)}."
     for c in run["claims"]:
         ours = c["ours_text"] if c["verdict"] != "not applicable" else c["reason"]
         code = f"`{c['code_digest'][:10]}`" if c["code_digest"] else ""

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 from helpers.precision import tiny_forward_atol
-from helpers.tiny import tiny_llama
-from helpers.vectors import added_at_last, hooked, last_outputs, planted_task, rank
+from helpers.tiny import tiny_gpt2, tiny_llama
+from helpers.vectors import added_at_last, hooked, last_outputs, planted_task, planted_write, rank, task
+
+from lincorr.internals import layout, resid, run
+from lincorr.knowledge import TaskSpec
 
 from lincorr.studies.vectors.arithmetic import more_often, ovector, pair_order
-from lincorr.studies.vectors.protocol import easier_than, over_every_control
+from lincorr.studies.vectors.protocol import easier_than, o_interventions, over_every_control
+from lincorr.studies.vectors.sources import source_runs
 from lincorr.tasks import bind_task, copy_prompts, fewshot_prompts
 from lincorr.models import wrap_model
 
@@ -73,38 +78,79 @@ def test_ovector_sweep_repeats_the_vector_at_every_layer(llama):
     assert swept.per_layer[1]["rr_with"] == swept.rr_with
 
 
-def replaced_everywhere(vector):
-    """A hook edit replacing the output at every position by `vector` (the paper's FFN substitution)."""
-    return lambda out: vector.expand_as(out).clone()
+def replaced_but_bos(vector):
+    """A hook edit replacing the output at every position but the first (BOS) by `vector` (the paper's FFN substitution)."""
+    def edit(out):
+        out = out.clone()
+        out[:, 1:] = vector
+        return out
+
+    return edit
 
 
-def test_the_papers_protocol_replaces_every_ffn_from_the_layer_on_by_one_prompts_vector(llama):
+def test_the_papers_protocol_replaces_every_ffn_from_one_block_before_by_one_prompts_vector_bos_kept(llama):
     spec, control = planted_task(llama, 0, 40, "toy"), planted_task(llama, 60, 40, "other")
-    result = ovector(llama, spec, 0, control=control, protocol="paper", contexts=("copy", "zero-shot"), n_source=3, n_pairs=6)
+    result = ovector(llama, spec, 1, control=control, protocol="paper", contexts=("copy", "zero-shot"), n_source=3, n_pairs=6)
     bound = bind_task(spec, llama.tokenizer)
     order = pair_order(bound, 0)
     evaluation = order[9:15]
     assert result.source_arguments == (bound.pairs[order[0]].argument,) and result.scale == 1.0  # one solved prompt, as computed
     layers = llama.model.model.layers
-    (vector,) = last_outputs(llama, layers[0].mlp, fewshot_prompts(bound, order[:1]))
+    (vector,) = last_outputs(llama, layers[1].mlp, fewshot_prompts(bound, order[:1]))  # the vector of block 1 ...
 
     def manual(replaced, prompts):
         with contextlib.ExitStack() as stack:
             for layer in replaced:
-                stack.enter_context(hooked(layer.mlp, replaced_everywhere(vector)))
+                stack.enter_context(hooked(layer.mlp, replaced_but_bos(vector)))
             ranks = [min(rank(llama.model(**llama.tokenizer(p, return_tensors="pt")).logits[0, -1], t) for t in bound.pairs[i].answer_ids)
                      for i, p in zip(evaluation, prompts)]
         return float(np.mean([r == 0 for r in ranks])), float(np.mean([1 / (1 + r) for r in ranks]))
 
     copy, zero_shot = (dict(row) for row in result.by_context)
     assert (copy["context"], zero_shot["context"]) == ("copy", "zero-shot")
-    accuracy, rr = manual(layers, copy_prompts(bound, evaluation))
+    accuracy, rr = manual(layers, copy_prompts(bound, evaluation))  # ... replacing blocks 0 and 1: from one block before
     assert (result.accuracy_with, result.rr_with) == (copy["accuracy_with"], copy["rr_with"]) == (accuracy, pytest.approx(rr, rel=1e-5))
     accuracy, rr = manual(layers, [spec.query(bound.pairs[i].argument) for i in evaluation])
     assert (zero_shot["accuracy_with"], zero_shot["rr_with"]) == (accuracy, pytest.approx(rr, rel=1e-5))
-    _, rr_first_only = manual(layers[:1], copy_prompts(bound, evaluation))  # the wrong range: the crossing block alone
-    assert abs(rr_first_only - result.rr_with) > 1e-3
+    _, rr_own_block_only = manual(layers[1:], copy_prompts(bound, evaluation))  # the wrong range: the vector's block alone
+    assert rr_own_block_only != pytest.approx(result.rr_with, rel=1e-4)
     assert set(copy) >= {"p_vs_without", "p_vs_other_task", "p_vs_random", "p_over_every_control"}
+
+
+def test_the_bos_residual_is_bit_identical_with_and_without_the_intervention(llama):
+    prompts = ["table mug France is", "Alice lives in Paris"]
+    n_layers = layout(llama).n_layers
+    streams = [resid(layer) for layer in range(n_layers + 1)]
+    vector = np.full(32, 5.0, dtype=np.float32)
+
+    def bos(interventions):
+        trace = run(llama, prompts, capture=streams, positions=[0], interventions=interventions)
+        return torch.stack([trace[c] for c in streams])
+
+    patches = o_interventions("paper", 1, n_layers, vector, 1.0)
+    assert torch.equal(bos([]), bos(patches))
+    everywhere = [dataclasses.replace(patch, position="all") for patch in patches]
+    assert not torch.equal(bos([])[1:], bos(everywhere)[1:])  # writing every position, BOS included, would change it
+
+
+@pytest.fixture
+def planted(tokenizer):
+    """A tiny GPT-2 whose last FFN writes "Paris" after "is" and "Tokyo" after "of", and nothing elsewhere."""
+    lm = wrap_model(tiny_gpt2(len(tokenizer)), tokenizer, name="tiny-gpt2-planted")
+    planted_write(lm, {"is": "Paris", "of": "Tokyo"})
+    return lm
+
+
+def test_each_sources_ovector_raises_the_answers_rank_where_the_model_does_not_answer(planted):
+    spec = task([(f"name{i}", ["Paris"]) for i in range(40)], demonstrations=0, name="planted")
+    control = TaskSpec("other", "the capital is {} of", "{x} {y} the capital is {x} of", tuple((f"name{i}", ("Tokyo",)) for i in range(40, 80)), 0)
+    runs = source_runs(planted, spec, 1, control, n_sources=4, n_contexts=16)
+    assert len(runs.sources) == 4 and runs.replaced == (0, 1) and not set(runs.sources) & set(runs.context_arguments)
+    before, after = runs.ranks("copy", "none"), runs.ranks("copy", "with")
+    assert after.shape == (4, 16) and (before > 0).all() and (after == 0).all()  # each source's vector puts Paris on top
+    assert (runs.ranks("copy", "other_task") > 0).all() and (runs.ranks("copy", "random") > 0).all()
+    assert (runs.per_source_rr("copy", "with") > runs.per_source_rr("copy", "other_task")).all()
+    assert runs.described("copy")["with"]["top1"] == 1.0 and runs.described("copy")["none"]["median_rank"] > 0
 
 
 def test_over_every_control_takes_the_largest_paired_p_and_easier_than_compares_counts():

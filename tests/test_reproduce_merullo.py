@@ -6,15 +6,17 @@ import dataclasses
 import inspect
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from helpers.vectors import planted_task
 
 from lincorr.knowledge import load_registry
 from lincorr.reproduce import BUDGETS, load_paper, reproduce
-from lincorr.reproduce.merullo.steps import TASKS, easiest_test, mechanism_block, over_every_control, transfer_test
+from lincorr.reproduce.merullo.steps import CONTROLS, TASKS, ffn_block, ordered_tests, over_control
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS
-from lincorr.reproduce.verdicts import VERDICTS, verdict
+from lincorr.reproduce.verdicts import VERDICTS, all_of, judge
+from lincorr.studies.vectors.sources import SourceRuns
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -31,42 +33,69 @@ def test_every_merullo_claim_resolves_to_a_step_or_a_stated_reason():
         assert claim.settings and set(claim.settings) <= set(BUDGETS) and claim.test, claim.id
 
 
-def run_of(task: str, n_pairs: int = 16, **accuracies) -> SimpleNamespace:
-    """An o-vector run as the steps read it: one copy-context row of accuracies (0 unless given) and paired p-values."""
-    row = {"context": "copy", **{f"accuracy_{key}": 0.0 for key in ("with", "without", "other_task", "random", "transfer")},
-           "p_vs_without": 0.01, "p_over_every_control": 0.01, **{f"accuracy_{key}": value for key, value in accuracies.items()}}
-    return SimpleNamespace(task=task, n_pairs=n_pairs, by_context=(row,))
+def verdict(test) -> str:
+    return judge(test).verdict
 
 
-@pytest.mark.parametrize("run, expected", [
-    (run_of("capitals", **{"with": 0.5}), "reproduced"),
-    (run_of("capitals", **{"with": 0.5, "other_task": 0.6}), "not reproduced"),  # another task's vector does better
-    (run_of("capitals"), "not reproduced"),  # nothing moved
+def test_every_measured_merullo_claim_names_its_effect_of_interest_with_a_reason():
+    for claim in load_paper("merullo").claims:
+        if claim.step is not None:
+            assert claim.interest is not None and claim.interest > 0 and len(claim.interest_reason) > 40, claim.id
+            assert int(claim.settings["quick"].get("n_sources", 8)) >= 8 and int(claim.settings["quick"].get("n_contexts", 64)) >= 64, claim.id
+
+
+def runs_of(task: str, with_rr: list[float], none: float = 0.01, other: float = 0.01, random: float = 0.01, n_contexts: int = 64) -> SourceRuns:
+    """Source runs whose every context of a source has the same answer rank, giving each source's RR in `with_rr`."""
+    def rows(rr: float) -> np.ndarray:
+        return np.full((1, n_contexts), round(1 / rr) - 1)
+
+    answer = np.concatenate([rows(none), *(rows(rr) for rr in with_rr), rows(other), rows(random), rows(none)])
+    return SourceRuns(task, "other", 5, (4, 5), tuple(f"s{i}" for i in range(len(with_rr))), tuple(f"c{i}" for i in range(n_contexts)),
+                      {"copy": answer}, {"copy": np.full_like(answer, 7)}, 1.0)
+
+
+@pytest.mark.parametrize("runs, expected", [
+    (runs_of("capitals", [0.5, 1, 0.5, 0.25, 1, 0.5, 0.2, 1]), "reproduced"),
+    (runs_of("capitals", [0.5, 1, 0.5, 0.25, 1, 0.5, 0.2, 1], other=1.0), "not reproduced"),  # another task's vector does better
+    (runs_of("capitals", [1 / r for r in (80, 120, 90, 110, 100, 85, 115, 95)]), "not reproduced"),  # nothing moves, with power to see it
+    (runs_of("capitals", [0.5, 1]), "inconclusive"),  # two sources cannot tell
 ])
-def test_the_ovector_verdict_needs_the_vector_above_every_control(run, expected):
-    assert verdict(over_every_control(run, "copy")) == expected
+def test_the_ovector_is_tested_over_sources_above_every_control(runs, expected):
+    test = all_of([over_control(runs, "copy", control, 0.1) for control in CONTROLS], "controls")
+    assert verdict(test) == expected and test.unit == "sources"
 
 
-def test_the_easiest_task_must_beat_every_other_one():
-    runs = {"uppercase": run_of("uppercase", **{"with": 12 / 16}), "capitals": run_of("capitals", **{"with": 1 / 16}),
-            "past-tense": run_of("past-tense", **{"with": 2 / 16})}
-    assert verdict(easiest_test(runs, "uppercase", "copy")) == "reproduced"
-    assert verdict(easiest_test(runs, "capitals", "copy")) == "not reproduced"
-    runs["past-tense"] = run_of("past-tense", **{"with": 11 / 16})  # close behind: not significantly easier
-    assert verdict(easiest_test(runs, "uppercase", "copy")) == "not reproduced"
+def test_contexts_within_a_source_do_not_count_as_independent():
+    few, many = runs_of("capitals", [0.5, 1, 0.5], n_contexts=8), runs_of("capitals", [0.5, 1, 0.5], n_contexts=512)
+    assert over_control(few, "copy", "none", 0.1).p_value == over_control(many, "copy", "none", 0.1).p_value
+    assert over_control(many, "copy", "none", 0.1).units == 3
 
 
-def test_transfer_is_paired_under_the_papers_protocol_and_counted_under_the_averaged_one():
-    moved = run_of("capitals", **{"with": 0.5, "transfer": 0.5})
-    assert transfer_test("capitals", moved, "with").p_value == 0.01  # the run's own paired p-value
-    assert verdict(transfer_test("capitals", moved, "transfer")) == "reproduced"
-    assert verdict(transfer_test("capitals", run_of("capitals", **{"without": 0.5, "transfer": 0.5}), "transfer")) == "not reproduced"
+def test_easiest_and_hardest_compare_every_pair_of_tasks_over_sources():
+    runs = {"uppercase": runs_of("uppercase", [1, 0.5, 1, 1, 0.5, 1, 1, 0.5]), "capitals": runs_of("capitals", [0.2, 0.25, 0.1, 0.2, 0.1, 0.25, 0.2, 0.1]),
+            "past-tense": runs_of("past-tense", [0.02, 0.05, 0.01, 0.02, 0.05, 0.02, 0.01, 0.05])}
+    assert verdict(ordered_tests(runs, "copy", [("uppercase", "capitals"), ("uppercase", "past-tense")], 0.25)) == "reproduced"
+    assert verdict(ordered_tests(runs, "copy", [("capitals", "past-tense"), ("uppercase", "past-tense")], 0.25)) == "reproduced"
+    test = ordered_tests(runs, "copy", [("capitals", "uppercase"), ("capitals", "past-tense")], 0.25)
+    assert verdict(test) == "not reproduced" and len(test.parts) == 2  # capitals is not the easiest: each comparison its own line
 
 
-def test_the_mechanism_block_is_the_crossing_block_else_the_one_before_the_crossing_stream():
-    assert mechanism_block(SimpleNamespace(crossing_block=12, crossing_layer=13)) == 12
-    assert mechanism_block(SimpleNamespace(crossing_block=None, crossing_layer=27)) == 26
-    assert mechanism_block(SimpleNamespace(crossing_block=None, crossing_layer=None)) is None
+def lens_of(crossing_layer, component, gains_at=None):
+    """Lens curves of a 4-block model: flat, with the answer's lead raised by the FFN of `gains_at` where given."""
+    flat = np.zeros(5)
+    mid = np.zeros(4)
+    answer = flat.copy()
+    if gains_at is not None:
+        answer[gains_at + 1:] = 0.5
+    return SimpleNamespace(crossing_layer=crossing_layer, crossing_component=component, crossing_block=None if component is None else crossing_layer - 1,
+                           argument_rr=flat, answer_rr=answer, mid_argument_rr=mid, mid_answer_rr=np.where(np.arange(4) > (gains_at or 9), 0.5, 0.0))
+
+
+def test_the_ovector_block_is_the_ffn_made_crossing_else_the_largest_ffn_gain_else_none():
+    assert ffn_block(lens_of(3, "mlp")) == (2, "FFN-made crossing")
+    assert ffn_block(lens_of(3, "attn", gains_at=1)) == (1, "largest FFN gain (attention makes the crossing)")
+    assert ffn_block(lens_of(None, None, gains_at=2)) == (2, "largest FFN gain (no sub-layer makes a crossing)")
+    assert ffn_block(lens_of(3, "attn"))[0] is None  # no FFN raises the answer's lead: no block to take the o-vector from
 
 
 @pytest.fixture
@@ -77,14 +106,16 @@ def planted_registry(llama_lm):
 
 
 def test_the_steps_run_on_a_tiny_model(llama_lm, planted_registry):
-    settings = {"n_pairs": 6, "n_source": 2, "lens_pairs": 8, "layers": {name: 1 for name in TASKS}}
+    settings = {"n_pairs": 6, "n_sources": 3, "n_contexts": 6, "lens_pairs": 8, "layers": {name: 1 for name in TASKS}}
     shared: dict = {}
     for step, extra in [("merullo_lens", {}), ("merullo_ovector", {"task": "capitals", "context": "zero-shot"}),
-                        ("merullo_easiest", {}), ("merullo_transfer", {}), ("merullo_ffn_ablation", {})]:
-        measured = STEPS[step](Context(llama_lm, planted_registry, {**settings, **extra}, shared=shared))
+                        ("merullo_ordering", {"easiest": "uppercase"}), ("merullo_ordering", {"hardest": "past-tense"}),
+                        ("merullo_transfer", {}), ("merullo_ffn_ablation", {})]:
+        measured = STEPS[step](Context(llama_lm, planted_registry, {**settings, **extra}, shared=shared, interest=0.1))
         assert measured.text and measured.test is not None and 0.0 <= measured.test.p_value <= 1.0, step
-        assert step == "merullo_lens" or measured.variant is not None, step
-    assert sum(key[0] == "merullo_ovector" for key in shared) == 2 * len(TASKS)  # each task and protocol once, shared
+        assert step in ("merullo_lens", "merullo_transfer") or measured.variant is not None, step
+        assert step == "merullo_ovector" or len(measured.test.parts) >= 2, step  # each task (or comparison) its own line
+    assert sum(key[0] == "merullo_sources" for key in shared) == len(TASKS)  # each task's sources once, shared by every claim
 
 
 def test_reproduce_merullo_runs_end_to_end_on_a_tiny_model(llama_lm, planted_registry):

@@ -120,11 +120,21 @@ def test_crossing_component_names_the_sub_layer_that_flipped_the_order(argument,
     assert crossing_component(None, argument, answer, mid_argument, mid_answer) is None
 
 
+def but_bos(replacement):
+    """A hook edit applying `replacement` at every position but the first (BOS), which keeps the FFN's own output."""
+    def edit(out):
+        out = out.clone()
+        out[:, 1:] = replacement(out[:, 1:])
+        return out
+
+    return edit
+
+
 def ablated_accuracy(lm, bound, indices, prompts, from_layer, replacement):
-    """Greedy accuracy with every FFN from `from_layer` on replaced at every position, one prompt at a time."""
+    """Greedy accuracy with every FFN from `from_layer` on replaced at every position but BOS, one prompt at a time."""
     with contextlib.ExitStack() as stack:
         for layer in lm.model.model.layers[from_layer:]:
-            stack.enter_context(hooked(layer.mlp, replacement))
+            stack.enter_context(hooked(layer.mlp, but_bos(replacement)))
         hits = [int(lm.model(**lm.tokenizer(p, return_tensors="pt")).logits[0, -1].argmax()) in bound.pairs[i].answer_ids
                 for i, p in zip(indices, prompts)]
     return float(np.mean(hits))
@@ -146,7 +156,7 @@ def test_zero_and_mean_ablation_equal_replacing_the_ffn_outputs_by_hand(llama):
     with hooked(llama.model.model.layers[1].mlp, lambda out: captured.append(out[0].clone())):
         for prompt in fewshot_prompts(bound, reference):
             llama.model(**llama.tokenizer(prompt, return_tensors="pt"))
-    mean = torch.cat(captured).mean(0)  # over every real token of the reference prompts
+    mean = torch.cat([out[1:] for out in captured]).mean(0)  # over every real token of the reference prompts but BOS
     by_mean = ffn_ablate(llama, spec, 1, "mean", n_pairs=10, n_reference=4)
     assert by_mean.abstractive_after == ablated_accuracy(llama, bound, evaluation, abstractive, 1, lambda out: mean.expand_as(out).clone())
     assert by_mean.abstractive_before == zero.abstractive_before and by_mean.extractive_before == zero.extractive_before
@@ -222,17 +232,19 @@ def test_binding_drops_answers_that_repeat_the_argument_and_demonstrations_share
 
 def test_bundled_tasks_have_100_pairs_with_aliases_and_capitals_is_the_reference():
     registry = load_registry()
-    assert [t.name for t in registry.tasks] == ["capitals", "past-tense", "uppercase"]
+    assert [t.name for t in registry.tasks] == ["capitals", "all-caps", "past-tense", "uppercase"]
     for spec in registry.tasks:
         assert len(spec.pairs) >= 100 and spec.demonstrations == 3 and spec.answer_prefix == " ", spec.name
         assert spec.template.count("{}") == 1 and "{x}" in spec.extractive_template and "{y}" in spec.extractive_template
     capitals = registry.task("capitals")
     assert capitals.reference == "country->capital" and capitals.pairs == registry.reference("country->capital").pairs
     assert dict(capitals.pairs)["Bolivia"] == ("Sucre", "La Paz") and dict(registry.task("past-tense").pairs)["dream"] == ("dreamed", "dreamt")
-    assert dict(registry.task("uppercase").pairs)["dog"] == ("DOG",)
+    assert dict(registry.task("uppercase").pairs)["bread"] == ("Bread",) and dict(registry.task("all-caps").pairs)["dog"] == ("DOG",)
+    assert dict(registry.task("uppercase").pairs).keys() == dict(registry.task("all-caps").pairs).keys()
     assert capitals.demonstration("Poland", "Warsaw") + capitals.query("China") == (
         "Q: What is the capital of Poland?\nA: Warsaw\nQ: What is the capital of China?\nA:")
-    assert other_task(capitals, registry).name == "past-tense" and other_task(registry.task("uppercase"), registry).name == "capitals"
+    # every task's control is a different function: capitals -> all-caps -> past-tense -> uppercase -> capitals
+    assert [other_task(t, registry).name for t in registry.tasks] == ["all-caps", "past-tense", "uppercase", "capitals"]
 
 
 TASK_FILE = """\
@@ -270,7 +282,7 @@ def test_user_tasks_add_and_replace_bundled_ones(tmp_path):
     assert opposites.query("big") == "Q: What is the opposite of big?\nA:"
     assert opposites.extractive_query("big", "small") == "The opposite of big is small. Q: What is the opposite of big?\nA:"
     assert registry.task("capitals").pairs == (("France", ("Japan",)),)
-    assert [t.name for t in registry.tasks] == ["capitals", "past-tense", "uppercase", "opposites"]
+    assert [t.name for t in registry.tasks] == ["capitals", "all-caps", "past-tense", "uppercase", "opposites"]
 
 
 @pytest.mark.parametrize("broken, line, needle", [

@@ -67,3 +67,30 @@ def added_at_last(vector):
         return out
 
     return edit
+
+
+
+
+def planted_write(lm, writes: dict[str, str], threshold: float = 0.6) -> None:
+    """Plant, in place, FFN writes in a tiny GPT-2: attention, positions and the first FFN silenced (each position's
+    stream is its token's embedding), then for each `trigger: answer` of `writes` one unit of the last block's FFN that
+    fires only on `trigger` (a cosine above `threshold` with its normalised embedding) and writes `answer`'s head row, so a
+    prompt ending in a trigger answers its answer and no other context does by itself."""
+    model, vocab = lm.model, lm.tokenizer.get_vocab()
+    blocks = model.transformer.h
+    with torch.no_grad():
+        model.transformer.wpe.weight.zero_()
+        for block in blocks:
+            block.attn.c_proj.weight.zero_()
+            block.attn.c_proj.bias.zero_()
+        blocks[0].mlp.c_proj.weight.zero_()
+        blocks[0].mlp.c_proj.bias.zero_()
+        ffn = blocks[-1].mlp
+        ffn.c_proj.weight.zero_()
+        ffn.c_proj.bias.zero_()
+        for unit, (trigger, answer) in enumerate(writes.items()):
+            detector = blocks[-1].ln_2(model.transformer.wte.weight[vocab[trigger]])
+            ffn.c_fc.weight[:, unit] = detector / detector.norm()  # Conv1D weights are [d_in, d_out]
+            ffn.c_fc.bias[unit] = -threshold * float(detector.norm())
+            row = model.transformer.wte.weight[vocab[answer]]
+            ffn.c_proj.weight[unit] = 2.0 * row / row.norm()

@@ -31,7 +31,7 @@ from lincorr.cli.spellings import add_alias, add_preset_option
 from lincorr.errors import UsageError
 from lincorr.studies.vectors.protocol import CONTEXTS, OVECTOR_SCALE, PROTOCOLS
 
-TASK_HELP = "registry task: capitals, past-tense, uppercase, or one from --registry"
+TASK_HELP = "registry task: capitals, past-tense, uppercase, all-caps, or one from --registry"
 unit_floor = finite_number_that(lambda value: 0 <= value < 1, "at least 0 and below 1")
 
 
@@ -60,7 +60,7 @@ def add_mechanism_commands(commands) -> None:
     ovector = study("ovector", "apply a task's o-vector (FFN output of solved prompts) to contexts that do not ask for the task, with controls",
                     "ovector.json, ovector.csv and ovector.png")
     add_vector_options(ovector)
-    add_preset_option(ovector, "one solved prompt's mlp[L] replaces every FFN from L on, the paper's protocol",
+    add_preset_option(ovector, "one solved prompt's mlp[L] replaces every FFN from L - 1 on (BOS kept), the paper's protocol",
                       other="the mean of --n-source solved prompts' mlp[L], added once at mlp[L] (lincorr's averaged protocol)")
     add_alias(ovector, "--protocol", "preset", "--preset", choices=PROTOCOLS,
               convert=lambda protocol: "paper" if protocol == "paper" else "lincorr")

@@ -32,10 +32,10 @@ from lincorr.internals.arch import (
     resid,
 )
 from lincorr.internals.lens import decode, hidden_ranks, logit_lens, token_ranks
-from lincorr.internals.trace import Ablate, Patch, Trace, mean_activation, run
+from lincorr.internals.trace import Ablate, Patch, Trace, mean_activation, run, special_ids
 
 __all__ = [
     "ARCHITECTURES", "Ablate", "ArchMap", "Component", "Patch", "Trace", "attn", "component_parameters", "decode",
     "head", "head_indices", "hidden_ranks", "layout", "list_components", "logit_lens", "mean_activation", "mlp", "resid", "run",
-    "token_ranks",
+    "special_ids", "token_ranks",
 ]

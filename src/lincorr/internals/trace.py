@@ -16,6 +16,8 @@ from lincorr.progress import progress_bar
 
 # "last", "all", one offset or a list of offsets: negative offsets count from each row's end
 # (-1 = last token), non-negative ones from its first real token (0 = BOS where the model uses one).
+# Patches also take "content": every real token that is not a special one (BOS, padding: `special_ids`), which stay
+# as the model computed them (writing into BOS, the attention sink, would break what every position reads).
 Positions = str | int | Sequence[int]
 # Asked for as `token_ids` when only activations are wanted: the head then computes nothing.
 NO_TOKENS = torch.empty(0, dtype=torch.long)
@@ -81,10 +83,12 @@ class Trace:
 
 @dataclasses.dataclass
 class Rows:
-    """The batch in flight: its rows' indices among all prompts and their real-token counts, both `[b]`."""
+    """The batch in flight: its rows' indices among all prompts and their real-token counts, both `[b]`, and which of its
+    columns hold a real token that is not a special one, `[b, width]`."""
 
     index: torch.Tensor = NO_TOKENS
     lengths: torch.Tensor = NO_TOKENS
+    content: torch.Tensor = NO_TOKENS
 
 
 def run(
@@ -112,6 +116,7 @@ def run(
     order = list(range(len(rows))) if grad else sorted(range(len(rows)), key=lambda i: len(rows[i]))
     batches = [order] if grad else [order[s:s + batch_size] for s in range(0, len(order), batch_size)]
     flight = Rows()
+    special = special_ids(lm.tokenizer)
     stores: dict[Component, list[torch.Tensor]] = {c: [] for c in captures}
     logits = []
     handles = []
@@ -125,6 +130,7 @@ def run(
             for batch in progress_bar(batches, desc="internals", unit="batch"):
                 ids, batch_mask = left_pad([rows[i] for i in batch], lm.tokenizer.pad_token_id)
                 flight.index, flight.lengths = torch.tensor(batch), batch_mask.sum(1)
+                flight.content = batch_mask.bool() & ~torch.isin(ids, special)
                 logits.append(lm.head_logits(lm.last_hidden(ids, batch_mask), token_ids))
     finally:
         for handle in handles:
@@ -157,6 +163,8 @@ def checked_request(lm: LM, parts, prompts, capture, positions: Positions, inter
         raise LincorrError(f"batch size must be positive, got {batch_size}")
     _, mask = left_pad(rows, lm.tokenizer.pad_token_id)
     every_row = Rows(torch.arange(len(rows)), mask.sum(1))
+    if positions == "content":
+        raise LincorrError("position 'content' is for patches and ablations; capture 'all' and read `attention_mask`")
     for requested in [positions] + [p.position for p in patches]:
         position_index(every_row, mask.shape[1], requested)
     return rows, captures, patches, mask
@@ -175,6 +183,11 @@ def mean_activation(
     captured = run(lm, prompts, capture=[component], positions=position, token_ids=NO_TOKENS,
                    batch_size=batch_size)[component]
     return captured.float().mean(0).to(captured.dtype)
+
+
+def special_ids(tokenizer) -> torch.Tensor:
+    """The ids that position "content" skips: the tokenizer's special tokens but its unknown one, which stands for text."""
+    return torch.tensor(sorted(set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}), dtype=torch.long)
 
 
 def token_rows(lm: LM, prompts: Sequence[str] | Sequence[Sequence[int]] | str) -> list[list[int]]:
@@ -228,8 +241,8 @@ def merge(parts: Layout, component: Component, x: torch.Tensor, part: torch.Tens
 
 
 def position_index(rows: Rows, width: int, positions: Positions) -> torch.Tensor | None:
-    """Column indices into left-padded rows: `[b]` for one position, `[b, n]` for a list, None for "all"."""
-    if positions == "all":
+    """Column indices into left-padded rows: `[b]` for one position, `[b, n]` for a list, None for "all" and "content"."""
+    if positions in ("all", "content"):
         return None
     if positions == "last":
         return torch.full((len(rows.lengths),), width - 1)
@@ -271,7 +284,7 @@ def put(x: torch.Tensor, index: torch.Tensor | None, values: torch.Tensor) -> to
 def full_value(parts: Layout, patch: Patch, n_prompts: int, width: int) -> tuple[torch.Tensor, bool]:
     """The patch value checked against the capture shape, and whether it has a prompt axis (then expanded to it)."""
     d = parts.head_dim if patch.component.kind == "head" else parts.d_model
-    if patch.position == "all":
+    if patch.position in ("all", "content"):
         middle = (width,)
     elif isinstance(patch.position, str):
         middle = ()
@@ -297,11 +310,13 @@ def patch_edit(parts: Layout, patch: Patch, value: torch.Tensor, per_prompt: boo
         index = position_index(flight, x.shape[1], patch.position)
         current = select(part, index)
         rows = value[flight.index.to(value.device)] if per_prompt else value
-        if patch.position == "all" and rows.dim() >= 2:  # a width axis: keep this batch's (rightmost) columns
+        if patch.position in ("all", "content") and rows.dim() >= 2:  # a width axis: keep this batch's (rightmost) columns
             rows = rows[..., -x.shape[1]:, :]
         rows = rows.to(current.device, current.dtype)
         # contiguous: a broadcast view has zero strides, which no module output should have.
         new = rows.broadcast_to(current.shape).contiguous() if patch.mode == "replace" else current + rows
+        if patch.position == "content":
+            new = torch.where(flight.content.to(current.device)[..., None], new, current)
         return merge(parts, patch.component, x, put(part, index, new))
 
     return edit

@@ -55,7 +55,7 @@ OVECTOR = {"task": ANY, "other_task": ANY, "model": ANY, "layer": SCALAR, "scale
            "by_context": Maybe(Items({"context": TEXT, **{f"accuracy_{key}": NUMBER for _, key in CONDITIONS},
                                       "p_over_every_control": NUMBER})),
            }
-PROTOCOLS = {"paper": "one solved prompt's mlp[L] replacing every FFN from block L on",
+PROTOCOLS = {"paper": "one solved prompt's mlp[L] replacing every FFN from block L - 1 on, BOS kept",
              "averaged": "the mean mlp[L] of several solved prompts, added once at L"}
 
 

@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from lincorr.errors import LincorrError
-from lincorr.tasks import TaskScores, bind_task, extractive_prompts, fewshot_prompts, score_prompts
-from lincorr.internals import Ablate, attn, hidden_ranks, layout, mlp, resid, run
+from lincorr.tasks import BoundTask, TaskScores, bind_task, extractive_prompts, fewshot_prompts, score_prompts
+from lincorr.internals import Ablate, attn, hidden_ranks, layout, mlp, resid, run, special_ids
 from lincorr.knowledge import TaskSpec
-from lincorr.models import LM
+from lincorr.models import LM, left_pad, tokenize_prompts
 from lincorr.outputs import staged_directory, write_csv, write_json
 from lincorr.results import Stored, record
 from lincorr.studies.vectors.ovectors import OVectorResult, OVectors, o_vectors, other_task, ovector
@@ -34,7 +34,7 @@ from lincorr.studies.vectors.protocol import OVECTOR_SCALE, check_layer, more_of
 
 __all__ = [
     "FLOOR", "OVECTOR_SCALE", "FFNAblationResult", "LensResult", "OVectorResult", "OVectors", "check_layer", "crossing_component", "crossing_layer",
-    "ffn_ablate",
+    "ffn_ablate", "ffn_ablations", "right_first",
     "lens", "more_often", "o_vectors", "other_task", "ovector", "pair_order",
 ]
 
@@ -264,42 +264,52 @@ class FFNAblationResult(Stored):
                      y_label="accuracy")
 
 
-def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_pairs: int = 64, n_reference: int = 16,
-               seed: int = 0, batch_size: int = 16) -> FFNAblationResult:
-    """Ablate `mlp[l]` for every l >= `from_layer` at every position; accuracy of the task and its extractive control.
-
-    how="zero" replaces the FFN outputs by zeros; how="mean" by their mean over the real tokens of
-    `n_reference` few-shot prompts of other pairs. The same `n_pairs` pairs are asked both ways.
-    """
-    started = time.perf_counter()
+def ffn_ablations(lm: LM, task: BoundTask, from_layer: int, how: str, reference: Sequence[int] = (), *, seed: int = 0,
+                  batch_size: int = 16) -> list[Ablate]:
+    """`mlp[l]` for every l >= `from_layer` ablated at every position but the special ones (BOS stays as the model made it):
+    how="zero" by zeros, how="mean" by the mean output over the non-special tokens of the `reference` pairs' few-shot prompts."""
     check_layer(lm, from_layer, "--from-layer")
     if how not in ("zero", "mean"):
         raise LincorrError(f"ablation '{how}' is unknown; use 'zero' or 'mean'")
+    ablated = [mlp(layer) for layer in range(from_layer, layout(lm).n_layers)]
+    means = {c: None for c in ablated}
+    if how == "mean":
+        prompts = fewshot_prompts(task, reference, seed)
+        trace = run(lm, prompts, capture=ablated, positions="all", token_ids=NOTHING, batch_size=batch_size)
+        ids, _ = left_pad(tokenize_prompts(lm.tokenizer, prompts), lm.tokenizer.pad_token_id)
+        content = trace.attention_mask.bool() & ~torch.isin(ids, special_ids(lm.tokenizer))
+        real = content.to(trace[ablated[0]].device, trace[ablated[0]].dtype)[..., None]
+        means = {c: (trace[c] * real).sum((0, 1)) / real.sum() for c in ablated}
+    return [Ablate(c, how, means[c], position="content") for c in ablated]
+
+
+def right_first(lm: LM, task: BoundTask, indices: Sequence[int], prompts: Sequence[str], interventions=(), batch_size: int = 16) -> np.ndarray:
+    """`[n]` bool: the model's greedy first token on `prompts[i]` is one of pair `indices[i]`'s answers."""
+    n_layers = layout(lm).n_layers
+    return score_prompts(lm, task, indices, prompts, layers=[n_layers], interventions=interventions, batch_size=batch_size).answer_rank[:, -1] == 0
+
+
+def ffn_ablate(lm: LM, task: TaskSpec, from_layer: int, how: str = "zero", *, n_pairs: int = 64, n_reference: int = 16,
+               seed: int = 0, batch_size: int = 16) -> FFNAblationResult:
+    """Ablate `mlp[l]` for every l >= `from_layer` (`ffn_ablations`); accuracy of the task and its extractive control.
+
+    The mean of how="mean" is over `n_reference` few-shot prompts of other pairs. The same `n_pairs` pairs are asked both ways.
+    """
+    started = time.perf_counter()
     bound = bind_task(task, lm.tokenizer)
     order = pair_order(bound, seed)
     reference, evaluation = order[:n_reference], order[n_reference:][:n_pairs]
     if not evaluation:
         raise LincorrError(f"task '{task.name}' keeps {len(order)} pairs for this tokenizer, too few for {n_reference} reference prompts and an evaluation")
-    ablated = [mlp(layer) for layer in range(from_layer, layout(lm).n_layers)]
-    means = {c: None for c in ablated}
-    if how == "mean":
-        trace = run(lm, fewshot_prompts(bound, reference, seed), capture=ablated, positions="all", token_ids=NOTHING,
-                    batch_size=batch_size)
-        real = trace.attention_mask.to(trace[ablated[0]].device, trace[ablated[0]].dtype)[..., None]
-        means = {c: (trace[c] * real).sum((0, 1)) / real.sum() for c in ablated}
-    interventions = [Ablate(c, how, means[c], position="all") for c in ablated]
-    n_layers = layout(lm).n_layers
+    interventions = ffn_ablations(lm, bound, from_layer, how, reference, seed=seed, batch_size=batch_size)
     abstractive, extractive = fewshot_prompts(bound, evaluation, seed), extractive_prompts(bound, evaluation, seed)
-    right = {  # [n_pairs] bool: the greedy first token is a right answer's
-        (kind, when): score_prompts(lm, bound, evaluation, prompts, layers=[n_layers], interventions=added,
-                                    batch_size=batch_size).answer_rank[:, -1] == 0
-        for kind, prompts in (("abstractive", abstractive), ("extractive", extractive))
-        for when, added in (("before", ()), ("after", interventions))
-    }
+    right = {(kind, when): right_first(lm, bound, evaluation, prompts, added, batch_size)
+             for kind, prompts in (("abstractive", abstractive), ("extractive", extractive))
+             for when, added in (("before", ()), ("after", interventions))}
     broken = {kind: right[kind, "before"] & ~right[kind, "after"] for kind in ("abstractive", "extractive")}
     return FFNAblationResult(
         task=task.name, model=lm.name, model_fingerprint=lm.fingerprint, from_layer=from_layer, how=how, n_pairs=len(evaluation),
-        n_layers_ablated=len(ablated), **{f"{kind}_{when}": float(value.mean()) for (kind, when), value in right.items()},
+        n_layers_ablated=len(interventions), **{f"{kind}_{when}": float(value.mean()) for (kind, when), value in right.items()},
         p_abstractive_hurt_more=more_often(broken["abstractive"], broken["extractive"]),
         example_abstractive=abstractive[0], example_extractive=extractive[0],
         settings={"from_layer": from_layer, "how": how, "n_pairs": n_pairs, "n_reference": n_reference, "seed": seed},

@@ -1,7 +1,7 @@
 """The o-vector study (Merullo et al.): a task's FFN output applied to contexts where the model does not answer by itself, with controls.
 
 The protocols and contexts are `protocol`'s: the paper's (one solved prompt's `mlp[L]` replacing
-every FFN from block L on) and lincorr's averaged variant (the mean of several, added once at L),
+every FFN from block L - 1 on, BOS kept) and lincorr's averaged variant (the mean of several, added once at L),
 on copy and zero-shot contexts. Controls, each applied the same way: no vector, another task's
 o-vector made the same way, and a seeded random vector of the o-vector's norm.
 """
@@ -149,7 +149,7 @@ class OVectorResult(Stored):
 
     def text(self) -> str:
         """Aligned text: one line per condition, the paired tests, and the sweep when there is one."""
-        made = (f"mlp[{self.layer}] of one solved prompt, replacing mlp[{self.layer}..]" if self.protocol == "paper"
+        made = (f"mlp[{self.layer}] of one solved prompt, replacing mlp[{max(self.layer - 1, 0)}..] but BOS" if self.protocol == "paper"
                 else f"mean mlp[{self.layer}] of {len(self.source_arguments)} solved prompts, added at mlp[{self.layer}]")
         lines = [f"{self.task} o-vector x {self.scale:g} ({self.protocol}: {made}) on {self.n_pairs} pairs of {self.model} "
                  f"(without it the model repeats the argument of a copy context in {self.copy_without:.2f})"]

@@ -1,9 +1,10 @@
 """How an o-vector is applied (Merullo et al.'s protocol and lincorr's averaged variant), on which contexts, and the tests of the claims.
 
 - `paper`: the FFN output `mlp[L]` of ONE solved few-shot prompt, at the last position, replaces
-  the output of every FFN from block L to the last, at every position — the paper's public code
-  does this on GPT2-medium for blocks 18-23 of 24, L being the block where the lens sees the
-  answer overtake the argument. Scale 1 by default: the vector as the model computed it.
+  the output of every FFN from block L - 1 to the last, at every position but the special ones
+  (BOS) — the authors' demo takes GPT2-medium's `mlp_19` and replaces blocks 18-23 of 24, L being
+  the block whose FFN makes the answer overtake the argument in the lens; GPT-2 has no BOS to spare.
+  Scale 1 by default: the vector as the model computed it.
 - `averaged` (lincorr's): the mean `mlp[L]` of several solved prompts, added once to `mlp[L]` at
   the last position, scaled (3 by default: docs/mechanisms.md, "o-vectors").
 
@@ -82,17 +83,20 @@ def default_scale(protocol: str) -> float:
 
 
 def replaced_layers(n_layers: int, layer: int) -> range:
-    """The FFNs the paper's protocol replaces: from `layer` to the last block (GPT2-medium: 18..23 of 24)."""
-    return range(layer, n_layers)
+    """The FFNs the paper's protocol replaces with `mlp[layer]`'s vector: from one block before it to the last (the authors'
+    demo: `mlp_19`'s output replacing blocks 18..23 of GPT2-medium's 24)."""
+    return range(max(layer - 1, 0), n_layers)
 
 
 def o_interventions(protocol: str, layer: int, n_layers: int, vector: np.ndarray | None, scale: float) -> list[Patch]:
-    """The patches that apply `scale * vector` (`[d_model]`; None: no vector) by `protocol` from `mlp[layer]`."""
+    """The patches that apply `scale * vector` by `protocol` from `mlp[layer]`: `[d_model]` for every prompt, `[n_prompts,
+    d_model]` one per prompt; None: no vector. Special positions (BOS) are never written."""
     if vector is None:
         return []
     value = torch.from_numpy(np.asarray(scale * vector, dtype=np.float32))
     if protocol == "paper":
-        return [Patch(mlp(at), value, position="all") for at in replaced_layers(n_layers, layer)]
+        value = value[:, None, :] if value.dim() == 2 else value  # one row per prompt, the same at each of its positions
+        return [Patch(mlp(at), value, position="content") for at in replaced_layers(n_layers, layer)]
     return [Patch(mlp(layer), value, mode="add")]
 
 
