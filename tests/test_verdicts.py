@@ -114,3 +114,10 @@ def test_power_is_read_at_the_level_the_claim_is_judged_at():
     assert test.power_at(ALPHA / 30) < test.power_at(ALPHA)
     # Between two levels of the grid the power is interpolated, so it stays between their powers.
     assert test.power_at(0.002) <= test.power_at(0.003) <= test.power_at(0.005)
+
+
+def test_a_binomial_effect_has_a_two_sided_interval_around_it():
+    test = binomial_above(12, 40, 0.1, interest=0.3)
+    exact = scipy.stats.binomtest(12, 40).proportion_ci(0.95)
+    assert test.interval == pytest.approx((exact.low - 0.1, exact.high - 0.1))
+    assert test.interval[0] < test.effect < test.interval[1] < 0.9, "the upper end says something, unlike a one-sided bound"

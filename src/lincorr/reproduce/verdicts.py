@@ -138,7 +138,7 @@ def binomial_above(successes: int, trials: int, chance: float, what: str = "hits
     """More `successes` out of `trials` than a rate of `chance` gives (exact binomial, one-sided). The effect is the rate
     above chance with its Clopper-Pearson interval; `interest` a rate above chance, its power exact."""
     result = scipy.stats.binomtest(int(successes), int(trials), float(chance), alternative="greater")
-    ci = result.proportion_ci(0.95)
+    ci = scipy.stats.binomtest(int(successes), int(trials), float(chance)).proportion_ci(0.95)  # two-sided: both ends say something
     power = None
     if interest is not None:
         alternative = min(chance + interest, 1.0)
