@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from helpers.fit_workspace import fit_args, write_fit_workspace
 from helpers.tiny import CITIES, COUNTRIES, NAMES, tiny_llama
 
 from lincorr.cli import main
@@ -14,21 +15,7 @@ from lincorr.cli import main
 @pytest.fixture
 def workspace(tmp_path, tokenizer):
     """A saved tiny model, custom domain files and an inputs file."""
-    model_dir = tmp_path / "model"
-    tiny_llama(len(tokenizer)).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    (tmp_path / "cities.txt").write_text("\n".join(CITIES), encoding="utf-8")
-    (tmp_path / "countries.txt").write_text("\n".join(COUNTRIES), encoding="utf-8")
-    (tmp_path / "inputs.txt").write_text("\n".join(NAMES[:60]), encoding="utf-8")
-    return tmp_path
-
-
-def fit_args(ws, *extra):
-    return [
-        "fit", "city", "country", "--model", str(ws / "model"), "--inputs", str(ws / "inputs.txt"),
-        "--source-template", "{} lives in the city of", "--source-domain", str(ws / "cities.txt"),
-        "--target-template", "{} lives in the country of", "--target-domain", str(ws / "countries.txt"), "--quiet", *extra,
-    ]
+    return write_fit_workspace(tmp_path, tokenizer)
 
 
 def test_fit_json_contract_and_saved_files(workspace, capsys):

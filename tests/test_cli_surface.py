@@ -10,7 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.tiny import CITIES, COUNTRIES, NAMES, tiny_llama
+from helpers.fit_workspace import fit_args, write_fit_workspace
+from helpers.tiny import CITIES, COUNTRIES, NAMES
 
 from lincorr.cli import SYSTEMS, build_parser, main
 
@@ -167,19 +168,8 @@ def test_references_family_filters(capsys):
 
 @pytest.fixture
 def workspace(tmp_path, tokenizer):
-    model_dir = tmp_path / "model"
-    tiny_llama(len(tokenizer)).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    (tmp_path / "cities.txt").write_text("\n".join(CITIES), encoding="utf-8")
-    (tmp_path / "countries.txt").write_text("\n".join(COUNTRIES), encoding="utf-8")
-    (tmp_path / "inputs.txt").write_text("\n".join(NAMES[:60]), encoding="utf-8")
-    return tmp_path
-
-
-def fit_args(ws, *extra):
-    return ["fit", "city", "country", "--model", str(ws / "model"), "--inputs", str(ws / "inputs.txt"),
-            "--source-template", "{} lives in the city of", "--source-domain", str(ws / "cities.txt"),
-            "--target-template", "{} lives in the country of", "--target-domain", str(ws / "countries.txt"), "--quiet", *extra]
+    """A saved tiny model, custom domain files and an inputs file."""
+    return write_fit_workspace(tmp_path, tokenizer)
 
 
 def test_ols_too_few_inputs_fails_before_the_model_loads(workspace, capsys, monkeypatch):
