@@ -73,8 +73,9 @@ def write_run(client, study: str, directory: Path, provenance: dict, summary: di
         params = [Param(key, value[:validation.MAX_PARAM_VAL_LENGTH])
                   for key, value in flat_keys(provenance.get("settings") or {}, as_text)]
         now = int(time.time() * 1000)
-        metrics = [Metric(key, float(value), now, 0) for key, value in flat_keys(summary, number)]
-        tags = [RunTag(mlflow_key(key), value[:validation.MAX_TAG_VAL_LENGTH]) for key, value in provenance_tags(study, provenance).items()]
+        metrics = [Metric(key, value, now, 0) for key, value in flat_keys(summary, number)]
+        tags = [RunTag(mlflow_key(key), value[:validation.MAX_TAG_VAL_LENGTH])
+                for key, value in provenance_tags(study, provenance).items()]
         for start in range(0, len(params), validation.MAX_PARAMS_TAGS_PER_BATCH):
             client.log_batch(run_id, params=params[start:start + validation.MAX_PARAMS_TAGS_PER_BATCH])
         for start in range(0, len(metrics), validation.MAX_METRICS_PER_BATCH):
