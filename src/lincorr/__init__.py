@@ -49,6 +49,7 @@ _EXPORTS = {
     "GeneralizationConfig": "lincorr.studies.training.generalization",
     "measure_generalization": "lincorr.studies.training.generalization",
     "build_report": "lincorr.report",
+    "log_result": "lincorr.tracking",
 }
 
 __all__ = ["prompt", *_EXPORTS]

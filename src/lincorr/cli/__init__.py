@@ -25,7 +25,7 @@ from lincorr.cli.registry import add_registry_commands
 from lincorr.cli.report import add_report_command
 from lincorr.cli.reproduce import add_reproduce_command
 from lincorr.cli.studies import add_study_commands
-from lincorr.cli.options import CommandParser, check_output_directories, check_user_files
+from lincorr.cli.options import CommandParser, check_output_directories, check_tracking, check_user_files
 from lincorr.cli.spellings import add_global_options, apply_preset
 from lincorr.cli.training import add_training_commands
 from lincorr.errors import LincorrError, StorageError, UsageError
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         apply_preset(args)
         check_output_directories(args)
+        check_tracking(args)
         check_user_files(args)
         with quiet(getattr(args, "quiet", False)):  # progress bars are decided here, once
             args.handler(args)

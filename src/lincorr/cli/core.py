@@ -30,6 +30,7 @@ from lincorr.cli.options import (
     print_json,
     read_references,
     resolve_prompt,
+    track,
 )
 from lincorr.cli.spellings import add_alias, add_preset_option
 from lincorr.errors import UsageError
@@ -127,6 +128,7 @@ def run_fit(args) -> None:
     influencing = {w: result.top_influencing(w, args.top_k) for w in args.top_influencing}
     if args.out:
         result.save(args.out, heatmap=args.heatmap, extra={"precision": precision.summary()} if precision else None)
+        track(args, result)
     if args.json:
         payload = result.summary()
         if precision:
@@ -158,6 +160,7 @@ def run_demo(args) -> None:
     tops = {w: result.top_influenced(w, 5) for w in DEMO_CITIES}
     result.save(args.out, heatmap=True)
     report = build_report([args.out], title="lincorr demo: City->Country").save(Path(args.out) / "report.html")
+    track(args, result)  # the report is one of the run's files
     paper = None
     if result.config.estimator != "ols":
         paper = fit_tables(result.source, result.target, dataclasses.replace(result.config, estimator="ols"))

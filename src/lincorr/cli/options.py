@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 from collections.abc import Callable, Iterable, Sequence
 
 from lincorr import strict_json
-from lincorr.cli.spellings import add_global_options
+from lincorr.cli.spellings import MLFLOW_VARIABLE, add_global_options
 from lincorr.cli.values import (  # noqa: F401 - the commands import the option values from here, with the options
     COUNT,
     MODEL_HELP,
@@ -231,12 +232,41 @@ def check_user_files(args) -> None:
         raise InputError(f"--finetune-text file {args.finetune_text} is empty; give it the passages to fine-tune on")
 
 
+def check_tracking(args) -> None:
+    """Before any work: --mlflow (or LINCORR_MLFLOW when it is not given) becomes `args.mlflow`, and its extra is installed.
+
+    Given on the command line, --mlflow must have a result to log; LINCORR_MLFLOW logs whatever a command saves, if anything.
+    """
+    given = hasattr(args, "mlflow")
+    args.mlflow = args.mlflow if given else os.environ.get(MLFLOW_VARIABLE) or None
+    if args.mlflow == "":
+        raise UsageError("--mlflow needs a tracking URI, e.g. --mlflow file:./mlruns")
+    if given and not getattr(args, "out", None):
+        prog = getattr(args, "command_prog", "lincorr")
+        raise UsageError(f"--mlflow logs the result a command saves into --out; give `{prog}` a directory with --out"
+                         if hasattr(args, "out") else f"`{prog}` saves no result for --mlflow to log; leave --mlflow out")
+    if args.mlflow:
+        from lincorr.tracking import require_mlflow
+
+        require_mlflow()
+
+
+def track(args, result) -> None:
+    """Under --mlflow, the result just saved into --out is logged as one MLflow run."""
+    if args.mlflow:
+        from lincorr.tracking import log_result
+
+        log_result(result, args.out, args.mlflow)
+
+
 def save_and_print(args, result, *, text: Callable[[], str] | None = None, payload: Callable[[], object] | None = None,
                    show: bool = True) -> None:
-    """How a study ends: `result` saves itself into --out when given; then its JSON (`summary()`, or `payload()`) with --json,
-    else (unless `show` is False) its text (`text()`, or the `text` given) and where it was saved."""
+    """How a study ends: `result` saves itself into --out when given (and is logged under --mlflow); then its JSON
+    (`summary()`, or `payload()`) with --json, else (unless `show` is False) its text (`text()`, or the `text` given) and
+    where it was saved."""
     if args.out:
         result.save(args.out)
+        track(args, result)
     if args.json:
         print_json(payload() if payload else result.summary())
     elif show:

@@ -1,4 +1,4 @@
-"""One spelling per concept on the command line: the options every command shares (-v, --quiet, --preset, --paper-table),
+"""One spelling per concept on the command line: the options every command shares (-v, --quiet, --mlflow, --preset, --paper-table),
 and the older spellings kept working as aliases that say, in one line, what they are now."""
 
 from __future__ import annotations
@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+
+# The environment variable that stands for --mlflow when the command line does not give it.
+MLFLOW_VARIABLE = "LINCORR_MLFLOW"
 
 
 class Alias(argparse.Action):
@@ -32,13 +35,16 @@ def add_alias(parser, option: str, dest: str, canonical: str, **kwargs) -> None:
 
 
 def add_global_options(parser) -> None:
-    """-v/--verbose and --quiet, accepted before or after the subcommand.
+    """-v/--verbose, --quiet and --mlflow, accepted before or after the subcommand.
 
     Their default is to leave the attribute unset, so a subcommand that does not see one keeps what `lincorr -v` set.
     """
     group = parser.add_argument_group("global options")
     group.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="show library log messages")
     group.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help="no progress bars")
+    group.add_argument("--mlflow", metavar="URI", default=argparse.SUPPRESS,
+                       help=f"log every result the command saves as an MLflow run at URI, e.g. file:./mlruns (or set {MLFLOW_VARIABLE}; "
+                            "needs pip install 'lincorr[mlflow]')")
     # Read into the command line before parsing (`cli.config.with_config`); declared here for --help.
     group.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                        help="the command's options from a YAML file (option: value); the command line wins over it")

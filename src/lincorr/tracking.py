@@ -1,0 +1,145 @@
+"""Logging saved results to MLflow (the `mlflow` extra): one run per saved result, with its settings, numbers, files and provenance.
+
+    lincorr.log_result(result, "runs/fit", "file:./mlruns")     # after result.save("runs/fit")
+
+What is logged is read from the saved directory and the result's `summary()`, so the run holds what the directory holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from numbers import Real
+from pathlib import Path
+
+from lincorr.errors import LincorrError, OutputError
+from lincorr.results import PROVENANCE
+from lincorr.schema import read_document
+
+__all__ = ["log_result", "require_mlflow", "EXPERIMENT"]
+
+# The experiment runs go to, unless MLFLOW_EXPERIMENT_NAME names another (MLflow's own variable for it).
+EXPERIMENT = "lincorr"
+INSTALL = "pip install 'lincorr[mlflow]'"
+# What MLflow accepts in a param or metric key on every system (a colon not on Windows, a slash would make a path).
+KEY_CHARACTERS = re.compile(r"[^\w.\- ]")
+
+
+def require_mlflow():
+    """The mlflow module; one clear error when the `mlflow` extra is not installed."""
+    try:
+        import mlflow
+    except ImportError:
+        raise LincorrError(f"logging to MLflow needs the mlflow extra, which is not installed: {INSTALL}") from None
+    return mlflow
+
+
+def log_result(result, directory, tracking_uri: str) -> str:
+    """Log the result that `result.save(directory)` wrote as one MLflow run at `tracking_uri`; returns the run's id.
+
+    The run is named after `result.study` and goes to the experiment "lincorr" (or MLFLOW_EXPERIMENT_NAME). Params: the
+    settings provenance.json records, nested keys joined with '.', values cut to MLflow's length limit. Metrics: every
+    number of `result.summary()`, list items by their index ("labelwise_r_ci95.0"). Artifacts: every file of
+    `directory`. Tags: the study, lincorr's version, the model's fingerprint and the command that wrote the directory.
+    A `file:` URI is MLflow's local file store. An OutputError when MLflow refuses the run; the saved directory stays.
+    """
+    mlflow = require_mlflow()
+    from mlflow.exceptions import MlflowException
+
+    directory = Path(directory)
+    provenance = read_document(directory / "provenance.json", PROVENANCE)
+    try:
+        with file_store_allowed():
+            return write_run(mlflow.tracking.MlflowClient(tracking_uri), result.study, directory, provenance, result.summary())
+    except (MlflowException, OSError) as error:
+        raise OutputError(f"MLflow at {tracking_uri} did not take the run ({' '.join(str(error).split())[:300]}); "
+                          f"the result is saved in {directory}; check the tracking URI, e.g. file:./mlruns") from None
+
+
+def write_run(client, study: str, directory: Path, provenance: dict, summary: dict) -> str:
+    """One run in `client`'s store: params, metrics and tags in batches of MLflow's size, then the directory's files."""
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.utils import validation
+
+    name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
+    experiment = client.get_experiment_by_name(name)
+    run = client.create_run(experiment.experiment_id if experiment else client.create_experiment(name), run_name=study)
+    run_id, status = run.info.run_id, "FAILED"
+    try:
+        params = [Param(key, value[:validation.MAX_PARAM_VAL_LENGTH])
+                  for key, value in flat_keys(provenance.get("settings") or {}, as_text)]
+        now = int(time.time() * 1000)
+        metrics = [Metric(key, value, now, 0) for key, value in flat_keys(summary, number)]
+        tags = [RunTag(mlflow_key(key), value[:validation.MAX_TAG_VAL_LENGTH])
+                for key, value in provenance_tags(study, provenance).items()]
+        for start in range(0, len(params), validation.MAX_PARAMS_TAGS_PER_BATCH):
+            client.log_batch(run_id, params=params[start:start + validation.MAX_PARAMS_TAGS_PER_BATCH])
+        for start in range(0, len(metrics), validation.MAX_METRICS_PER_BATCH):
+            client.log_batch(run_id, metrics=metrics[start:start + validation.MAX_METRICS_PER_BATCH])
+        client.log_batch(run_id, tags=tags)
+        client.log_artifacts(run_id, str(directory))
+        status = "FINISHED"
+    finally:
+        client.set_terminated(run_id, status)
+    return run_id
+
+
+def flat_keys(data, keep, prefix: str = "") -> Iterator[tuple[str, object]]:
+    """(key, value) of every leaf of nested mappings and lists that `keep` turns into something (not None), keys made MLflow's."""
+    if isinstance(data, Mapping) or (isinstance(data, list) and keep is number):
+        items = data.items() if isinstance(data, Mapping) else enumerate(data)
+        for key, value in items:
+            yield from flat_keys(value, keep, f"{prefix}{key}.")
+        return
+    kept = keep(data)
+    if kept is not None and prefix:
+        yield mlflow_key(prefix[:-1]), kept
+
+
+def mlflow_key(key: str) -> str:
+    """`key` as MLflow takes it: characters it refuses become '_', cut to its length limit."""
+    from mlflow.utils.validation import MAX_ENTITY_KEY_LENGTH
+
+    return KEY_CHARACTERS.sub("_", key)[:MAX_ENTITY_KEY_LENGTH]
+
+
+def number(value) -> float | None:
+    """A metric's value: a number, not a truth value (undefined numbers are None in a summary and are left out)."""
+    return float(value) if isinstance(value, Real) and not isinstance(value, bool) else None
+
+
+def as_text(value) -> str:
+    """A param's value: text as it is, anything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def provenance_tags(study: str, provenance: dict) -> dict[str, str]:
+    """Where the result came from: its study, lincorr's version, the model's fingerprint (one tag per model) and the command."""
+    tags = {"lincorr.study": study, "lincorr.version": str(provenance.get("lincorr_version"))}
+    fingerprint = provenance.get("model_fingerprint")
+    if isinstance(fingerprint, Mapping):
+        tags.update({f"lincorr.model_fingerprint.{model}": str(value) for model, value in fingerprint.items()})
+    elif fingerprint is not None:
+        tags["lincorr.model_fingerprint"] = str(fingerprint)
+    command = provenance.get("command") or provenance.get("python_call")
+    if command:
+        tags["lincorr.command"] = command
+    return tags
+
+
+@contextlib.contextmanager
+def file_store_allowed():
+    """MLflow 3 refuses its local file store unless MLFLOW_ALLOW_FILE_STORE is set; a `file:` URI given to lincorr asks for
+    it, so it is set for the call, unless the caller set it."""
+    if "MLFLOW_ALLOW_FILE_STORE" in os.environ:
+        yield
+        return
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    try:
+        yield
+    finally:
+        os.environ.pop("MLFLOW_ALLOW_FILE_STORE", None)

@@ -1,0 +1,142 @@
+"""Logging saved results to MLflow's local file store (`--mlflow URI`, LINCORR_MLFLOW, `lincorr.log_result`), read back
+with MLflow's own client; offline, on a tiny model."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.fit_workspace import fit_args, write_fit_workspace
+
+import lincorr
+from lincorr.cli import main
+from lincorr.errors import OutputError
+from lincorr.outputs import staged_directory, write_provenance
+
+mlflow = pytest.importorskip("mlflow", reason="the mlflow extra is not installed: pip install '.[mlflow]' (part of '.[test]')")
+from mlflow.tracking import MlflowClient  # noqa: E402
+
+
+@pytest.fixture
+def workspace(tmp_path, tokenizer):
+    return write_fit_workspace(tmp_path, tokenizer)
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    """A `file:` store under tmp_path, and a client that reads it (MLflow 3 reads its file store only when asked)."""
+    monkeypatch.delenv("LINCORR_MLFLOW", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    uri = (tmp_path / "mlruns").as_uri()
+
+    def runs():
+        with monkeypatch.context() as patch:
+            patch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+            client = MlflowClient(uri)
+            experiment = client.get_experiment_by_name("lincorr")
+            found = client.search_runs([experiment.experiment_id]) if experiment else []
+            return client, found
+
+    return uri, runs
+
+
+def numbers(data, prefix=""):
+    """Every number of a JSON summary under the key the run should log it by."""
+    if isinstance(data, dict):
+        return {k: v for key, value in data.items() for k, v in numbers(value, f"{prefix}{key}.").items()}
+    if isinstance(data, list):
+        return {k: v for i, value in enumerate(data) for k, v in numbers(value, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: data} if isinstance(data, (int, float)) and not isinstance(data, bool) else {}
+
+
+def test_fit_logs_one_run_that_holds_the_saved_result(workspace, store, tmp_path, capsys):
+    uri, runs = store
+    out = tmp_path / "run"
+    assert main(fit_args(workspace, "--json", "--out", str(out), "--mlflow", uri)) == 0
+    summary = json.loads(capsys.readouterr().out)
+    provenance = json.loads((out / "provenance.json").read_text(encoding="utf-8"))
+    client, found = runs()
+    assert len(found) == 1
+    run = found[0]
+    assert run.info.run_name == "fit" and run.info.status == "FINISHED"
+
+    settings = provenance["settings"]
+    assert settings and run.data.params == {key: value if isinstance(value, str) else json.dumps(value)
+                                            for key, value in settings.items() if not isinstance(value, dict)}
+    expected = numbers(summary)
+    assert {"labelwise_r_mean", "labelwise_r_ci95.0", "n_test"} <= set(expected)
+    assert run.data.metrics == pytest.approx(expected)
+
+    assert run.data.tags["lincorr.version"] == lincorr.__version__ == provenance["lincorr_version"]
+    assert run.data.tags["lincorr.model_fingerprint"] == provenance["model_fingerprint"] == summary["model_fingerprint"]
+    assert run.data.tags["lincorr.command"] == provenance["command"] and provenance["command"].startswith("lincorr fit ")
+
+    artifacts = sorted(a.path for a in client.list_artifacts(run.info.run_id))
+    assert artifacts == sorted(p.name for p in out.iterdir())
+    downloaded = Path(client.download_artifacts(run.info.run_id, "W.npy", str(tmp_path / "back")))
+    assert downloaded.read_bytes() == (out / "W.npy").read_bytes()
+
+
+def test_the_option_before_the_command_or_the_environment_variable_logs_too(workspace, store, tmp_path, monkeypatch):
+    uri, runs = store
+    assert main(["--mlflow", uri, *fit_args(workspace, "--out", str(tmp_path / "first"))]) == 0
+    monkeypatch.setenv("LINCORR_MLFLOW", uri)
+    assert main(fit_args(workspace, "--out", str(tmp_path / "second"))) == 0
+    assert main(fit_args(workspace)) == 0  # saves nothing, so logs nothing
+    assert len(runs()[1]) == 2
+
+
+def test_without_the_extra_one_line_exit_2_and_nothing_written(workspace, store, tmp_path, monkeypatch, capsys):
+    uri, runs = store
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # `import mlflow` now fails as if it were not installed
+    out = tmp_path / "run"
+    assert main(fit_args(workspace, "--out", str(out), "--mlflow", uri)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("lincorr: error: ") and "pip install 'lincorr[mlflow]'" in err[0]
+    assert not out.exists() and not (tmp_path / "mlruns").exists()
+
+
+@pytest.mark.parametrize("argv, message", [(["--mlflow", ""], "needs a tracking URI"),
+                                           (["--mlflow", "file:./x"], "give `lincorr fit` a directory with --out")])
+def test_an_mlflow_option_that_cannot_log_is_one_line_and_exit_2(workspace, argv, message, capsys):
+    assert main(fit_args(workspace, *argv)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+class Made:
+    """A result as `log_result` sees one: its study and its summary."""
+
+    study = "made"
+
+    def summary(self):
+        return {"hit@1": 0.25, "rows": [{"r": 0.5}, {"r": None}], "done": True, "name": "x", "nan": float("nan")}
+
+
+def saved(directory: Path, settings: dict) -> Path:
+    with staged_directory(directory) as out:
+        write_provenance(out, study=Made.study, model_fingerprint={"a/b": "f1", "c": "f2"}, settings=settings)
+    return directory
+
+
+def test_log_result_from_python_keeps_to_mlflow_names_and_limits(store, tmp_path):
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+
+    uri, runs = store
+    directory = saved(tmp_path / "made", {"long": "y" * (MAX_PARAM_VAL_LENGTH + 10), "grid": {"sizes": [1, 2]}, "seed": 3})
+    run_id = lincorr.log_result(Made(), directory, uri)
+    run = runs()[0].get_run(run_id)
+    assert run.data.params == {"long": "y" * MAX_PARAM_VAL_LENGTH, "grid.sizes": "[1, 2]", "seed": "3"}
+    metrics = run.data.metrics
+    assert set(metrics) == {"hit_1", "rows.0.r", "nan"} and metrics["hit_1"] == 0.25 and metrics["nan"] != metrics["nan"]
+    assert run.data.tags["lincorr.model_fingerprint.a_b"] == "f1" and run.data.tags["lincorr.model_fingerprint.c"] == "f2"
+    assert run.data.tags["lincorr.study"] == "made" and run.info.run_name == "made"
+
+
+def test_a_store_mlflow_refuses_is_an_output_error_and_the_result_stays(tmp_path):
+    directory = saved(tmp_path / "made", {"seed": 0})
+    with pytest.raises(OutputError, match="did not take the run"):
+        lincorr.log_result(Made(), directory, "nowhere-scheme://store")
+    assert (directory / "provenance.json").is_file()
