@@ -1,8 +1,9 @@
 """Where a result comes from: the digest of the lincorr code behind a cached number, the command line that is running, and the
 environment that computed it.
 
-Cache keys (logit tables, stored study rows) carry `code_digest(module)`, so any change to the
-code behind a result — not only a change someone remembered to mark — makes it recompute.
+Cache keys (logit tables, stored study rows) carry `code_digest(module)`, so any change to what the code behind a
+result computes — not only a change someone remembered to mark — makes it recompute; comments, docstrings and type
+annotations of functions are not computation (`computation`).
 Saved results name the `lincorr` command that wrote them (`running_command`, recorded by the CLI), or the Python call when
 none is running, and the environment (`environment`): versions, threads, and the dtype, device and batch size this process
 used, noted where they are decided (`note`), since batch size and threads change the logits in their last digits.
@@ -115,13 +116,35 @@ def dependencies(name: str) -> tuple[str, ...]:
     return tuple(sorted(seen))
 
 
+def computation(source: str) -> str:
+    """What of a module's `source` can change a result: its syntax tree without comments, docstrings, the annotations of
+    function arguments and returns, and imports for type checkers alone. Class-level annotations stay: they make a
+    dataclass's fields, and `typing.get_type_hints` reads them."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = [statement for statement in node.body if not _is_type_checking_block(statement)]
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                body = body[1:] or [ast.Pass()]
+            node.body = body or [ast.Pass()]
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            node.returns = None
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            arguments = node.args
+            for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]:
+                if argument is not None:
+                    argument.annotation = None
+    return ast.dump(tree, include_attributes=False)
+
+
 @functools.cache
 def code_digest(name: str) -> str:
-    """sha256 of lincorr's version and the source of `name` and all of its lincorr dependencies."""
+    """sha256 of lincorr's version and the computation (`computation`) of `name` and all of its lincorr dependencies: an
+    edit to a comment, a docstring or a type annotation leaves a cached result valid; any other edit recomputes it."""
     from lincorr import __version__
 
     digest = hashlib.sha256(__version__.encode())
     for module in dependencies(name):
         digest.update(module.encode())
-        digest.update(module_path(module).read_bytes())
+        digest.update(computation(module_path(module).read_text(encoding="utf-8")).encode())
     return digest.hexdigest()
