@@ -139,13 +139,18 @@ def main() -> None:
     parser.add_argument("--model", default="gemma-3-270m-q4km")
     parser.add_argument("--papers", default=",".join(known_papers()), help="comma-separated papers (default: all)")
     parser.add_argument("--only", default="", help="comma-separated claim ids (default: every measured claim of --papers)")
+    parser.add_argument("--keep-cache", default=None, metavar="DIR",
+                        help="measure into this new cache directory and keep it (a later `lincorr reproduce` with "
+                             "LINCORR_CACHE_DIR=DIR reads every claim from it) instead of a temporary one")
     args = parser.parse_args()
     only = {part.strip() for part in args.only.split(",") if part.strip()} or None
     papers = [p for p in args.papers.split(",") if p and measured_claims(p, only)]
     peak = matmul_flops()
     lm = load_model(args.model)
     real = cache_root()
-    os.environ["LINCORR_CACHE_DIR"] = fresh = tempfile.mkdtemp(prefix="bench-reproduce-")
+    if args.keep_cache:
+        Path(args.keep_cache).mkdir(parents=True)  # new: a cold run starts from nothing
+    os.environ["LINCORR_CACHE_DIR"] = fresh = args.keep_cache or tempfile.mkdtemp(prefix="bench-reproduce-")
     for name in (MODELS, HASHES):
         if (real / name).exists():
             (Path(fresh) / name).symlink_to(real / name)
@@ -165,7 +170,8 @@ def main() -> None:
         cached = time.perf_counter() - started
     finally:
         counter.close()
-        shutil.rmtree(fresh, ignore_errors=True)
+        if not args.keep_cache:
+            shutil.rmtree(fresh, ignore_errors=True)
     print(f"{', '.join(papers)}: cold {cold:.1f} s (the model loaded before), cached {cached:.1f} s (the model's load included)")
     print(f"{'total':<60}{total[0]:>8.1f}{'':>38}{total[1]:>9.2f}{total[1] / max(total[0], 1e-9):>7.1%}")
 
