@@ -136,7 +136,7 @@ def missing_chunks(bundle: BundledModel) -> list[tuple[str, str]]:
         if distribution.version != bundle.version:
             problems.append((chunk.package, f"is version {distribution.version}, not {bundle.version}"))
             continue
-        path = Path(distribution.locate_file(chunk.file))
+        path = Path(str(distribution.locate_file(chunk.file)))
         size = path.stat().st_size if path.is_file() else None
         if size != chunk.size:
             problems.append((chunk.package, f"lacks {chunk.file}" if size is None else f"has {size} of {chunk.size} bytes"))
@@ -153,7 +153,7 @@ def check_installed(bundle: BundledModel) -> None:
 
 
 def chunk_path(chunk: Chunk) -> Path:
-    return Path(importlib.metadata.distribution(chunk.package).locate_file(chunk.file))
+    return Path(str(importlib.metadata.distribution(chunk.package).locate_file(chunk.file)))
 
 
 def assembled_gguf(bundle: BundledModel) -> Path:

@@ -166,7 +166,7 @@ def array_sha256(values: np.ndarray) -> str:
 def save_arrays_atomic(path: Path, **arrays: np.ndarray) -> None:
     """Write an `.npz` whole or not at all."""
     with atomic_file(path, "wb") as out:
-        np.savez(out, **arrays)
+        np.savez(out, **arrays)  # type: ignore[arg-type]  # numpy's stub takes **arrays for its allow_pickle flag
 
 
 def load_arrays(path: Path) -> dict[str, np.ndarray] | None:

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -26,6 +27,9 @@ from lincorr.cache import CHECKPOINTS, cache_directory, canonical_json, code_key
 from lincorr.filesystem import atomic_file
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.models import LM
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["checkpoint_key", "trained_checkpoint", "UNSTABLE"]
 
@@ -66,7 +70,7 @@ def _store(path: Path, key: dict, trained: torch.nn.Module, base: torch.nn.Modul
         out.write(save(changed, metadata={"key": canonical_json(key)}))
 
 
-def _load(path: Path, key: dict, base: LM) -> torch.nn.Module | None:
+def _load(path: Path, key: dict, base: LM) -> PreTrainedModel | None:
     """A copy of `base` with the stored parameters put in, or None when the file is missing, damaged or another key's."""
     if not path.is_file():
         return None

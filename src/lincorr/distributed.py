@@ -53,7 +53,7 @@ class Team:
         buffer = (torch.frombuffer(bytearray(payload), dtype=torch.uint8).to(device) if self.is_main
                   else torch.empty(int(size.item()), dtype=torch.uint8, device=device))
         dist.broadcast(buffer, src=0)
-        return message if self.is_main else json.loads(bytes(buffer.cpu().tolist()).decode())
+        return message if self.is_main and message is not None else json.loads(bytes(buffer.cpu().tolist()).decode())
 
     def failed_ranks(self, ok: bool) -> list[int]:
         """Every rank reports whether its share went well; all ranks learn which did not."""

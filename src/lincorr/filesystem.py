@@ -119,7 +119,7 @@ def atomic_file(path, mode: str = "w"):
     path = Path(path)
     handle, temporary = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=ready_directory(path.parent))
     try:
-        with os.fdopen(handle, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as out:
+        with os.fdopen(handle, mode, encoding=None if "b" in mode else "utf-8") as out:
             yield out
         os.chmod(temporary, file_mode())
         os.replace(temporary, path)

@@ -8,6 +8,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Sequence
+from typing import Generic, TypeVar
 
 import torch
 
@@ -15,6 +16,9 @@ from lincorr.errors import LincorrError
 from lincorr.models import left_pad
 from lincorr.models import apply_logit_transform, position_ids_from_mask
 from lincorr.progress import progress_bar
+
+# The trained model is a copy of the one given (or that one, in place): of its type.
+ModelT = TypeVar("ModelT", bound=torch.nn.Module)
 
 IGNORE_INDEX = -100
 SCHEDULES = ("constant", "linear")
@@ -77,10 +81,10 @@ class TrainConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainResult:
+class TrainResult(Generic[ModelT]):
     """The trained model, the mean answer-token loss of each epoch, and what was trained."""
 
-    model: torch.nn.Module
+    model: ModelT
     losses: tuple[float, ...]
     trained_parameters: tuple[str, ...]
     n_trainable_params: int
@@ -147,7 +151,7 @@ def select_trainable(model: torch.nn.Module, config: TrainConfig) -> tuple[str, 
     names = [name for name, _ in model.named_parameters()]
     selected = names
     if config.layers is not None or config.blocks_only:
-        indices = {layer_index(n) for n in names} - {None}
+        indices = {index for n in names if (index := layer_index(n)) is not None}
         if not indices:
             raise LincorrError("layers= or blocks_only= was given but no parameter name has a block index like 'layers.3.' or 'h.3.'")
         selected = [n for n in selected if layer_index(n) is not None]
@@ -155,7 +159,7 @@ def select_trainable(model: torch.nn.Module, config: TrainConfig) -> tuple[str, 
         start, stop = config.layers
         if start > max(indices):
             raise LincorrError(f"layers={config.layers} starts past the last block {max(indices)}")
-        selected = [n for n in selected if start <= layer_index(n) < stop]
+        selected = [n for n in selected if (index := layer_index(n)) is not None and start <= index < stop]
     if config.trainable:
         patterns = [re.compile(p) for p in config.trainable]
         selected = [n for n in selected if any(p.search(n) for p in patterns)]
@@ -168,15 +172,15 @@ def select_trainable(model: torch.nn.Module, config: TrainConfig) -> tuple[str, 
 
 
 def train_on_facts(
-    model: torch.nn.Module,
+    model: ModelT,
     tokenizer,
     facts: Sequence[Fact],
     config: TrainConfig = TrainConfig(),
     *,
     inplace: bool = False,
-    stop_when: Callable[[torch.nn.Module], bool] | None = None,
-    after_epoch: Callable[[int, torch.nn.Module], None] | None = None,
-) -> TrainResult:
+    stop_when: Callable[[ModelT], bool] | None = None,
+    after_epoch: Callable[[int, ModelT], None] | None = None,
+) -> TrainResult[ModelT]:
     """Fine-tune on `facts` for `config.epochs` epochs of shuffled batches; the caller's model is untouched unless `inplace`.
 
     After every epoch (model in eval mode, no gradients) `after_epoch(epoch, model)` is called
@@ -198,13 +202,13 @@ def train_on_facts(
 
 
 def single_step(
-    model: torch.nn.Module,
+    model: ModelT,
     tokenizer,
     facts: Sequence[Fact],
     config: TrainConfig = TrainConfig(),
     *,
     inplace: bool = False,
-) -> TrainResult:
+) -> TrainResult[ModelT]:
     """One optimiser step on the gradient of all `facts` together (accumulated in chunks of `config.batch_size`)."""
     encoded = _encode_all(tokenizer, facts)
     chunks = [encoded[i : i + config.batch_size] for i in range(0, len(encoded), config.batch_size)]

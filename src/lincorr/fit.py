@@ -6,7 +6,7 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import scipy.special
@@ -24,7 +24,7 @@ from lincorr.results import decode, record, require_pandas
 from lincorr.schema import NUMBER, REAL, TEXT, Entries, FileKind, Items, read_document
 from lincorr.inputs import sample_vocab_inputs
 from lincorr.prompts import Prompt
-from lincorr.relations import BoundRelation, ReferenceMatch, RelationSpec, bind_relation, match_reference, relate
+from lincorr.relations import BoundRelation, FittedRelation, ReferenceMatch, RelationSpec, bind_relation, match_reference, relate
 
 __all__ = ["CI_METHODS", "FitConfig", "PairResult", "tops_text", "fit_tables", "fit_targets", "fit_relation_tables", "measure_pair",
            "measure_relation", "fit_relation", "TARGET_SCORES", "within_domain_logprobs"]
@@ -115,7 +115,7 @@ class PairResult:
     labelwise_r_ci95: tuple[float, float]
     control_labelwise_r: np.ndarray  # [n_target], mean over W's fitted after shuffling the train pairing
     seconds: float
-    estimator: LinearMap | None = None  # the fitted map itself: `W` is its W_ (and, standardized, W_standardized_ its W in z units)
+    estimator: LinearMap  # the fitted map itself: `W` is its W_ (and, standardized, W_standardized_ its W in z units)
     reference: ReferenceMatch | None = None  # the relation's reference pairs on these two domains, matched once when it was bound
 
     def summary(self) -> dict:
@@ -415,9 +415,9 @@ def fit_relation_tables(relation: BoundRelation, tables: Mapping[str, LogitTable
 
 def fit_relation(lm: LM, registry, relation: RelationSpec, *, n_inputs: int = 1000,
                  fit: FitConfig = FitConfig(n_boot=100), keep_subwords: bool = False,
-                 settings: CollectSettings = CollectSettings()) -> BoundRelation:
+                 settings: CollectSettings = CollectSettings()) -> FittedRelation:
     """Bind a relation to `lm`'s tokenizer and fit its W on `n_inputs` vocabulary inputs (cached tables)."""
     bound = bind_relation(registry, relation, lm.tokenizer, keep_subwords=keep_subwords)
     fit.check_sizes(n_inputs, len(bound.source.domain))
     inputs = sample_vocab_inputs(lm.tokenizer, n_inputs, seed=fit.seed)
-    return dataclasses.replace(bound, fit=measure_relation(lm, bound, inputs, fit, settings))
+    return cast(FittedRelation, dataclasses.replace(bound, fit=measure_relation(lm, bound, inputs, fit, settings)))  # its fit set

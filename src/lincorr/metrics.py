@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 def columnwise_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -89,7 +90,7 @@ def top_influencing(W: np.ndarray, target_index: int, k: int = 5) -> np.ndarray:
     return top_k(W[:, target_index], k)
 
 
-def summarize(values: Sequence[float]) -> dict[str, float]:
+def summarize(values: ArrayLike) -> dict[str, float]:
     """Mean and standard deviation, ignoring NaN (both NaN, without a warning, when every value is NaN)."""
     values = np.asarray(values, np.float64)
     if np.isnan(values).all():
@@ -97,7 +98,7 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
     return {"mean": float(np.nanmean(values)), "std": float(np.nanstd(values))}
 
 
-def invert_reference(reference: dict[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
+def invert_reference(reference: Mapping[int, tuple[int, ...]]) -> dict[int, tuple[int, ...]]:
     """Source row -> right target columns, turned into target column -> the source rows right for it."""
     inverted: dict[int, list[int]] = {}
     for row, columns in reference.items():
@@ -106,7 +107,7 @@ def invert_reference(reference: dict[int, tuple[int, ...]]) -> dict[int, tuple[i
     return {column: tuple(rows) for column, rows in inverted.items()}
 
 
-def hit_at_k(scores: np.ndarray, right: dict[int, tuple[int, ...]], ks: Sequence[int] = (1, 3, 5)) -> dict[int, float]:
+def hit_at_k(scores: np.ndarray, right: Mapping[int, tuple[int, ...]], ks: Sequence[int] = (1, 3, 5)) -> dict[int, float]:
     """Share of the rows in `right` whose `k` highest-scoring columns of `scores` `[n_rows, n_cols]` hold a right one.
 
     Hit@Top-k of §3.5: with W it asks "is a right country among a city's top-k influenced
@@ -120,7 +121,7 @@ def hit_at_k(scores: np.ndarray, right: dict[int, tuple[int, ...]], ks: Sequence
     return {k: float(np.mean([not set(ranked[i, :k].tolist()).isdisjoint(right[row]) for i, row in enumerate(rows)])) for k in ks}
 
 
-def chance_hit_at_k(n_columns: int, right: dict[int, tuple[int, ...]], ks: Sequence[int] = (1, 3, 5)) -> dict[int, float]:
+def chance_hit_at_k(n_columns: int, right: Mapping[int, tuple[int, ...]], ks: Sequence[int] = (1, 3, 5)) -> dict[int, float]:
     """Expected `hit_at_k` of a uniformly random ranking of `n_columns` columns (the floor to compare against).
 
     The top k of a random ranking is k columns drawn without replacement: the number of right columns among them is
@@ -144,14 +145,14 @@ def chance_top1(accepted: Iterable[Collection], domain_size: int) -> float:
     return rate(len(answers) / domain_size for answers in accepted)
 
 
-def roc_auc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+def roc_auc(scores: ArrayLike, labels: Sequence[bool]) -> float:
     """ROC AUC of `scores` for `labels` (ties count half); NaN with one class only, where it is undefined."""
     from sklearn.metrics import roc_auc_score
 
-    labels = np.asarray(labels, bool)
-    if labels.all() or not labels.any():
+    truth = np.asarray(labels, bool)
+    if truth.all() or not truth.any():
         return float("nan")
-    return float(roc_auc_score(labels, np.asarray(scores, np.float64)))
+    return float(roc_auc_score(truth, np.asarray(scores, np.float64)))
 
 
 def pearson(a, b) -> float:

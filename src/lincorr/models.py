@@ -10,21 +10,22 @@ import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from lincorr.bundled import DEFAULT_MODEL, GGUFHeader, assembled_gguf, catalogue, check_conversion_memory, check_header
-from lincorr.bundled import find_bundled, read_header
+from lincorr.bundled import DEFAULT_MODEL, GGUFHeader, assembled_gguf, catalogue, check_conversion_memory, check_header, find_bundled, read_header
 from lincorr.cache import conversion_state, converted_model_directory, file_sha256, key_digest, record_conversion
 from lincorr.errors import DeviceError, ModelError, UsageError
 from lincorr.filesystem import replaced_directory
 from lincorr.provenance import note
 from lincorr.schema import TEXT, FileKind, Maybe, read_document
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 GGUF_MAGIC = b"GGUF"
 # What the gguf reader raises on a file that is truncated or damaged past its magic bytes.
@@ -40,16 +41,16 @@ class LM:
     """A causal LM with its tokenizer, a content fingerprint, and the exact last-token head."""
 
     name: str
-    model: torch.nn.Module
-    tokenizer: object
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
     fingerprint: str
     head_verified: bool = False  # set by collection.forward.verify_head after one comparison with a full forward
     spec: str | None = None  # what `load_model` was given: how another process loads the same model (None for in-memory ones)
-    compiled_body: torch.nn.Module | None = None  # set by `compile_forward`: the transformer body under torch.compile
+    compiled_body: Callable[..., Any] | None = None  # set by `compile_forward`: the transformer body under torch.compile
 
     @property
     def device(self) -> torch.device:
-        return self.model.get_input_embeddings().weight.device
+        return self.model.get_input_embeddings().weight.device  # type: ignore[return-value]  # torch types a submodule's attribute as Tensor | Module
 
     @property
     def head_weight(self) -> torch.Tensor:
@@ -178,7 +179,7 @@ def load_model(
     else:
         lm = load_pretrained(spec, options=options, trust_remote_code=trust_remote_code, revision=revision)
     if device is not None and device_map is None:
-        lm.model.to(device)
+        lm.model.to(device)  # type: ignore[arg-type]  # transformers' decorator on `to` loses its self in the stubs
     lm.model.eval()
     lm.spec = spec
     note("models", lm.name, {"dtype": dtype, "device": str(next(lm.model.parameters()).device), "device_map": device_map})
@@ -321,13 +322,13 @@ def load_gguf(locate: Callable[[], Path], *, name: str, fingerprint: str, option
 
     # The conversion is of the file alone; the model kwargs apply when it is loaded.
     converted = converted_model_directory(name, fingerprint) if use_cache else None
-    state = conversion_state(converted, fingerprint) if use_cache else "unused"
-    if state != "intact":
+    state = conversion_state(converted, fingerprint) if converted is not None else "unused"
+    if converted is None or state != "intact":
         path = locate()
         header = check_gguf_file(path)
         check_header(path, header, expected)
         check_conversion_memory(name, header.parameters)
-        if not use_cache:
+        if converted is None:
             tokenizer, model = read_gguf(path, options)
             return LM(name, model, prepare_tokenizer(tokenizer), options.fingerprint(fingerprint))
         again = "again: the converted files differ from what was written" if state == "damaged" else "(about a minute, once)"

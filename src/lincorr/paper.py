@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from typing import Any
 from importlib import resources
 
 import yaml
@@ -22,7 +23,7 @@ class PaperRow:
     """One published row: the relation it measures and its numbers (keys as in paper.yaml)."""
 
     relation: RelationSpec
-    values: Mapping[str, object]
+    values: Mapping[str, Any]  # as paper.yaml holds them
 
     def __getitem__(self, key: str):
         return self.values[key]
@@ -64,7 +65,7 @@ class PublishedValues:
     where: str
     model: str
     setting: str
-    values: Mapping[str, object]
+    values: Mapping[str, Any]  # as paper.yaml holds them
 
 
 @functools.cache

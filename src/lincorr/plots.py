@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from numpy.typing import ArrayLike  # noqa: E402
 
 
-def ordered_weight_rows(W: np.ndarray, reference: dict[int, tuple[int, ...]] | None = None) -> tuple[np.ndarray, np.ndarray, str]:
+def ordered_weight_rows(W: np.ndarray, reference: Mapping[int, tuple[int, ...]] | None = None) -> tuple[np.ndarray, np.ndarray, str]:
     """W `[n_source, n_target]` with each row centred, the row order to show it in, and that order in words.
 
     A row's mean only shifts every target alike (a source that raises all countries), and
@@ -38,7 +40,7 @@ def weight_heatmap(
     target_labels: Sequence[str],
     path,
     title: str,
-    reference: dict[int, tuple[int, ...]] | None = None,
+    reference: Mapping[int, tuple[int, ...]] | None = None,
 ) -> None:
     """W `[n_source, n_target]` with each row centred, rows ordered by their right target (see `ordered_weight_rows`)."""
     centred, order, ordering = ordered_weight_rows(W, reference)
@@ -105,7 +107,7 @@ def matrix_heatmap(
 
 def line_plot(
     x_labels: Sequence[str],
-    series: dict[str, Sequence[float]],
+    series: Mapping[str, Sequence[float]],
     path,
     title: str,
     *,
@@ -149,7 +151,7 @@ def bar_plot(labels: Sequence[str], series: dict[str, Sequence[float]], path, ti
     plt.close(figure)
 
 
-def layer_curves(curves: dict[str, tuple[Sequence[float], Sequence[float]]], path, title: str, *, y_label: str,
+def layer_curves(curves: Mapping[str, tuple[ArrayLike, ArrayLike]], path, title: str, *, y_label: str,
                  x_label: str = "layer", dashed: Sequence[str] = (), mark: float | None = None, mark_label: str = "",
                  colours: dict[str, str] | None = None) -> None:
     """Curves over numeric layer positions, y in [0, 1]: `curves[name] = (x, y)`; names in `dashed` dashed; a vertical line at `mark`.
@@ -158,8 +160,8 @@ def layer_curves(curves: dict[str, tuple[Sequence[float], Sequence[float]]], pat
     """
     figure, axes = plt.subplots(figsize=(7.5, 4.2))
     for name, (x, y) in curves.items():
-        axes.plot(x, y, marker="o", markersize=3, linestyle="--" if name in dashed else "-", label=name,
-                  **({"color": colours[name]} if colours and name in colours else {}))
+        pinned: dict[str, Any] = {"color": colours[name]} if colours and name in colours else {}
+        axes.plot(x, y, marker="o", markersize=3, linestyle="--" if name in dashed else "-", label=name, **pinned)
     if mark is not None:
         axes.axvline(mark, color="grey", linewidth=0.8, linestyle=":", label=mark_label or None)
     axes.set_ylim(0, 1.02)

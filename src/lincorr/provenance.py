@@ -96,9 +96,10 @@ def internal_imports(name: str) -> tuple[str, ...]:
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names if alias.name.split(".")[0] == PACKAGE]
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == PACKAGE and node.level == 0:
+            parent = importlib.util.find_spec(node.module)
             for alias in node.names:
                 submodule = f"{node.module}.{alias.name}"
-                found.append(submodule if importlib.util.find_spec(node.module).submodule_search_locations is not None
+                found.append(submodule if parent is not None and parent.submodule_search_locations is not None
                              and importlib.util.find_spec(submodule) is not None else node.module)
         stack.extend(ast.iter_child_nodes(node))
     return tuple(sorted(set(found) - {name}))

@@ -123,7 +123,8 @@ def json_depth(text: str) -> int:
 
 def yaml_depth(text: str) -> int:
     """An upper bound on how deep a YAML text nests: flow brackets, plus one level per indentation step and per "- " run."""
-    deepest, indents = 0, []
+    deepest = 0
+    indents: list[int] = []
     for line in _YAML_QUOTED.sub("''", text).splitlines():
         content = line.lstrip(" ")
         if not content or content.startswith("#"):
@@ -132,7 +133,8 @@ def yaml_depth(text: str) -> int:
         while indents and indents[-1] >= indent:
             indents.pop()
         indents.append(indent)
-        dashes = len(re.match(r"(?:-\s+)*", content).group(0).split("-")) - 1
+        run = re.match(r"(?:-\s+)*", content)
+        dashes = run.group(0).count("-") if run else 0
         deepest = max(deepest, len(indents) + dashes + _bracket_depth(content))
     return deepest
 

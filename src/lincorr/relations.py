@@ -74,6 +74,15 @@ class BoundRelation:
         return tuple((source_ids[row], tuple(target_ids[c] for c in columns)) for row, columns in self.columns.items())
 
 
+if TYPE_CHECKING:
+    class FittedRelation(BoundRelation):
+        """A BoundRelation with its W fitted (what `fit.fit_relation` returns); at run time it is BoundRelation itself."""
+
+        fit: PairResult
+else:
+    FittedRelation = BoundRelation
+
+
 @dataclasses.dataclass(frozen=True)
 class DroppedPair:
     """A reference pair that judges nothing, and why."""
@@ -137,7 +146,7 @@ def match_reference(pairs: ReferencePairs, source_domain: Domain, target_domain:
             column = target_domain.find(obj)
             reasons = [absence_reason(side, word, domain) for side, word, domain, found in
                        (("subject", subject, source_domain, row), ("object", obj, target_domain, column)) if found is None]
-            if reasons:
+            if reasons or row is None or column is None:
                 dropped.append(DroppedPair(subject, obj, "; ".join(reasons)))
                 continue
             entry[column] = None
@@ -146,7 +155,7 @@ def match_reference(pairs: ReferencePairs, source_domain: Domain, target_domain:
             else:
                 first_pair[row, column] = (subject, obj)
                 columns.setdefault(row, []).append(column)
-        if entry:
+        if entry and row is not None:  # an entry is kept only with its row
             entries.append((row, tuple(entry)))
     return ReferenceMatch({row: tuple(found) for row, found in columns.items()}, tuple(dropped), n_read, tuple(entries))
 

@@ -176,8 +176,7 @@ def score_prompts(lm: LM, task: BoundTask, indices: Sequence[int], prompts: Sequ
     output); a pair's answer rank is the best over its answers' first tokens.
     """
     targets = torch.cat([task.argument_ids(indices)[:, None], task.answer_ids(indices)], 1)
-    ranks = token_ranks(lm, list(prompts), targets, layers, interventions=interventions, batch_size=batch_size)
-    ranks = ranks.cpu().numpy()
+    ranks = token_ranks(lm, list(prompts), targets, layers, interventions=interventions, batch_size=batch_size).cpu().numpy()
     return TaskScores(argument_rank=ranks[:, :, 0], answer_rank=ranks[:, :, 1:].min(-1))
 
 
@@ -186,7 +185,7 @@ def task_survival(spec: TaskSpec, tokenizer) -> dict:
     bound = bind_task(spec, tokenizer)
     whole = sum(
         1 for pair in bound.pairs
-        if any(tokenize_word(a, tokenizer, spec.answer_prefix).category != "subword" for a in pair.answers)
+        if any((word := tokenize_word(a, tokenizer, spec.answer_prefix)) is not None and word.category != "subword" for a in pair.answers)
     )
     return {"task": spec.name, "n_pairs": len(spec.pairs), "kept": len(bound.pairs), "whole_word_answers": whole,
             "dropped": [{"argument": a, "reason": r} for a, r in bound.dropped]}

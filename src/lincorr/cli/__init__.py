@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         for add in adders:
             add(commands)
         listing.append((title, commands._choices_actions[before:]))
-    parser.description += "\n\n" + "\n\n".join(
+    parser.description = f"{parser.description}\n\n" + "\n\n".join(
         f"{title}:\n" + "\n".join(f"  {action.dest:<13} {action.help}" for action in actions) for title, actions in listing)
     return parser
 
@@ -100,8 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         finished = True
     except LincorrError as error:
         finished = True
-        serving = team is not None and not team.is_main
-        return report_error(error, rank=team.rank if serving else None)
+        return report_error(error, rank=team.rank if team is not None and not team.is_main else None)
     except BrokenPipeError:
         # The reader went away (`| head`): the command is over; `lincorr.__main__` ends the process quietly.
         finished = True

@@ -52,7 +52,7 @@ def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[ar
     while True:
         choices = next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
         named = next((i for i in range(at, len(argv)) if choices and argv[i] in choices), None)
-        if named is None:
+        if named is None or not choices:
             return parser, at
         parser, at = choices[argv[named]], named + 1
 

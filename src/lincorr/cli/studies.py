@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from lincorr.cli.options import (
@@ -217,7 +218,7 @@ def run_precision(args) -> None:
     reference_file = read_references(args)
     if single:
         registry = checked_registry(args, [getattr(args, side) for side in SIDES if side not in custom])
-        relations = [RelationSpec(args.source, args.target)]
+        relations: Sequence[RelationSpec] = [RelationSpec(args.source, args.target)]
     else:
         registry = load_registry_from(args)
         relations = paper_table("table2").relations() if args.paper_table else registry_relations(registry)
@@ -292,7 +293,7 @@ def run_cases(args) -> None:
     if args.paper_table:
         if args.source or args.word:
             raise UsageError("--paper-table chooses the prompts and words itself; drop SOURCE/TARGET and --word")
-        specs = paper_cases(args.paper_table)
+        specs: Sequence[CaseSpec] = paper_cases(args.paper_table)
     elif args.source and args.target:
         specs = [CaseSpec(RelationSpec(args.source, args.target), "influencing" if args.influencing else "influenced", tuple(args.word) or None, args.top_k)]
     else:

@@ -76,7 +76,8 @@ def auto_batch_size(lm: LM, rows: Sequence[Sequence[int]], token_ids: Sequence[i
     """`--batch-size auto`: on a GPU the largest batch of the longest prompt that runs without running out of memory."""
     if lm.device.type != "cuda":
         return CPU_BATCH_SIZE
-    longest = list(max(rows, key=len))
+    longest_row: Sequence[int] = max(rows, key=len)
+    longest = list(longest_row)
     ids = torch.tensor(token_ids, dtype=torch.long)
 
     def fits(size: int) -> bool:

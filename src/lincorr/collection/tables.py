@@ -56,15 +56,15 @@ def collect(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str], settin
     jobs = {name: new_job(lm, prompt, inputs, settings.logprobs, batch_size) for name, prompt in prompts.items()}
     found = {name: store.load(job.key) if store is not None else None for name, job in jobs.items()}
     missing = list({key_digest(jobs[name].key): name for name, values in found.items() if values is None}.values())
+    collected: dict[str, np.ndarray] = {}
     if missing:
         description = f"{len(missing)} table{'s' if len(missing) > 1 else ''} ({', '.join(missing)})"[:60]
-        collected = {}
         for name, values in zip(missing, collect_jobs(lm, [jobs[name] for name in missing], store, description)):
             collected[key_digest(jobs[name].key)] = checked_values(jobs[name], values)
             if store is not None:
                 store.store(jobs[name].key, collected[key_digest(jobs[name].key)])
-        found = {name: values if values is not None else collected[key_digest(jobs[name].key)] for name, values in found.items()}
-    return {name: LogitTable(found[name], jobs[name].inputs, prompt.template, prompt.domain, settings.kind, lm.fingerprint)
+    tables = {name: values if values is not None else collected[key_digest(jobs[name].key)] for name, values in found.items()}
+    return {name: LogitTable(tables[name], jobs[name].inputs, prompt.template, prompt.domain, settings.kind, lm.fingerprint)
             for name, prompt in prompts.items()}
 
 
@@ -75,7 +75,7 @@ def entity_logits(lm: LM, prompt: Prompt, entities: Sequence[str]) -> np.ndarray
 
 def resolved_batch_size(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str], settings: CollectSettings) -> int:
     """The batch size of `settings`, with "auto" measured on the widest domain and every prompt (`forward.auto_batch_size`)."""
-    if settings.batch_size != "auto":
+    if isinstance(settings.batch_size, int):  # else "auto"
         return settings.batch_size
     if not inputs:
         return 1  # refused by `new_job` with the reason

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import cast
 
 import torch
 
@@ -150,7 +151,7 @@ class Layout:
     d_model: int
 
     def block(self, layer: int) -> torch.nn.Module:
-        return self.model.get_submodule(self.arch.blocks)[layer]
+        return cast(torch.nn.ModuleList, self.model.get_submodule(self.arch.blocks))[layer]
 
     def block_path(self, layer: int, path: str) -> str:
         """Full dotted name of a per-block module."""
@@ -182,14 +183,15 @@ def layout(lm: LM) -> Layout:
     arch = ARCHITECTURES[model_type]
     text = lm.model.config.get_text_config()
     n_heads = text.num_attention_heads
-    o_proj = lm.model.get_submodule(arch.blocks)[0].get_submodule(arch.o_proj)
+    blocks = cast(torch.nn.ModuleList, lm.model.get_submodule(arch.blocks))
+    o_proj = blocks[0].get_submodule(arch.o_proj)
     return Layout(
         arch=arch,
         model=lm.model,
-        n_layers=len(lm.model.get_submodule(arch.blocks)),
+        n_layers=len(blocks),
         n_heads=n_heads,
         n_kv_heads=getattr(text, "num_key_value_heads", None) or n_heads,
-        head_dim=o_proj.weight.shape[in_axis(o_proj)] // n_heads,
+        head_dim=o_proj.weight.shape[in_axis(o_proj)] // n_heads,  # type: ignore[index]  # torch types a module's weight as Tensor | Module
         d_model=text.hidden_size,
     )
 
@@ -204,7 +206,7 @@ def check_component(parts: Layout, component: Component) -> None:
     top = parts.n_layers if component.kind == "resid" else parts.n_layers - 1
     if not 0 <= component.layer <= top:
         raise LincorrError(f"{component}: layer must be in 0..{top} for {component.kind} of this {parts.n_layers}-block model")
-    if component.kind == "head" and not 0 <= component.head < parts.n_heads:
+    if component.head is not None and not 0 <= component.head < parts.n_heads:  # a head component
         raise LincorrError(f"{component}: head must be in 0..{parts.n_heads - 1} (this model has {parts.n_heads} query heads)")
 
 
@@ -274,7 +276,7 @@ def head_indices(lm: LM, component: Component | str) -> dict[str, tuple[int, tor
     component = as_component(component)
     parts = layout(lm)
     check_component(parts, component)
-    if component.kind != "head":
+    if component.head is None:  # not a head component
         raise LincorrError(f"{component} is not a head; head_indices takes head[l,h]")
     width = parts.head_dim
     group = component.head // (parts.n_heads // parts.n_kv_heads)

@@ -99,5 +99,5 @@ def hidden_ranks(lm: LM, hidden: torch.Tensor, token_ids: torch.Tensor | Sequenc
             above[row, :, column, targets[row, column] - low] = False
             higher += above.sum(-1)
         ranks.append(higher)
-    ranks = torch.cat(ranks)
-    return ranks if several else ranks[..., 0]
+    joined = torch.cat(ranks)
+    return joined if several else joined[..., 0]

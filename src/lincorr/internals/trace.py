@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -157,7 +158,7 @@ def checked_request(lm: LM, parts, prompts, capture, positions: Positions, inter
     rows = token_rows(lm, prompts)
     captures = [as_component(c) for c in capture]
     patches = [i.as_patch() if isinstance(i, Ablate) else i for i in interventions]
-    for component in captures + [p.component for p in patches]:
+    for component in captures + [cast(Component, p.component) for p in patches]:  # Patch made each a Component
         check_component(parts, component)
     if batch_size < 1:
         raise LincorrError(f"batch size must be positive, got {batch_size}")
@@ -197,8 +198,8 @@ def token_rows(lm: LM, prompts: Sequence[str] | Sequence[Sequence[int]] | str) -
     if len(prompts) == 0:
         raise LincorrError("no prompts given; pass at least one prompt or token-id row")
     if isinstance(prompts[0], str):
-        return tokenize_prompts(lm.tokenizer, prompts)
-    return [list(row) for row in prompts]
+        return tokenize_prompts(lm.tokenizer, cast(Sequence[str], prompts))
+    return [list(row) for row in cast(Sequence[Sequence[int]], prompts)]
 
 
 def hook_site(parts: Layout, component: Component, edit) -> torch.utils.hooks.RemovableHandle:
@@ -283,7 +284,7 @@ def put(x: torch.Tensor, index: torch.Tensor | None, values: torch.Tensor) -> to
 
 def full_value(parts: Layout, patch: Patch, n_prompts: int, width: int) -> tuple[torch.Tensor, bool]:
     """The patch value checked against the capture shape, and whether it has a prompt axis (then expanded to it)."""
-    d = parts.head_dim if patch.component.kind == "head" else parts.d_model
+    d = parts.head_dim if cast(Component, patch.component).kind == "head" else parts.d_model  # Patch made it a Component
     if patch.position in ("all", "content"):
         middle = (width,)
     elif isinstance(patch.position, str):
@@ -306,7 +307,7 @@ def patch_edit(parts: Layout, patch: Patch, value: torch.Tensor, per_prompt: boo
     """The hook edit writing `value` (rows of all prompts when `per_prompt`) into the batch in flight."""
 
     def edit(x: torch.Tensor) -> torch.Tensor:
-        part = split(parts, patch.component, x)
+        part = split(parts, cast(Component, patch.component), x)  # Patch made it a Component
         index = position_index(flight, x.shape[1], patch.position)
         current = select(part, index)
         rows = value[flight.index.to(value.device)] if per_prompt else value
@@ -317,7 +318,7 @@ def patch_edit(parts: Layout, patch: Patch, value: torch.Tensor, per_prompt: boo
         new = rows.broadcast_to(current.shape).contiguous() if patch.mode == "replace" else current + rows
         if patch.position == "content":
             new = torch.where(flight.content.to(current.device)[..., None], new, current)
-        return merge(parts, patch.component, x, put(part, index, new))
+        return merge(parts, cast(Component, patch.component), x, put(part, index, new))
 
     return edit
 

@@ -7,6 +7,7 @@ import re
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -57,7 +58,10 @@ class _Seq(list):
 
 
 # The C parser, where PyYAML was built with it, loads the bundled data about 3x faster.
-class _LineLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+_SafeLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _LineLoader(_SafeLoader):
     """Safe YAML with line numbers, duplicate keys refused, and every plain scalar read as text."""
 
 
@@ -99,7 +103,7 @@ class Entry:
     of each reference subject so a bad pair is reported where it is written.
     """
 
-    value: object
+    value: Any  # by its kind: a domain's words, a PromptSpec, a Reference or a TaskSpec
     where: Where
     layer: int = 0
     lines: Mapping[str, int] = dataclasses.field(default_factory=dict)

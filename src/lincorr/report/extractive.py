@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
+
 from lincorr.report import figures
 from lincorr.errors import InputError
 from lincorr.report.files import ANY, NUMBER, REAL, REMEDY, SCALAR, TEXT, WHAT, Entries, Items, Maybe, number_grid, read_document
-from lincorr.report.page import Column, Figure, KeyNumbers, Section, Table
+from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table
 from lincorr.report.sections import number, plotted, read_provenance, shown
 
 SCORE_NAMES = ("informative", "downstream", "upstream")
@@ -26,7 +28,7 @@ def role_figure(scores: dict, shape: tuple[int, int], path: Path) -> Figure | No
     if not scores.get("by_role"):
         return None
     roles = scores.get("roles") or []
-    by_role = {role: {} for role in roles}
+    by_role: dict[str, dict[str, np.ndarray]] = {role: {} for role in roles}
     for name, per_role in scores["by_role"].items():
         if len(per_role) != len(roles):
             raise InputError(f"{WHAT} {path} is not what lincorr writes: by_role.{name} has not one grid per role; {REMEDY}")
@@ -52,7 +54,7 @@ def read_extractive_scores(directory: Path) -> Section:
     shape = (len(scores["layers"]), len(scores["components"]))
     heatmaps = figures.score_heatmaps({name: number_grid(scores, name, shape, path) for name in names}, scores["layers"], scores["components"],
                                       f"{scores['hop']}-hop extractive scores, {scores['model']}")
-    blocks = [numbers, Figure(heatmaps, "Each score on its own symmetric colour scale; hover a cell for its value.")]
+    blocks: list[Block] = [numbers, Figure(heatmaps, "Each score on its own symmetric colour scale; hover a cell for its value.")]
     blocks += [figure for figure in (role_figure(scores, shape, path),) if figure]
     if scores.get("checked"):
         blocks.append(Table("exact (intervention) against linearised scores", (Column("component", ""), *(
@@ -125,7 +127,7 @@ def read_ordering(directory: Path) -> Section:
     result = read_document(directory / "ordering.json", ORDERING)
     orders = result["orders"]
     chance = (f"chance ({shown(result['chance_mean_rank'], '.2f')})", result["chance_mean_rank"])
-    blocks = []
+    blocks: list[Block] = []
     for stage, key, x_name in (("continued training (training sets)", "continued_curve", "epoch of continued training (all phases)"),
                                ("fine-tuning on test facts (OCR)", "test_curve", "epoch of fine-tuning on test facts")):
         length = max((len(order[key]) for order in orders), default=0)

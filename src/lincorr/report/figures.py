@@ -144,7 +144,7 @@ def matrix_figure(values: np.ndarray, row_labels: Sequence[str], column_labels: 
     low, high = limits
     small = max(len(row_labels), len(column_labels)) <= 30
     heatmap = go.Heatmap(
-        z=np.where(np.isfinite(values), values, None), x=list(column_labels), y=list(row_labels), text=hover,
+        z=np.where(np.isfinite(values), values, None), x=list(column_labels), y=list(row_labels), text=hover,  # type: ignore[call-overload]  # numpy's stub refuses None, plotly's gap
         colorscale="RdBu_r" if low < 0 else "Viridis", zmin=low, zmax=high, hoverongaps=False,
         colorbar=_top_colorbar(value_name, len(row_labels)),
         texttemplate="%{z:.2f}" if small else None, textfont={"size": 9},
@@ -175,7 +175,7 @@ def role_heatmaps(by_row: Mapping[str, Mapping[str, np.ndarray]], layers: Sequen
         right_edge = figure.layout[f"xaxis{k + 1 if k else ''}"].domain[1]
         for r, (role, grid) in enumerate(zip(by_row, column)):
             figure.add_trace(go.Heatmap(
-                z=np.where(np.isfinite(grid), grid, None), x=list(components), y=[str(layer) for layer in layers], colorscale="RdBu_r",
+                z=np.where(np.isfinite(grid), grid, None), x=list(components), y=[str(layer) for layer in layers], colorscale="RdBu_r",  # type: ignore[call-overload]  # numpy's stub refuses None, plotly's gap
                 zmin=-limit, zmax=limit, hoverongaps=False, showscale=r == 0,
                 colorbar={"x": right_edge + 0.01, "xanchor": "left", "y": 1, "yanchor": "top", "len": 0.9 / len(by_row), "thickness": 10},
                 hovertemplate=f"layer %{{y}}\n%{{x}}\n{name} score{f' at {role} tokens' if role else ''}: %{{z:.4g}}",
@@ -205,7 +205,7 @@ def line_figure(x: Sequence, series: Mapping[str, Sequence[float]], title: str, 
     return figure
 
 
-def outcome_figure(weights: Sequence[float], generalized: Sequence[bool], labels: Sequence[str], curve: Sequence[Mapping], title: str) -> go.Figure:
+def outcome_figure(weights: Sequence[float], generalized: Sequence[float], labels: Sequence[str], curve: Sequence[Mapping], title: str) -> go.Figure:
     """Fig. 5: each learned fact's outcome (jittered) against W[s, ref], with the generalization rate per quantile bin."""
     jitter = np.random.default_rng(0).uniform(-0.03, 0.03, len(weights))
     return go.Figure([
@@ -218,9 +218,9 @@ def outcome_figure(weights: Sequence[float], generalized: Sequence[bool], labels
                yaxis={"title": {"text": "generalized (1) or not (0)"}, "range": [-0.1, 1.1]}))
 
 
-def grouped_bar_figure(categories: Sequence[str], series: Mapping[str, Sequence[float]], title: str, *, y_name: str,
+def grouped_bar_figure(categories: Sequence[str], series: Mapping[str, Sequence[float | None]], title: str, *, y_name: str,
                        y_range: tuple[float, float] | None = None, reference_line: tuple[str, float] | None = None) -> go.Figure:
-    """One group of bars per category, one bar per series, in the order given; NaN leaves a gap."""
+    """One group of bars per category, one bar per series, in the order given; NaN or None leaves a gap."""
     figure = go.Figure([
         go.Bar(x=list(categories), y=[np.nan if v is None else v for v in values], name=name,
                hovertemplate=f"%{{x}}\n%{{fullData.name}}\n{y_name}: %{{y:.3f}}")

@@ -10,7 +10,7 @@ import numpy as np
 from lincorr.errors import InputError
 from lincorr.report import figures
 from lincorr.report.files import ANY, NULL, NUMBER, REAL, REMEDY, SCALAR, TEXT, WHAT, Entries, Items, Maybe, grid, number_grid, read_array, read_document
-from lincorr.report.page import Column, Figure, KeyNumbers, Section, Table
+from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table
 from lincorr.report.sections import HITS, KS, SKIPPED, number, plotted, plus_minus, read_provenance, shown, skipped_note
 
 PAIR = {
@@ -95,7 +95,7 @@ def read_matrix(directory: Path) -> Section:
     hover = matrix_hover(grid(matrix, "cells", shape, path), {name: values[key] for key, name, _ in MATRIX_METRICS},
                          matrix.get("templates", {}))
     model = matrix["model"] + (f" on {matrix['evaluated_on']}" if matrix.get("evaluated_on") else "")
-    blocks = [KeyNumbers((("grid", matrix["title"] or "prompt pairs"),
+    blocks: list[Block] = [KeyNumbers((("grid", matrix["title"] or "prompt pairs"),
                           ("inputs", f"{matrix['n_inputs']}, {matrix['kind']}, {matrix['estimator']}, seed {matrix['seed']}"),
                           ("skipped prompts", "; ".join(f"{s['prompt']} ({s['reason']})" for s in matrix["skipped"]) or "none")))]
     blocks += [Figure(figures.matrix_figure(values[key], matrix["rows"], matrix["columns"], f"{name} ({model})", value_name=name,
@@ -127,7 +127,7 @@ def read_resilience(directory: Path) -> Section:
     difference = matrices[1][1] - matrices[0][1]
     hover = matrix_hover(cells, {**dict(matrices), "difference": difference}, {})
     means = result["mean_offdiagonal"]
-    blocks = [KeyNumbers((("A (W fitted)", fit_model), ("B (scored)", eval_model)) + tuple(
+    blocks: list[Block] = [KeyNumbers((("A (W fitted)", fit_model), ("B (scored)", eval_model)) + tuple(
         (f"mean off-diagonal r, {name}", shown(means[key])) for name, key in (
             ("A's W on A", "r_fit_on_fit"), ("A's W on B", "r_fit_on_eval"), ("B's W on B", "r_eval_on_eval"), ("difference", "difference")))),
         Figure(figures.matrix_figure(difference, result["rows"], result["columns"], "label-wise r of A's W: on B minus on A",
@@ -182,7 +182,7 @@ PRECISION = {"model": ANY, "n_inputs": ANY, "rows": Items(PRECISION_ROW), "skipp
 def read_precision(directory: Path) -> Section:
     """`lincorr precision --out`: Hit@k per relation, sortable, with the paper's column."""
     table = read_document(directory / "precision.json", PRECISION)
-    blocks = [Figure(hit_figure(table["rows"], f"Hit@1 of W in both directions, {table['n_inputs']} inputs")),
+    blocks: list[Block] = [Figure(hit_figure(table["rows"], f"Hit@1 of W in both directions, {table['n_inputs']} inputs")),
               hit_table(table["rows"], f"Hit@Top-N of W, {table['n_inputs']} inputs")]
     if table["skipped"]:
         blocks.append(skipped_note(table["skipped"]))
@@ -196,7 +196,7 @@ def read_lre(directory: Path) -> Section:
     """`lincorr lre --out`: Hit@1 of W on each LRE relation beside chance, and every row with its relation type."""
     table = read_document(directory / "lre.json", LRE)
     rows = [{**row, "label": f"{row['label']} ({row['relation_type']})"} for row in table["rows"]]
-    blocks = [Figure(hit_figure(rows, f"Hit@1 of W on the LRE relations, {table['n_inputs']} inputs")),
+    blocks: list[Block] = [Figure(hit_figure(rows, f"Hit@1 of W on the LRE relations, {table['n_inputs']} inputs")),
               hit_table(rows, f"Hit@Top-N of W against LRE's samples, {table['n_inputs']} inputs")]
     if table["skipped"]:
         blocks.append(skipped_note(table["skipped"]))
@@ -212,7 +212,7 @@ def read_scale(directory: Path) -> Section:
     models = [f"{m['model']} ({m['n_parameters'] / 1e6:.0f}M)" for m in scale["models"]]
     # The lines run over the size series; models shown beside it (`in_series` false) are in the table only.
     in_series = [m for m in scale["models"] if m.get("in_series", True)]
-    blocks = []
+    blocks: list[Block] = []
     for estimator in dict.fromkeys(row["estimator"] for row in scale["rows"]):
         series: dict[str, list[float]] = {}
         for model in in_series:
@@ -251,7 +251,7 @@ CASES = Items({
 def read_cases(directory: Path) -> Section:
     """`lincorr cases --out`: one table per case table, reference answers marked ✓."""
     tables = read_document(directory / "cases.json", CASES)
-    blocks = []
+    blocks: list[Block] = []
     for case in tables:
         # As many rank columns as the longest row has answers: the k a file states sizes nothing.
         width = max((len(row["top"]) for row in case["rows"]), default=0)
@@ -278,7 +278,7 @@ def read_precision_curve(directory: Path) -> Section:
              for row in curve["rows"] for direction in ("influenced", "influencing")}
     series = {f"{estimator}, {direction}": [plotted(found.get((n, estimator, direction))) for n in curve["ns"]]
               for estimator in dict.fromkeys(row["estimator"] for row in curve["rows"]) for direction in ("influenced", "influencing")}
-    blocks = [Figure(figures.line_figure(curve["ns"], series, f"Hit@1 of W against the number of inputs N ({curve['label']})",
+    blocks: list[Block] = [Figure(figures.line_figure(curve["ns"], series, f"Hit@1 of W against the number of inputs N ({curve['label']})",
                                          x_name="inputs N", y_name="Hit@1", y_range=(0, 1.02))),
               hit_table([{**row, "label": f"N = {row['n_inputs']}"} for row in curve["rows"]], "every N and fit")]
     if curve["skipped"]:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 from pathlib import Path
 
 from lincorr.report import figures
-from lincorr.report.page import Column, Figure, KeyNumbers, Section, Table
+from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table
 from lincorr.report.sections import number, read_provenance
 from lincorr.report.effects import effect_text
 from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE
@@ -31,7 +32,7 @@ def published_cell(paper: object, shown_rows: int = 4) -> str:
         numbers = [value for key, value in row.items() if key not in ("label", "source", "target")]
         if numbers:
             shown.append(f"{row.get('label', '')} {_short(numbers[0])}")
-    values = paper.get("values") if isinstance(paper.get("values"), Mapping) else {}
+    values = paper["values"] if isinstance(paper.get("values"), Mapping) else {}
     shown += [f"{key} {_short(value)}" for key, value in list(values.items())[:shown_rows]]
     more = " …" if len(rows) > shown_rows else ""
     return f"{paper.get('model', '')}: " + "; ".join(shown) + more
@@ -82,7 +83,7 @@ def paper_beside_ours(claim: Mapping, budget: str = "") -> Figure | None:
     k (`relations/L/ols/k`), one series per path (the paper's estimator and lincorr's, say); a row or number the
     measurement does not name is left out, and a claim with none gets no figure.
     """
-    paper = claim.get("paper")
+    paper: Any = claim.get("paper")  # someone else's JSON: checked where read
     rows = [row for row in listed(paper.get("rows")) if isinstance(row, Mapping)] if isinstance(paper, Mapping) else []
     measured = list(_numbers(claim.get("ours")))
     bars: dict[str, dict[str, float]] = {}  # "L k" -> series name -> value
@@ -122,6 +123,6 @@ def read_reproduction(directory: Path) -> Section:
          claim["test"], effect_text(claim.get("detail"), claim.get("power"), claim.get("units_needed")), number(claim["p_value"]),
          number(claim.get("adjusted_p")), claim["verdict"]) for claim in claims))
     beside = (paper_beside_ours(claim, run.get("budget") or "") for claim in claims if claim["verdict"] != "not applicable")
-    blocks = (numbers, table, *(figure for figure in (evidence(claims), *beside) if figure))
+    blocks: tuple[Block, ...] = (numbers, table, *(figure for figure in (evidence(claims), *beside) if figure))
     return Section(f"reproduction of {run['paper']} on {run['model']}", "reproduce", str(directory),
                    read_provenance(directory, run, model=run["model"]), blocks)

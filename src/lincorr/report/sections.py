@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -69,8 +70,8 @@ def plotted(value) -> float:
 
 
 
-def skipped_note(skipped: Sequence[Mapping]) -> KeyNumbers:
-    return KeyNumbers(tuple((s.get("relation") or s.get("prompt"), f"not judged: {s['reason']}") for s in skipped))
+def skipped_note(skipped: Sequence[Mapping[str, Any]]) -> KeyNumbers:
+    return KeyNumbers(tuple((str(s.get("relation") or s.get("prompt")), f"not judged: {s['reason']}") for s in skipped))
 
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lincorr.report import figures
 from lincorr.report.files import ANY, NUMBER, REAL, SCALAR, TEXT, Entries, Items, Maybe, read_document
-from lincorr.report.page import Column, Figure, KeyNumbers, Section, Table
+from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table
 from lincorr.report.sections import SKIPPED, number, plotted, plus_minus, read_provenance, shown, skipped_note
 
 GRADCORR = {
@@ -30,7 +30,7 @@ def read_gradcorr(directory: Path) -> Section:
         "control r (shuffled W)": [plotted(row["control_r"]) for row in rows],
         f"paper ({paper}) gradient r": [plotted(row.get("paper_gradient_r")) for row in rows]},
         "Table 4: gradient correlation beside its control and the paper", y_name="r", y_range=(-1, 1))
-    blocks = [Figure(figure), Table("Table 4: does one step on source facts move target logits as W predicts?", columns, tuple(
+    blocks: list[Block] = [Figure(figure), Table("Table 4: does one step on source facts move target logits as W predicts?", columns, tuple(
         (row["relation"], number(row["logit_r"]), number(row["gradient_r"]), number(row["control_r"]), number(row.get("paper_logit_r")),
          number(row.get("paper_gradient_r")), row["n_step_facts"], number(row["seconds"])) for row in rows))]
     if table["skipped"]:
@@ -127,7 +127,7 @@ def read_subwords(directory: Path) -> Section:
     study = read_document(directory / "subwords.json", SUBWORDS)
     columns = (Column("category", ""), Column("target words"), Column("label-wise r"), Column("Hit@Top-5", ".2f"), Column("subjects"),
                Column("generalization", ".1%"), Column("facts"), Column("before", ".1%"))
-    blocks = [Table("Table 18: by the token category of the target answer", columns, tuple(
+    blocks: list[Block] = [Table("Table 18: by the token category of the target answer", columns, tuple(
         (r["category"], r["n_target_words"], number(r["labelwise_r"]), number(r["hit_at_5"]), r["n_subjects"], number(r["generalization_rate"]),
          r["n_facts"], number(r["rate_before"])) for r in study["rows"]))]
     nested = directory / "generalization"

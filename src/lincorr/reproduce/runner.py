@@ -15,7 +15,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar, cast
 
 from lincorr.cache import stored_result
 from lincorr.collection import CollectSettings
@@ -69,7 +69,8 @@ class ClaimResult:
 
     @classmethod
     def from_summary(cls, row: dict) -> ClaimResult:
-        return cls(**{field.name: row.get(field.name) for field in dataclasses.fields(cls)})
+        fields: dict[str, Any] = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
+        return cls(**fields)
 
     def measured_test(self) -> Test | None:
         return Test.from_summary(self.detail) if self.detail else None
@@ -83,7 +84,7 @@ def judged(claims: Sequence[ClaimResult]) -> tuple[ClaimResult, ...]:
     """The claims of one run judged together: Holm's adjustment across the measured claims (variants outside the family,
     judged on their Bonferroni p), power read at ALPHA over the number of measured claims, and each claim's verdict."""
     measured = [i for i, c in enumerate(claims) if c.detail is not None]
-    adjusted = dict(zip(measured, holm([claims[i].p_value for i in measured])))
+    adjusted = dict(zip(measured, holm(cast(list[float], [claims[i].p_value for i in measured]))))  # a measured claim has its p
     level = ALPHA / max(len(measured), 1)
     out = list(claims)
     for i in measured:
@@ -210,6 +211,7 @@ def unmeasured(claim: Claim, reason: str) -> ClaimResult:
 
 def measure_claim(claim: Claim, ctx: Context) -> dict:
     """Run the claim's step and test; a step that cannot run on this model ends `not applicable` with its reason."""
+    assert claim.step is not None, "a claim without a step is not applicable, never measured"
     started = time.perf_counter()
     try:
         measured = STEPS[claim.step](ctx)
@@ -254,9 +256,13 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
         ctx = Context(lm, registry, claim_settings, settings, shared, claim.interest)
         key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key(),
                "interest": claim.interest,
-               **({"eval_model": second.fingerprint} if claim.eval_model else {})}
-        row = stored_result("reproduce", key, lambda: measured.append(claim.id) or measure_claim(claim, ctx), code=step_module(claim.step),
-                            use_cache=settings.use_cache)
+               **({"eval_model": second.fingerprint} if claim.eval_model and second is not None else {})}
+
+        def measure() -> dict:  # stored_result calls it at once, within this claim's turn
+            measured.append(claim.id)
+            return measure_claim(claim, ctx)
+
+        row = stored_result("reproduce", key, measure, code=step_module(claim.step), use_cache=settings.use_cache)
         results.append(ClaimResult.from_summary(row))
     return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "",
                               round(time.perf_counter() - started, 1), len(measured))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from typing import Any
 
 from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
 from lincorr.inputs import sample_vocab_inputs
+from lincorr.knowledge import Registry
 from lincorr.models import LM
 from lincorr.reproduce.verdicts import Test
 
@@ -25,8 +27,8 @@ class Context:
     """A step's model, registry and settings (those of the claim at the chosen budget)."""
 
     lm: LM
-    registry: object
-    settings: Mapping[str, object]
+    registry: Registry
+    settings: Mapping[str, Any]  # the claim's YAML: its values are whatever the file holds
     collect: CollectSettings = CollectSettings()  # how the logit-table studies collect
     shared: dict = dataclasses.field(default_factory=dict)  # what several claims of one reproduction compute once (a training run)
     interest: float | None = None  # the effect the claim is judged against, in its test's units (`Claim.interest`)

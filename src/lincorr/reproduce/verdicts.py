@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import scipy.stats
@@ -60,7 +61,7 @@ class Test:
 
     @classmethod
     def from_summary(cls, row: dict) -> Test:
-        fields = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
+        fields: dict[str, Any] = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
         fields["interval"] = tuple(fields["interval"]) if fields["interval"] is not None else None
         fields["power"] = tuple(tuple(pair) for pair in fields["power"]) if fields["power"] is not None else None
         fields["parts"] = tuple(cls.from_summary(part) for part in row.get("parts") or ())
@@ -148,7 +149,7 @@ def binomial_above(successes: int, trials: int, chance: float, what: str = "hits
                 successes / trials > chance, successes / trials - chance, (ci.low - chance, ci.high - chance), interest, power, trials, what)
 
 
-def mcnemar_gain(before: Sequence[bool], after: Sequence[bool], what: str = "right", interest: float | None = None, unit: str = "items") -> Test:
+def mcnemar_gain(before: np.ndarray | Sequence[bool], after: np.ndarray | Sequence[bool], what: str = "right", interest: float | None = None, unit: str = "items") -> Test:
     """Paired: more items turn right than turn wrong (exact McNemar: a binomial test on the discordant pairs, one-sided).
     The effect is the rise in the rate right (Agresti-Min interval); `interest` a rise, its power exact given the rate of
     items turning wrong that was measured."""
@@ -194,7 +195,7 @@ def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: s
                 rate - control_rate, (rate - control_rate - Z_95 * se, rate - control_rate + Z_95 * se), interest, power, n + control_n)
 
 
-def paired_greater(values: Sequence[float], controls: Sequence[float], what: str = "r vs shuffled control",
+def paired_greater(values: np.ndarray | Sequence[float], controls: np.ndarray | Sequence[float], what: str = "r vs shuffled control",
                    interest: float | None = None, unit: str = "pairs") -> Test:
     """`values` above their paired `controls` (Wilcoxon signed-rank, one-sided); the effect is the mean difference with its
     t interval, the power the t-test's at `interest` scaled by the signed-rank test's efficiency (3/pi). Each pair must be
@@ -212,31 +213,31 @@ def paired_greater(values: Sequence[float], controls: Sequence[float], what: str
     return Test(name, mean, p, mean > 0, mean, (mean - half, mean + half), interest, power, int(difference.size), unit)
 
 
-def bootstrap_greater(estimate: float, resampled: Sequence[float], what: str, interest: float | None = None,
+def bootstrap_greater(estimate: float, resampled: np.ndarray | Sequence[float], what: str, interest: float | None = None,
                       units: int | None = None, unit: str = "inputs") -> Test:
     """An effect above 0, judged by resampling its independent units (inputs every cell shares, runs): the p-value is the
     share of resampled effects at or below 0 (one-sided, +1 smoothed), the interval the 2.5-97.5 percentiles, the power
     a z-test's with the resampled standard error."""
-    resampled = np.asarray(resampled, float)
-    resampled = resampled[np.isfinite(resampled)]
-    p = float((1 + np.sum(resampled <= 0)) / (1 + resampled.size))
-    se = float(resampled.std(ddof=1)) if resampled.size > 1 else 0.0
+    finite = np.asarray(resampled, float)
+    finite = finite[np.isfinite(finite)]
+    p = float((1 + np.sum(finite <= 0)) / (1 + finite.size))
+    se = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
     power = normal_power(interest / se) if interest is not None and se > 0 else None
-    low, high = (np.percentile(resampled, [2.5, 97.5]) if resampled.size else (math.nan, math.nan))
-    return Test(f"bootstrap over {units or '?'} {unit} ({resampled.size} resamples): {what}", float(estimate), p, estimate > 0,
+    low, high = (np.percentile(finite, [2.5, 97.5]) if finite.size else (math.nan, math.nan))
+    return Test(f"bootstrap over {units or '?'} {unit} ({finite.size} resamples): {what}", float(estimate), p, estimate > 0,
                 float(estimate), (float(low), float(high)), interest, power, units, unit)
 
 
-def ranks_greater(values: Sequence[float], others: Sequence[float], what: str = "values vs others", interest: float | None = None) -> Test:
+def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Sequence[float], what: str = "values vs others", interest: float | None = None) -> Test:
     """`values` tend to exceed `others` (Mann-Whitney U, one-sided); the statistic is the common-language effect size and
     the effect its excess over 1/2 (Hanley-McNeil interval); the power Noether's at `interest` above 1/2."""
-    values, others = np.asarray(values, float), np.asarray(others, float)
-    values, others = values[np.isfinite(values)], others[np.isfinite(others)]
-    if not values.size or not others.size:
-        return Test(f"Mann-Whitney U: {what}, {values.size} vs {others.size}: a group is empty", 0.5, 1.0, False, 0.0, None, interest)
-    result = scipy.stats.mannwhitneyu(values, others, alternative="greater")
-    auc = float(result.statistic) / (values.size * others.size)
-    n1, n2 = values.size, others.size
+    ours, theirs = np.asarray(values, float), np.asarray(others, float)
+    ours, theirs = ours[np.isfinite(ours)], theirs[np.isfinite(theirs)]
+    if not ours.size or not theirs.size:
+        return Test(f"Mann-Whitney U: {what}, {ours.size} vs {theirs.size}: a group is empty", 0.5, 1.0, False, 0.0, None, interest)
+    result = scipy.stats.mannwhitneyu(ours, theirs, alternative="greater")
+    auc = float(result.statistic) / (ours.size * theirs.size)
+    n1, n2 = ours.size, theirs.size
     q1, q2 = auc / (2 - auc), 2 * auc**2 / (1 + auc)
     se = math.sqrt(max(auc * (1 - auc) + (n1 - 1) * (q1 - auc**2) + (n2 - 1) * (q2 - auc**2), 1e-12) / (n1 * n2))
     power = normal_power(interest * math.sqrt(12 * n1 * n2 / (n1 + n2 + 1))) if interest is not None else None
@@ -253,7 +254,7 @@ def all_of(tests: Sequence[Test], what: str) -> Test:
     weakest = max(tests, key=lambda t: t.p_value)
     power = None
     if all(t.power is not None for t in tests):
-        power = tuple((alpha, float(np.prod([t.power_at(alpha) for t in tests]))) for alpha in POWER_ALPHAS)
+        power = tuple((alpha, float(np.prod(np.asarray([t.power_at(alpha) for t in tests], float)))) for alpha in POWER_ALPHAS)
     holding = sum(t.direction_holds for t in tests)
     smallest_units = min((t.units for t in tests if t.units), default=None)
     return Test(f"each of {len(tests)} {what} ({holding} pointing the paper's way; largest p: {weakest.name})", weakest.statistic,

@@ -14,6 +14,7 @@ implications the scores are averaged over.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -154,12 +155,13 @@ def localisation(ctx: Context) -> Measured:
     mass = block_mass(at_role, layers, n_layers)
     role_mass = np.clip(by_role[chosen], 0, None).sum(0)
     split = paper_split(n_layers)
-    ours = {"hop": hop, "score": score, "role": role, "part": part, "positive_mass_by_block": [round(float(v), 4) for v in mass],
+    ours: dict[str, Any] = {"hop": hop, "score": score, "role": role, "part": part, "positive_mass_by_block": [round(float(v), 4) for v in mass],
             "share_in_early_middle_blocks": round(float(mass[:split].sum() / mass.sum()), 3) if mass.sum() > 0 else None,
             "early_middle_blocks": f"0-{split - 1} of {n_layers}",
             "share_by_role": {r: round(float(role_mass[i] / role_mass.sum()), 3) if role_mass.sum() > 0 else None for i, r in enumerate(ROLES)}}
     test = depth_test(at_role, layers, n_layers, toward, f"positive {score} mass of the {part} at the {role} tokens", ctx.interest)
     top = ", ".join(str(b) for b in np.argsort(-mass)[:3])
+    assert test.effect is not None, "depth_test measures an effect"
     centre = 0.5 + test.effect if toward == "late" else 0.5 - test.effect
     text = (f"{hop} hop, {score} ({part}, {role} tokens): mean depth {centre:.2f}, {ours['share_in_early_middle_blocks']} of the "
             f"mass in blocks {ours['early_middle_blocks']}, top blocks {top}; share at the {role} tokens {ours['share_by_role'][role]}")

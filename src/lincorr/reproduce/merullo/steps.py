@@ -170,7 +170,7 @@ def ordering_claim(ctx: Context) -> Measured:
         chosen = str(ctx.settings["hardest"])
         pairs = [(other, chosen) for other in names if other != chosen]
     kind = str(ctx.settings.get("context", "copy"))
-    ours = {name: {k: round(float(gains(run, k).mean()), 4) for k in ("copy", "zero-shot") if k in run.answer_rank} for name, run in runs.items()}
+    ours: dict[str, dict[str, float]] = {name: {k: round(float(gains(run, k).mean()), 4) for k in ("copy", "zero-shot") if k in run.answer_rank} for name, run in runs.items()}
     text = f"mean RR gain of the o-vector over sources, {kind} contexts: " + ", ".join(f"{name} {v[kind]:.3f}" for name, v in ours.items())
     beside = "zero-shot" if kind == "copy" else "copy"
     return Measured(ours, text, ordered_tests(runs, kind, pairs, ctx.interest), ordered_tests(runs, beside, pairs, ctx.interest))
@@ -201,7 +201,7 @@ def ablation_outcomes(ctx: Context, name: str) -> dict:
         order = pair_order(bound, LENS_SEED)
         reference, evaluation = order[:16], order[16:][:n_pairs]
         prompts = {"abstractive": fewshot_prompts(bound, evaluation, LENS_SEED), "extractive": extractive_prompts(bound, evaluation, LENS_SEED)}
-        outcomes = {"from_layer": start, "n_pairs": len(evaluation)}
+        outcomes: dict = {"from_layer": start, "n_pairs": len(evaluation)}  # and (kind, how) -> right first
         for how in ("none", "zero", "mean"):
             added = ffn_ablations(ctx.lm, bound, start, how, reference, seed=LENS_SEED, batch_size=32) if how != "none" else ()
             outcomes.update({(kind, how): right_first(ctx.lm, bound, evaluation, kind_prompts, added, 32) for kind, kind_prompts in prompts.items()})

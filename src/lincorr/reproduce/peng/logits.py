@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -52,7 +53,7 @@ def precision_test(rows, precise, level: float, fit: str) -> Test:
     """Table 2 as the paper reads it: each relation it calls precise above chance at Hit@1, and each other one below
     `level` (the Hit@1 of its least precise precise relation), each with its own line."""
     paper = paper_table("table2")
-    parts = [hit_at_1_test(row, level) if row.label in precise else imprecise_test(row, level, paper.row(row.label)["hit_influenced"][0])
+    parts = [hit_at_1_test(row, level) if row.label in precise else imprecise_test(row, level, paper.rows_labelled(row.label)[0]["hit_influenced"][0])
              for row in rows]
     return all_of(parts, f"relations: precise ones above chance, the others below Hit@1 {level:g} ({fit})")
 
@@ -67,7 +68,7 @@ def precision(ctx: Context) -> Measured:
     precise = list(ctx.settings.get("precise", ()))
     if not any(row.label in precise for row in by_fit[PAPER_FIT]):
         raise NotApplicable("no relation the paper calls precise could be judged on this model: " + "; ".join(r for _, r in table.skipped))
-    ours = {row.label: {} for row in table.rows}
+    ours: dict[str, dict] = {row.label: {} for row in table.rows}
     for fit, rows in by_fit.items():
         for row in rows:
             ours[row.label][fit] = {"hit_influenced": [round(row.hit_influenced[k], 3) for k in (1, 3, 5)],
@@ -158,7 +159,7 @@ def matrix(ctx: Context) -> Measured:
     result = measure_matrix(ctx.lm, ctx.registry, family_grid(ctx), ctx.inputs(), config, ctx.collect)
     positions = [(i, j) for i, row in enumerate(result.grid.cells) for j, cell in enumerate(row) if cell and cell[0] != cell[1]]
     fits_by_cell = cell_fits(ctx)
-    fits = [fits_by_cell[result.grid.cells[i][j]] for i, j in positions]
+    fits = [fits_by_cell[cast(tuple[str, str], result.grid.cells[i][j])] for i, j in positions]  # filled cells only
     gain, test = gain_test(fits, [(fit.source.values, fit.target.values) for fit in fits], ctx, "label-wise r")
     r = [fit.labelwise_r_mean for fit in fits]
     instancewise = [float(result.instancewise_r[i, j]) for i, j in positions]
@@ -176,7 +177,7 @@ def correlations(ctx: Context) -> Measured:
     held-out inputs the relations share."""
     fits = cell_fits(ctx)
     gain, test = gain_test(list(fits.values()), [(fit.source.values, fit.target.values) for fit in fits.values()], ctx, "label-wise r")
-    ours = {"n_inputs": len(ctx.inputs()), "estimator": cell_fit_config(ctx).estimator, "gain_over_control": round(gain, 3),
+    ours: dict[str, Any] = {"n_inputs": len(ctx.inputs()), "estimator": cell_fit_config(ctx).estimator, "gain_over_control": round(gain, 3),
             "relations": {f"{s}->{t}": mean(fit.labelwise_r) for (s, t), fit in fits.items()}}
     text = "; ".join(f"{cell} r {r:.2f}" for cell, r in ours["relations"].items()) + f" ({gain:+.2f} over {N_CONTROL} shuffled Ws)"
     return Measured(ours, text, test)
@@ -201,7 +202,8 @@ def cases(ctx: Context) -> Measured:
     inputs = ctx.inputs()
     fit = case_fit(ctx)
     tables = measure_cases(ctx.lm, ctx.registry, specs, inputs, fit, ctx.collect)
-    hits, chances, shown = 0, [], {}
+    hits, chances = 0, []
+    shown: dict[str, dict[str, list[str]]] = {}
     for spec, table in zip(specs, tables.tables):
         bound = bind_relation(ctx.registry, RelationSpec(spec.relation.source, spec.relation.target), ctx.lm.tokenizer, require_pairs=False)
         other = len(bound.target.domain if spec.direction == "influenced" else bound.source.domain)

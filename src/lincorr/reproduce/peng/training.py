@@ -8,6 +8,8 @@ one judged.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import scipy.stats
 
@@ -116,7 +118,7 @@ def reading_weights(ctx: Context) -> dict[str, dict[tuple, tuple[float, float]]]
     if key not in ctx.shared:
         configs = {config.label: config for config in precision_fits(FitConfig(n_boot=10), READING_FITS[0])}
         learned = learned_outcomes(ctx)
-        read = {fit: {} for fit in READING_FITS}
+        read: dict[str, dict] = {fit: {} for fit in READING_FITS}
         for fit, relation in ((fit, relation) for fit in READING_FITS for relation in relations):
             bound = fit_relation(ctx.lm, ctx.registry, RelationSpec(relation.source, relation.target),
                                  n_inputs=int(ctx.settings["n_inputs"]), fit=configs[fit], settings=ctx.collect)
@@ -152,7 +154,8 @@ def hallucination(ctx: Context) -> Measured:
     ols beside."""
     wrong = [(label, o.seed, o.entity) for label, o in learned_outcomes(ctx) if not o.generalized]
     read = reading_weights(ctx)
-    ours, tests = {"n_hallucinated": len(wrong)}, {}
+    ours: dict[str, Any] = {"n_hallucinated": len(wrong)}
+    tests = {}
     for fit in READING_FITS:
         pairs = [read[fit][key] for key in wrong]
         above = sum(gen > ref for ref, gen in pairs)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -40,6 +40,9 @@ from lincorr.names import pseudo_names
 from lincorr.outputs import settings_key, staged_directory, write_csv, write_json
 from lincorr.results import Stored, record
 from lincorr.templates import fill, validate_template
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "HOPS", "PAPER_TRAIN", "SMALL_TRAIN", "Templates", "World", "QuerySet", "HopData", "load_world",
@@ -206,7 +209,7 @@ def token_report(world: World, tokenizer) -> dict:
 
     Landmarks are never answers (they sit inside second-hop prompts), so only their length in tokens is reported.
     """
-    report = {}
+    report: dict[str, object] = {}
     for name, words in (("city", world.cities), ("language", world.languages), ("animal", world.animals)):
         domain = build_domain(words, tokenizer, name=name, keep_subwords=True)
         multi = [w for w in words if len(tokenizer(" " + w, add_special_tokens=False)["input_ids"]) > 1]
@@ -220,7 +223,7 @@ def token_report(world: World, tokenizer) -> dict:
     return report
 
 
-def snapshot(model: torch.nn.Module, tokenizer, name: str) -> LM:
+def snapshot(model: PreTrainedModel, tokenizer, name: str) -> LM:
     """An LM over a trained (or still training) model, for evaluation.
 
     Its fingerprint is unique instead of a hash of a gigabyte of weights: these studies never
@@ -230,7 +233,7 @@ def snapshot(model: torch.nn.Module, tokenizer, name: str) -> LM:
 
 
 def train_model(lm: LM, facts: Sequence[Fact], config: TrainConfig, *, name: str,
-                after_epoch: Callable[[int, torch.nn.Module], None] | None = None) -> tuple[LM, tuple[float, ...]]:
+                after_epoch: Callable[[int, PreTrainedModel], None] | None = None) -> tuple[LM, tuple[float, ...]]:
     """A fine-tuned copy of `lm` (the caller's model is untouched, see `snapshot`) and the mean loss of each epoch."""
     trained = train_on_facts(lm.model, lm.tokenizer, facts, config, after_epoch=after_epoch)
     return snapshot(trained.model, lm.tokenizer, name), trained.losses

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from typing import ClassVar
+from typing import Any, ClassVar
 import time
 from collections.abc import Callable, Sequence
 
@@ -327,8 +327,8 @@ class GraftResult(Stored):
             self.plot(out / "graft.png")
 
 
-def graft_measures(lm: LM, data: NovelData, config: OriginsConfig, measure: Callable[[str, LM], object] | None, *,
-                   scores: bool = True, use_cache: bool = True) -> tuple[dict[str, object], dict[str, np.ndarray]]:
+def graft_measures(lm: LM, data: NovelData, config: OriginsConfig, measure: Callable[[str, LM], Any] | None, *,
+                   scores: bool = True, use_cache: bool = True) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """Train every weight set of Table 3, graft, and `measure(name, model)` each (names of `WEIGHT_SETS`; none without
     `measure`); with `scores`, Fig. 6's two scores per component: {"downstream": W_F,ImplF fine-tuned on the test facts,
     on their implications, "informative": the update W_F' -> W_graft, on Impl F'}, each `[n_components]`.

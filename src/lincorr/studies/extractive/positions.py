@@ -45,7 +45,7 @@ def token_roles(lm: LM, prompts: Sequence[str], subjects: Sequence[str] = ()) ->
     rows = token_rows(lm, list(prompts))
     if subjects and len(subjects) != len(prompts):
         raise LincorrError(f"{len(subjects)} subjects for {len(prompts)} prompts; give one subject per prompt")
-    offsets = _offsets(lm, prompts, rows) if subjects else [None] * len(rows)
+    offsets = _offsets(lm, prompts, rows) if subjects else []  # read only with subjects
     roles = []
     for i, row in enumerate(rows):
         role = [ROLES.index("other")] * len(row)

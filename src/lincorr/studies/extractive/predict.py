@@ -73,7 +73,7 @@ class PredictResult(Stored):
         """ROC AUC of each predictor for "right after training", and of random scores (mean, 2.5% and 97.5% quantiles)."""
         rows = self.usable()
         labels = [r["right_after"] for r in rows]
-        out = {name: roc_auc([r[name] for r in rows], labels) for name in PREDICTORS}
+        out: dict[str, float | dict[str, float]] = {name: roc_auc([r[name] for r in rows], labels) for name in PREDICTORS}
         rng = np.random.default_rng(self.config.seed)
         random = np.array([roc_auc(rng.random(len(rows)), labels) for _ in range(self.config.n_random)])
         finite = random[np.isfinite(random)]

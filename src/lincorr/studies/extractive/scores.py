@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import ClassVar
+from typing import ClassVar, cast
 import time
 from collections.abc import Sequence
 
@@ -100,7 +100,7 @@ def _right_aligned_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
 def _chunks(queries: QuerySet, batch_size: int, roles: torch.Tensor | None = None) -> list[tuple]:
     """(prompts, answers `[b]`) per batch, with the batch's columns of `roles` `[b, w]` (left-padded to its own width) when given."""
     answers = torch.tensor(queries.answers)
-    chunks = []
+    chunks: list[tuple] = []
     for s in range(0, len(queries), batch_size):
         prompts = list(queries.prompts[s:s + batch_size])
         if roles is None:
@@ -123,33 +123,33 @@ def linearized_scores(original: LM, tuned: LM, queries: QuerySet, *, components:
     test can resample the prompts. `components` default to `score_components(original)`; `upstream=False` skips the
     per-split backward passes (the entries are then NaN). `original` and `tuned` must share an architecture.
     """
-    components = [Component.parse(c) if isinstance(c, str) else c for c in (components or score_components(original))]
+    chosen = [Component.parse(c) if isinstance(c, str) else c for c in (components or score_components(original))]
     token_ids = torch.tensor(queries.candidates.token_ids)
-    weights = [component_weights(original, c) for c in components]
+    weights = [component_weights(original, c) for c in chosen]
     _check_same_shapes(original, tuned, weights)
-    full = run(original, list(queries.prompts), capture=components, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
-    y_star = {c: _right_aligned_mean(_wide(full[c]), full.attention_mask) for c in components}
+    full = run(original, list(queries.prompts), capture=chosen, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
+    y_star = {c: _right_aligned_mean(_wide(full[c]), full.attention_mask) for c in chosen}
     roles = token_roles(original, queries.prompts, queries.subjects)
-    by_prompt = {key: torch.zeros(len(queries), len(components), len(ROLES), dtype=torch.float64) for key in SCORES}
+    by_prompt = {key: torch.zeros(len(queries), len(chosen), len(ROLES), dtype=torch.float64) for key in SCORES}
     saved = []  # per chunk: (activations y, gradients dR/dy), both {c: [b, w, d]}, the mask and the roles [b, w]
     with weight_steps(original, tuned, weights) as steps:
         for start, (prompts, answers, chunk_roles) in zip(range(0, len(queries), batch_size), _chunks(queries, batch_size, roles)):
             rows = slice(start, start + len(prompts))
-            shifted = shifted_outputs(original, tuned, prompts, components, batch_size=len(prompts))
+            shifted = shifted_outputs(original, tuned, prompts, chosen, batch_size=len(prompts))
             steps.clear()
-            trace = run(original, prompts, capture=components, positions="all", token_ids=token_ids, grad=True)
+            trace = run(original, prompts, capture=chosen, positions="all", token_ids=token_ids, grad=True)
             mask = trace.attention_mask
             grads = torch.autograd.grad(rewards(trace.logits, answers).sum(),
-                                        [trace[c] for c in components] + [steps[i] for i in range(len(components))])
-            activation_grads = {c: _real(_wide(g), mask) for c, g in zip(components, grads)}
-            values = {c: _wide(trace[c].detach()) for c in components}
-            for i, c in enumerate(components):
-                by_prompt["informative"][rows, i] = role_sums(_real(grads[len(components) + i][..., None], mask)[..., 0], chunk_roles)
+                                        [trace[c] for c in chosen] + [steps[i] for i in range(len(chosen))])
+            activation_grads = {c: _real(_wide(g), mask) for c, g in zip(chosen, grads)}
+            values = {c: _wide(trace[c].detach()) for c in chosen}
+            for i, c in enumerate(chosen):
+                by_prompt["informative"][rows, i] = role_sums(_real(grads[len(chosen) + i][..., None], mask)[..., 0], chunk_roles)
                 by_prompt["downstream"][rows, i] = role_sums((activation_grads[c] * _real(_wide(shifted[c]) - values[c], mask)).sum(-1),
                                                              chunk_roles)
             saved.append((values, activation_grads, mask, chunk_roles))
     if upstream:
-        _upstream(original, tuned, queries, components, saved, y_star, token_ids, batch_size, by_prompt["upstream"])
+        _upstream(original, tuned, queries, chosen, saved, y_star, token_ids, batch_size, by_prompt["upstream"])
     else:
         by_prompt["upstream"].fill_(float("nan"))
     scores = {f"{key}_by_role": (by_prompt[key].sum(0) / len(queries)).numpy() for key in SCORES}
@@ -214,15 +214,15 @@ def exact_scores(original: LM, tuned: LM, queries: QuerySet, components: Sequenc
     f_c(z'_c, W_c) minus R; upstream: the drop from mean-ablating y_c (to y*_c) with the late
     weights fine-tuned, minus the same drop with the original weights (the late split as above).
     """
-    components = [Component.parse(c) if isinstance(c, str) else c for c in components]
+    chosen = [Component.parse(c) if isinstance(c, str) else c for c in components]
     token_ids = torch.tensor(queries.candidates.token_ids)
     prompts = list(queries.prompts)
     base = _mean_reward(original, queries, token_ids, batch_size=batch_size)
-    full = run(original, prompts, capture=components, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
-    shifted = shifted_outputs(original, tuned, prompts, components, batch_size)
+    full = run(original, prompts, capture=chosen, positions="all", token_ids=NO_TOKENS, batch_size=batch_size)
+    shifted = shifted_outputs(original, tuned, prompts, chosen, batch_size)
     hybrid = mixed_copy(original)
-    out = {key: np.zeros(len(components)) for key in SCORES}
-    for i, c in enumerate(components):
+    out = {key: np.zeros(len(chosen)) for key in SCORES}
+    for i, c in enumerate(chosen):
         with weights_from(hybrid.model, tuned.model, [component_weights(original, c)]):
             out["informative"][i] = _mean_reward(hybrid, queries, token_ids, batch_size=batch_size) - base
         out["downstream"][i] = _mean_reward(original, queries, token_ids, [Patch(c, shifted[c], "all")], batch_size) - base
@@ -249,7 +249,7 @@ def component_grid(lm: LM, components: Sequence[Component], values: np.ndarray) 
     parts = layout(lm)
     grid = np.full((parts.n_layers, 1 + parts.n_heads), np.nan)
     for c, value in zip(components, values):
-        grid[c.layer, 0 if c.kind == "mlp" else 1 + c.head] = value
+        grid[c.layer, 0 if c.kind == "mlp" else 1 + cast(int, c.head)] = value  # else a head
     return grid
 
 
@@ -358,7 +358,7 @@ class ScoresResult(Stored):
 
 def _json_grid(values: np.ndarray) -> list:
     """An array as nested lists, NaN (not scored) as null."""
-    return np.where(np.isnan(values), None, values).tolist()
+    return np.where(np.isnan(values), None, values).tolist()  # type: ignore[call-overload]  # numpy's stub refuses None, JSON's null
 
 
 def scores_from_models(original: LM, tuned: LM, queries: QuerySet, *, n_checked: int = 12, upstream: bool = True,

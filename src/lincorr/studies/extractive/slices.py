@@ -68,7 +68,8 @@ def sublayer_inputs(lm: LM, store: dict, replay: bool) -> Iterator[None]:
     so the batches must come in the same order and shapes as when they were recorded.
     """
     parts = layout(lm)
-    handles, calls = [], {}
+    handles: list = []
+    calls: dict = {}
 
     def hook_for(key):
         def hook(_module, args, kwargs):

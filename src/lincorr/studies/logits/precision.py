@@ -152,6 +152,7 @@ def precision_of(pair: PairResult, reference_pairs: ReferencePairs | None = None
     if reference_pairs is None and pair.reference is None:
         raise LincorrError(f"{label} has no reference pairs to judge W by; bind the relation with its pairs or pass them")
     match = pair.reference if reference_pairs is None else match_reference(reference_pairs, pair.source.domain, pair.target.domain)
+    assert match is not None, "checked above: the pair has its reference"
     right = require_usable(match, label=label, reference=reference, reference_file=reference_file).columns
     influencing = invert_reference(right)
     weights = ranked_weights(pair)

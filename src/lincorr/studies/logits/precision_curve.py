@@ -111,7 +111,8 @@ def precision_curve(
         raise LincorrError("; ".join(reason for _, reason in missing))
     bound = judged_relation(registry, relation, prompts[relation.source], prompts[relation.target], reference_file)
     tables = collect(lm, prompts, list(inputs[:ns[-1]]), settings)
-    rows, skipped = [], []
+    rows: list[PrecisionResult] = []
+    skipped: list[tuple[str, str]] = []
     for n in ns:
         first = {name: first_inputs(table, n) for name, table in tables.items()}
         for config in configs:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar, cast
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ from lincorr.prompts import Prompt
 from lincorr.relations import BoundRelation, RelationSpec, bind_relation
 from lincorr.studies.training.token_pairs import TokenPairs, resolve_pairs
 from lincorr.templates import fill
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = [
     "SOFTMAX_OVER", "Vocabulary", "AblationConfig", "AblationResult", "vocabulary_from_model", "pca_vocabularies", "pooled_embeddings",
@@ -135,14 +138,14 @@ class FeedForward(torch.nn.Module):
         return self.down(self.activation(self.gate(pooled)) * self.up(pooled))
 
 
-def vocabulary_from_model(model: torch.nn.Module, name: str = "in-memory") -> Vocabulary:
+def vocabulary_from_model(model: PreTrainedModel, name: str = "in-memory") -> Vocabulary:
     """The frozen vocabulary of a HF causal LM: input embeddings as the model scales them, its head rows, its MLP shape."""
-    embedding = model.get_input_embeddings()
+    embedding = cast(torch.nn.Embedding, model.get_input_embeddings())  # HF input embeddings: an Embedding (Gemma's scales it)
     with torch.no_grad():
         # Calling the module (not reading .weight) applies scaling such as Gemma's sqrt(d).
         ids = torch.arange(embedding.weight.shape[0], device=embedding.weight.device)
         inputs = torch.cat([embedding(chunk) for chunk in ids.split(65536)]).float().cpu()
-        head = model.get_output_embeddings()
+        head = cast(torch.nn.Linear | None, model.get_output_embeddings())
         outputs = (embedding.weight if head is None else head.weight).detach().float().cpu()
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     width = inputs.shape[1]

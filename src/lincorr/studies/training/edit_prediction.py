@@ -15,7 +15,7 @@ from lincorr.fit import FitConfig, fit_relation
 from lincorr.models import LM
 from lincorr.names import pseudo_names
 from lincorr.outputs import settings_key, staged_directory, write_json
-from lincorr.relations import BoundRelation, RelationSpec
+from lincorr.relations import FittedRelation, RelationSpec
 from lincorr.results import Stored, record
 from lincorr.templates import fill
 
@@ -92,7 +92,7 @@ def predict_from_logits(
     )
 
 
-def predict_edit(lm: LM, relation: BoundRelation, value: str, subject: str, *, margin: float = DEFAULT_MARGIN,
+def predict_edit(lm: LM, relation: FittedRelation, value: str, subject: str, *, margin: float = DEFAULT_MARGIN,
                  delta: float | None = None) -> EditPrediction:
     """Predict, without training, what teaching "source_template(subject) value" does to the target answer.
 

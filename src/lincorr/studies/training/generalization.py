@@ -25,7 +25,7 @@ from lincorr.models import LM, wrap_model
 from lincorr.names import pseudo_names
 from lincorr.outputs import settings_key, staged_directory, write_json, write_text_atomic
 from lincorr.prompts import Prompt
-from lincorr.relations import BoundRelation, RelationSpec
+from lincorr.relations import BoundRelation, FittedRelation, RelationSpec
 from lincorr.results import Stored, record
 from lincorr.studies.training.edit_prediction import DEFAULT_MARGIN, STUDY_FIT, predict_from_logits
 from lincorr.templates import fill
@@ -135,7 +135,7 @@ def diagnose(generalized: bool, learned: bool, w_ref: float, w_gen: float, bias_
 
 
 def score_outcomes(
-    relation: BoundRelation, seed: int, entities: Sequence[str], answer_rows: Sequence[int], source_before: np.ndarray, source_after: np.ndarray,
+    relation: FittedRelation, seed: int, entities: Sequence[str], answer_rows: Sequence[int], source_before: np.ndarray, source_after: np.ndarray,
     target_before: np.ndarray, target_after: np.ndarray, margin: float = DEFAULT_MARGIN,
 ) -> list[FactOutcome]:
     """Bookkeeping for one seed: tables are `[n_entities, n_source]` / `[n_entities, n_target]` before and after training."""
@@ -176,7 +176,7 @@ def held_out_deltas(outcomes: Sequence[FactOutcome]) -> np.ndarray:
     return np.array(deltas)
 
 
-def calibrate_predictions(relation: BoundRelation, outcomes: Sequence[FactOutcome], target_before: np.ndarray) -> list[FactOutcome]:
+def calibrate_predictions(relation: FittedRelation, outcomes: Sequence[FactOutcome], target_before: np.ndarray) -> list[FactOutcome]:
     """Redo each fact's prediction with the rise training produced on held-out facts; `target_before` is `[n_facts, n_target]`."""
     W, target_words = relation.fit.W, relation.target.domain.words
     source_index = {word: i for i, word in enumerate(relation.source.domain.words)}
@@ -374,7 +374,7 @@ class GeneralizationResult(Stored):
             self.plot_weight_curve(out / "fig5.png")
 
 
-def measure_generalization(lm: LM, registry, relation: RelationSpec | BoundRelation,
+def measure_generalization(lm: LM, registry, relation: RelationSpec | FittedRelation,
                        config: GeneralizationConfig = GeneralizationConfig(), settings: CollectSettings = CollectSettings()
                        ) -> GeneralizationResult:
     """Teach fresh entities source facts (one training run per seed) and read their target answers before and after.

@@ -44,7 +44,7 @@ FLOOR = 0.1
 NOTHING = torch.empty(0, dtype=torch.long)  # as `token_ids`: activations only, no head
 
 
-def crossing_layer(argument_rr: Sequence[float], answer_rr: Sequence[float], floor: float = FLOOR) -> int | None:
+def crossing_layer(argument_rr: np.ndarray | Sequence[float], answer_rr: np.ndarray | Sequence[float], floor: float = FLOOR) -> int | None:
     """The first lens layer where the answer's mean RR exceeds the argument's, among layers where either reaches `floor`; None if none."""
     for layer, (argument, answer) in enumerate(zip(argument_rr, answer_rr)):
         if max(argument, answer) >= floor and answer > argument:
@@ -109,7 +109,7 @@ class LensResult(Stored):
 
         This is the layer `ovector` and `ffn-ablate` take: the crossing at resid[13] made by block 12's FFN is mlp[12].
         """
-        return None if self.crossing_component is None else self.crossing_layer - 1
+        return None if self.crossing_component is None or self.crossing_layer is None else self.crossing_layer - 1
 
     def summary(self) -> dict:
         """The JSON contract of `lincorr lens --json`."""
