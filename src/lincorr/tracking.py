@@ -12,13 +12,16 @@ import json
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from numbers import Real
 from pathlib import Path
+from typing import TypeVar
 
 from lincorr.errors import LincorrError, OutputError
 from lincorr.results import PROVENANCE
 from lincorr.schema import read_document
+
+T = TypeVar("T")
 
 __all__ = ["log_result", "require_mlflow", "EXPERIMENT"]
 
@@ -88,7 +91,7 @@ def write_run(client, study: str, directory: Path, provenance: dict, summary: di
     return run_id
 
 
-def flat_keys(data, keep, prefix: str = "") -> Iterator[tuple[str, object]]:
+def flat_keys(data, keep: Callable[[object], T | None], prefix: str = "") -> Iterator[tuple[str, T]]:
     """(key, value) of every leaf of nested mappings and lists that `keep` turns into something (not None), keys made MLflow's."""
     if isinstance(data, Mapping) or (isinstance(data, list) and keep is number):
         items = data.items() if isinstance(data, Mapping) else enumerate(data)
