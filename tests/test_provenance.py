@@ -61,3 +61,9 @@ def test_a_digest_covers_the_modules_a_step_imports():
     assert {"lincorr.reproduce.merullo.steps", "lincorr.studies.vectors.sources", "lincorr.models"} <= set(reached)
     assert "lincorr.reproduce.runner" not in reached  # the runner decides what to measure, not what a claim measures
     assert len(code_digest("lincorr.reproduce.merullo.steps")) == 64
+
+
+def test_a_name_from_the_package_is_followed_to_the_module_exporting_it():
+    reached = set(dependencies("lincorr.outputs"))  # it imports __version__ and strict_json from the package
+    assert "lincorr.strict_json" in reached and "lincorr" not in reached
+    assert set(dependencies("lincorr.report.files")) >= {"lincorr.reading", "lincorr.schema"}

@@ -84,6 +84,15 @@ def _is_type_checking_block(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
+def top_level_source(name: str) -> list[str]:
+    """The module behind `lincorr.<name>`: the one it is exported from; none for `__version__`, which every digest holds,
+    or for the list of exports itself. (The package's own file only lists its exports, so a new export leaves every
+    digest as it was.)"""
+    from lincorr import _EXPORTS
+
+    return [_EXPORTS[name]] if name in _EXPORTS else [] if name in ("__version__", "_EXPORTS") else [PACKAGE]
+
+
 def internal_imports(name: str) -> tuple[str, ...]:
     """The lincorr modules `name` imports at run time, at any depth of its code (imports only for type checkers left out)."""
     tree = ast.parse(module_path(name).read_text(encoding="utf-8"))
@@ -99,8 +108,12 @@ def internal_imports(name: str) -> tuple[str, ...]:
             parent = importlib.util.find_spec(node.module)
             for alias in node.names:
                 submodule = f"{node.module}.{alias.name}"
-                found.append(submodule if parent is not None and parent.submodule_search_locations is not None
-                             and importlib.util.find_spec(submodule) is not None else node.module)
+                if parent is not None and parent.submodule_search_locations is not None and importlib.util.find_spec(submodule) is not None:
+                    found.append(submodule)
+                elif node.module == PACKAGE:
+                    found += top_level_source(alias.name)
+                else:
+                    found.append(node.module)
         stack.extend(ast.iter_child_nodes(node))
     return tuple(sorted(set(found) - {name}))
 
