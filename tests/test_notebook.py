@@ -21,6 +21,8 @@ ROOT = Path(__file__).parents[1]
 PAPERS = {"peng-linear-correlation": "2502.04520", "merullo-vector-arithmetic": "2305.16130",
           "feng-extractive-structures": "2412.04614"}
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+# How long something took ("collection 30.9 s", "seconds  111.2") depends on the machine, its load and the cache, not the notebook.
+DURATION = re.compile(r"\bseconds\s+\d+(?:\.\d+)?|\d+(?:\.\d+)? s\b")
 
 
 def named(path: Path):
@@ -70,8 +72,9 @@ def numbers_agree(committed: str, fresh: str) -> bool:
     A notebook is seeded, so on one machine its numbers repeat exactly; elsewhere floating-point reduction order may move
     a score across a tie. The tolerance allows that much and no more: 0.07 absolute is two of the 32 pairs an accuracy
     in the vector-arithmetic notebook counts, or one of the 20 OCR queries moving one rank in a mean rank; 10% relative
-    covers the larger numbers (ranks near chance, sizes of files) whose last digits are noise.
+    covers the larger numbers (ranks near chance, sizes of files) whose last digits are noise. Durations are not compared.
     """
+    committed, fresh = DURATION.sub("", committed), DURATION.sub("", fresh)
     words = [NUMBER.sub("#", text).split() for text in (committed, fresh)]
     values = [[float(number) for number in NUMBER.findall(text)] for text in (committed, fresh)]
     return words[0] == words[1] and len(values[0]) == len(values[1]) and all(
