@@ -40,7 +40,7 @@ _EXPORTS = {
     "fit_tables": "lincorr.fit",
     "measure_pair": "lincorr.fit",
     "load_result": "lincorr.studies",
-    # The studies a first session uses (examples/quickstart.ipynb), so it imports nothing from deeper modules.
+    # The studies the notebooks in examples/ use, so they import nothing from deeper modules.
     "RelationSpec": "lincorr.relations",
     "bind_relation": "lincorr.relations",
     "measure_precision": "lincorr.studies.logits.precision",
@@ -50,6 +50,11 @@ _EXPORTS = {
     "measure_generalization": "lincorr.studies.training.generalization",
     "build_report": "lincorr.report",
     "log_result": "lincorr.tracking",
+    "lens": "lincorr.studies.vectors.arithmetic",
+    "ovector": "lincorr.studies.vectors.ovectors",
+    "ffn_ablate": "lincorr.studies.vectors.arithmetic",
+    "OcrConfig": "lincorr.studies.extractive.ocr",
+    "measure_ocr": "lincorr.studies.extractive.ocr",
 }
 
 __all__ = ["prompt", *_EXPORTS]
