@@ -1,10 +1,10 @@
 """Running a paper's claims on one model: each step at the chosen budget, tested, stored at once, and the claim table.
 
 A finished claim is stored in the cache (`cache.stored_result`) under the model fingerprint,
-the claim id, the budget, its settings and the code digest of its step's module, so an
-interrupted reproduction resumes where it stopped and a change to the code behind a claim
-measures it again. `ReproductionResult.stale_claims` says which claims of a saved reproduction
-the code has moved past.
+the claim id, the budget, its settings (and, for a claim over a size series, every member's
+fingerprint) and the code digest of its step's module, so an interrupted reproduction resumes
+where it stopped and a change to the code, or to a model, behind a claim measures it again.
+`ReproductionResult.stale_claims` says which claims of a saved reproduction the code has moved past.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from lincorr.progress import progress_bar
 from lincorr.provenance import code_digest
 from lincorr.reproduce.claims import BUDGETS, Claim, load_paper
 from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
+from lincorr.reproduce.series import series_key
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS, step_module
 from lincorr.report.effects import effect_text
@@ -255,7 +256,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
         claim_settings = claim.settings_for(budget)
         ctx = Context(lm, registry, claim_settings, settings, shared, claim.interest)
         key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key(),
-               "interest": claim.interest,
+               "interest": claim.interest, **series_key(claim_settings),
                **({"eval_model": second.fingerprint} if claim.eval_model and second is not None else {})}
 
         def measure() -> dict:  # stored_result calls it at once, within this claim's turn

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from lincorr.reproduce.feng import steps as feng_steps
+from lincorr.reproduce.merullo import scale as merullo_scale
 from lincorr.reproduce.merullo import steps as merullo_steps
-from lincorr.reproduce.peng import appendix, logits, lre, resilience, training
+from lincorr.reproduce.peng import appendix, logits, lre, resilience, scale, training
 
-STEPS = {**logits.STEPS, **appendix.STEPS, **lre.STEPS, **resilience.STEPS, **training.STEPS, **merullo_steps.STEPS, **feng_steps.STEPS}
+STEPS = {**logits.STEPS, **appendix.STEPS, **lre.STEPS, **resilience.STEPS, **scale.STEPS, **training.STEPS, **merullo_steps.STEPS,
+         **merullo_scale.STEPS, **feng_steps.STEPS}
 
 
 def step_module(name: str) -> str:
