@@ -12,13 +12,14 @@ import pytest
 
 import lincorr.reproduce.runner as runner
 from lincorr import cache
+from lincorr.bundled import find_bundled
 from lincorr.cli import main
 from lincorr.knowledge import load_registry
 from lincorr.reproduce import BUDGETS, ReproductionResult, load_paper, reproduce
 from lincorr.reproduce.claims import Claim, Paper
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.steps import STEPS
-from lincorr.reproduce.verdicts import binomial_above, fisher_greater, judge, mcnemar_gain, paired_greater, ranks_greater
+from lincorr.reproduce.verdicts import TARGET_POWER, binomial_above, fisher_greater, judge, mcnemar_gain, paired_greater, ranks_greater
 from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -235,10 +236,31 @@ def test_the_claim_tables_of_results_md_are_the_committed_reproductions():
     reproductions = importlib.util.module_from_spec(tool)
     tool.loader.exec_module(reproductions)
     blocks = reproductions.blocks()
-    assert ("gemma-3-270m", "peng") in blocks
+    assert ("gemma-3-270m-q4km", "peng") in blocks
     for (model, paper), table in blocks.items():
         assert reproductions.current_block(model, paper) == table
         run = ReproductionResult.load(ROOT / "docs" / "reproductions" / model / f"{paper}.json")
-        assert run.model_name == model and {c.id for c in run.claims} <= {c.id for c in load_paper(paper).claims}
+        named = find_bundled(run.model_name)  # a run from before the aliases named the model by its former name
+        assert (named.alias if named else run.model_name) == model and {c.id for c in run.claims} <= {c.id for c in load_paper(paper).claims}
         added = {c.id for c in load_paper(paper).claims} - {c.id for c in run.claims}
         assert all(claim in table.split("\n")[0] for claim in added), "the block names the claims its run did not have"
+
+
+def test_no_committed_claim_is_not_reproduced_without_the_power_to_see_its_effect():
+    """`not reproduced` says the test could have seen the effect judged against: power at least TARGET_POWER at the
+    claim's adjusted level, or an interval that excludes the effect outright; a file measured with the verdicts carries
+    each measured claim's adjusted p, and the power of each that is not reproduced or inconclusive. (Files from before
+    the verdicts are listed by `--status` as stale.)"""
+    for path in sorted((ROOT / "docs" / "reproductions").glob("*/*.json")):
+        claims = ReproductionResult.load(path).claims
+        if not any(claim.power is not None for claim in claims):
+            continue
+        for claim in claims:
+            name = f"{path.parent.name}/{claim.id}"
+            if claim.verdict in ("reproduced", "not reproduced", "inconclusive"):
+                assert claim.adjusted_p is not None, name
+            if claim.verdict in ("not reproduced", "inconclusive"):  # the verdicts that rest on the power
+                assert claim.power is not None, name
+            if claim.verdict == "not reproduced":
+                interval, interest = claim.detail["interval"], claim.detail["interest"]
+                assert claim.power >= TARGET_POWER or interval[1] < interest, f"{name}: power {claim.power}, interval {interval}"
