@@ -144,7 +144,21 @@ def end_run(team, finished: bool) -> None:
 
     if team.is_main and finished:
         team.broadcast({"op": "stop"})
-    leave_team(together=finished)
+    if finished:
+        wait_for_every_rank()
+    leave_team(together=False)
+
+
+def wait_for_every_rank() -> None:
+    """Return once every rank has got here, through the rendezvous store rather than a gloo barrier: a rank leaving a gloo
+    barrier may close its connections while another is still reading the barrier's last message, and under load gloo then
+    aborts the reader ("terminate called without an active exception", pytorch/gloo#155). Each rank reaches this after its
+    last collective, so none tears down while another still reads from it."""
+    import torch.distributed as dist
+
+    store = dist.distributed_c10d._get_default_store()
+    store.set(f"lincorr/done/{dist.get_rank()}", "1")
+    store.wait([f"lincorr/done/{rank}" for rank in range(dist.get_world_size())])
 
 
 def report_error(error: LincorrError, *, rank: int | None = None) -> int:
