@@ -152,6 +152,7 @@ READ_SITES = {
     "lincorr.results:read_study": "saved result provenance",
     "lincorr.results:read_state": "saved result state",
     "lincorr.studies.logits.resilience:text_facts": "training text",
+    "lincorr.tracking:log_result": "saved result provenance",
 }
 # The report's readers of run directories are swept by tests/test_report_hostile.py and test_every_field_of_every_run_file below.
 RUN_DIRECTORY_MODULES = ("lincorr.report.",)
