@@ -2,6 +2,7 @@
 scikit-learn loop, and model load times. Prints a table; run from the repository root:
 
     python benchmarks/bench_core.py [--model gemma-3-270m-q4km] [-n 400] [--reference-n 100]
+    python benchmarks/bench_core.py --device cuda --dtype bfloat16 --batch-size auto --skip-load   # on a GPU
 
 Every ratio compares two measurements taken in the same run on the same data.
 """
@@ -37,20 +38,29 @@ def reference_collection(lm, template: str, token_ids, inputs) -> np.ndarray:
     rows = []
     with torch.no_grad():
         for x in inputs:
-            encoded = lm.tokenizer(fill(template, x), return_tensors="pt")
-            logits = lm.model(**encoded).logits[0, -1].cpu().numpy()
+            encoded = lm.tokenizer(fill(template, x), return_tensors="pt").to(lm.device)
+            logits = lm.model(**encoded).logits[0, -1].float().cpu().numpy()
             rows.append(logits[list(token_ids)])
     return np.array(rows, np.float32)
 
 
-def matmul_flops(size: int = 2048, repeats: int = 5) -> float:
-    """Sustained float32 matmul FLOP/s of this machine (best of `repeats`)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def synchronize(device: torch.device | str = "cpu") -> None:
+    """Wait for the device's queued work, so that a host clock read after it times that work."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_flops(size: int | None = None, repeats: int = 5, device: str = "cpu", dtype: torch.dtype = torch.float32) -> float:
+    """Sustained matmul FLOP/s of `device` in `dtype` (best of `repeats`; 2048^2 on a CPU, 8192^2 on a GPU, which 2048 does not fill)."""
+    size = size or (8192 if torch.device(device).type == "cuda" else 2048)
+    a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
     a @ b
+    synchronize(device)
     best = float("inf")
     for _ in range(repeats):
         started = time.perf_counter()
         a @ b
+        synchronize(device)
         best = min(best, time.perf_counter() - started)
     return 2 * size**3 / best
 
@@ -61,12 +71,14 @@ def non_embedding_parameters(model) -> int:
     return sum(p.numel() for p in model.parameters() if id(p) not in skip)
 
 
-def timed(function, *args, repeats: int = 1, **kwargs):
-    """(best seconds over `repeats`, last result)."""
+def timed(function, *args, repeats: int = 1, device: torch.device | str = "cpu", **kwargs):
+    """(best seconds over `repeats`, last result); `device`'s queued work is waited for."""
     best, result = float("inf"), None
     for _ in range(repeats):
+        synchronize(device)
         started = time.perf_counter()
         result = function(*args, **kwargs)
+        synchronize(device)
         best = min(best, time.perf_counter() - started)
     return best, result
 
@@ -84,17 +96,25 @@ def load_in_subprocess(model: str, cache_dir: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def batch_size(text: str) -> int | str:
+    """--batch-size: a positive whole number or "auto"."""
+    return text if text == "auto" else int(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="gemma-3-270m-q4km")
     parser.add_argument("-n", type=int, default=1000, help="inputs for the batched collection")
     parser.add_argument("--reference-n", type=int, default=100, help="inputs for the one-at-a-time reference")
-    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=batch_size, default=128, help="prompts per forward pass, or auto (a GPU's largest)")
+    parser.add_argument("--device", default=None, help="torch device (default: cpu)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     parser.add_argument("--skip-load", action="store_true", help="skip the cold/cached load measurement")
     args = parser.parse_args()
 
     rows: list[tuple[str, str]] = []
-    lm = load_model(args.model)
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    on = {"device": lm.device}
     registry = load_registry()
     city = registry_prompt(registry, "city", lm.tokenizer)
     country = registry_prompt(registry, "country", lm.tokenizer)
@@ -102,10 +122,10 @@ def main() -> None:
 
     # 1. Collection.
     subset = inputs[: args.reference_n]
-    reference_seconds, reference = timed(reference_collection, lm, city.template, city.domain.token_ids, subset)
+    reference_seconds, reference = timed(reference_collection, lm, city.template, city.domain.token_ids, subset, **on)
     collect(lm, {city.name: city}, subset[:8], CollectSettings(use_cache=False))  # warm-up
     ours_seconds, tables = timed(
-        collect, lm, {city.name: city}, inputs[: args.n], CollectSettings(batch_size=args.batch_size, use_cache=False), repeats=2
+        collect, lm, {city.name: city}, inputs[: args.n], CollectSettings(batch_size=args.batch_size, use_cache=False), repeats=2, **on
     )
     table = tables[city.name]
     gap = float(np.abs(table.values[: args.reference_n] - reference).max())
@@ -113,13 +133,13 @@ def main() -> None:
     ours_rate = args.n / ours_seconds
     tokens = np.mean([len(r) for r in tokenize_prompts(lm.tokenizer, [fill(city.template, x) for x in inputs[: args.n]])])
     flops_per_prompt = 2 * non_embedding_parameters(lm.model) * tokens
-    peak = matmul_flops()
+    peak = matmul_flops(device=str(lm.device), dtype=lm.model.dtype)
     rows += [
         ("collection: reference (1 prompt, full vocab -> CPU)", f"{reference_rate:.1f} prompts/s"),
         (f"collection: lincorr (batch {args.batch_size}, domain rows)", f"{ours_rate:.1f} prompts/s"),
         ("collection speed-up", f"{ours_rate / reference_rate:.1f}x"),
         ("collection max |difference| vs reference", f"{gap:.2e}"),
-        ("matmul peak (2048^2 float32)", f"{peak / 1e9:.1f} GFLOP/s"),
+        (f"matmul peak ({str(lm.model.dtype).removeprefix('torch.')}, {lm.device})", f"{peak / 1e9:.1f} GFLOP/s"),
         ("work per prompt (2 x non-embedding params x tokens)", f"{flops_per_prompt / 1e9:.3f} GFLOP ({tokens:.1f} tokens)"),
         ("collection as a fraction of the compute bound", f"{ours_rate * flops_per_prompt / peak:.0%}"),
     ]
@@ -161,7 +181,8 @@ def main() -> None:
         ]
 
     width = max(len(name) for name, _ in rows)
-    print(f"model {args.model}, torch threads {torch.get_num_threads()}, n {args.n}, reference n {args.reference_n}")
+    print(f"model {args.model}, {args.dtype} on {lm.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"batch size {args.batch_size}, n {args.n}, reference n {args.reference_n}")
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
 

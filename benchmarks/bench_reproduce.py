@@ -1,6 +1,7 @@
 """Reproduction speed: every measured claim's quick budget on one model, each step's wall time against the work it needs.
 
-    python benchmarks/bench_reproduce.py [--model gemma-3-270m] [--papers peng,merullo,feng] [--only feng.fig2.first,...]
+    python benchmarks/bench_reproduce.py [--model gemma-3-270m-q4km] [--papers peng,merullo,feng] [--only feng.fig2.first,...]
+    python benchmarks/bench_reproduce.py --device cuda [--dtype bfloat16]   # on a GPU
 
 Runs the claims that measure something (a step and quick settings; none that needs a second
 checkpoint) through `lincorr.reproduce.runner.reproduce` in a fresh, empty cache (only the
@@ -16,8 +17,8 @@ charged to that claim). Per claim it prints:
   a restriction), each 2 x d_model x vocabulary FLOPs (x3 with a backward);
 - the work: tokens x (2 x the weights multiplied per token + causal attention at the row's
   length, `costs.py`), x3 for tokens with a backward, plus the unembeddings;
-- the bound: that work at the float32 matmul rate measured at the start of the same run
-  (`bench_core.matmul_flops`), and the ratio bound / wall (1.0 is the compute bound).
+- the bound: that work at the matmul rate of the device and dtype measured at the start of the same
+  run (`bench_core.matmul_flops`), and the ratio bound / wall (1.0 is the compute bound).
 
 Restricted heads (a domain's rows of the unembedding) are not counted: they are a few hundred rows.
 """
@@ -36,7 +37,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
 
-from bench_core import matmul_flops  # noqa: E402
+from bench_core import matmul_flops, synchronize  # noqa: E402
 from costs import linear_parameters, setting  # noqa: E402
 from lincorr.cache import HASHES, MODELS, cache_root  # noqa: E402
 from lincorr.models import LM, load_model  # noqa: E402
@@ -117,14 +118,16 @@ def measured_claims(paper: str, only: set[str] | None) -> list[str]:
             if c.step and c.settings_for("quick") is not None and not c.eval_model and (not only or c.id in only)]
 
 
-def timed_steps(counter: Counter, claim_ids: list[str], peak: float, total: list[float]) -> None:
+def timed_steps(counter: Counter, claim_ids: list[str], peak: float, total: list[float], device: torch.device) -> None:
     """Wrap every step so that each call prints its claim's row as it ends (claims run in the order of `claim_ids`)."""
     for name, step in list(step_registry.STEPS.items()):
         def timed(ctx, step=step, name=name):
+            synchronize(device)
             before, started = dataclasses.replace(counter.work), time.perf_counter()
             try:
                 return step(ctx)
             finally:
+                synchronize(device)
                 seconds, work = time.perf_counter() - started, counter.work.minus(before)
                 bound = work.flops / peak
                 total[0], total[1] = total[0] + seconds, total[1] + bound
@@ -142,11 +145,13 @@ def main() -> None:
     parser.add_argument("--keep-cache", default=None, metavar="DIR",
                         help="measure into this new cache directory and keep it (a later `lincorr reproduce` with "
                              "LINCORR_CACHE_DIR=DIR reads every claim from it) instead of a temporary one")
+    parser.add_argument("--device", default=None, help="torch device (default: cpu)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
     args = parser.parse_args()
     only = {part.strip() for part in args.only.split(",") if part.strip()} or None
     papers = [p for p in args.papers.split(",") if p and measured_claims(p, only)]
-    peak = matmul_flops()
-    lm = load_model(args.model)
+    lm = load_model(args.model, device=args.device, dtype=args.dtype)
+    peak = matmul_flops(device=str(lm.device), dtype=lm.model.dtype)
     real = cache_root()
     if args.keep_cache:
         Path(args.keep_cache).mkdir(parents=True)  # new: a cold run starts from nothing
@@ -155,8 +160,9 @@ def main() -> None:
         if (real / name).exists():
             (Path(fresh) / name).symlink_to(real / name)
     counter, claim_ids, total = Counter(lm), [], [0.0, 0.0]
-    timed_steps(counter, claim_ids, peak, total)
-    print(f"model {args.model}, torch threads {torch.get_num_threads()}, float32 matmul {peak / 1e9:.1f} GFLOP/s (2048^2, best of 5)")
+    timed_steps(counter, claim_ids, peak, total, lm.device)
+    print(f"model {args.model}, {args.dtype} on {lm.device}, torch {torch.__version__}, threads {torch.get_num_threads()}, "
+          f"matmul {peak / 1e9:.1f} GFLOP/s (best of 5)")
     print(f"{'claim':<36}{'step':<24}{'wall s':>8}{'tokens':>9}{'w/ grad':>9}{'vocab rows':>11}{'GFLOP':>9}{'bound s':>9}{'ratio':>7}")
     started = time.perf_counter()
     try:
@@ -166,7 +172,7 @@ def main() -> None:
         cold = time.perf_counter() - started
         started = time.perf_counter()
         for paper in papers:  # every claim cached: what a rerun costs, the model's load included
-            reproduce(paper, args.model, only=",".join(measured_claims(paper, only)))
+            reproduce(paper, load_model(args.model, device=args.device, dtype=args.dtype), only=",".join(measured_claims(paper, only)))
         cached = time.perf_counter() - started
     finally:
         counter.close()

@@ -109,6 +109,10 @@ class Batch:
     position_ids: torch.Tensor
     labels: torch.Tensor
 
+    def to(self, device: torch.device) -> Batch:
+        """The same batch on `device`."""
+        return Batch(*(tensor.to(device) for tensor in dataclasses.astuple(self)))
+
     @property
     def n_answer_tokens(self) -> int:
         """How many tokens the loss is taken over."""
@@ -311,6 +315,7 @@ def _answer_loss_sum(model, batch: Batch) -> torch.Tensor:
     # Only positions that predict an answer token go through the head: with a 262k vocabulary the
     # full head is most of a step's time and memory (and slicing inside the model's own forward
     # makes a strided copy of the unembedding per row).
+    batch = batch.to(model.device)
     predicts_answer = batch.labels[:, 1:] != IGNORE_INDEX  # position p predicts token p + 1
     head = model.get_output_embeddings()
     if head is None:

@@ -189,7 +189,7 @@ def hop_data(world: World, tokenizer, hop: str, n: int = 20, seed: int = 0, temp
 
 def ranks(lm: LM, queries: QuerySet) -> np.ndarray:
     """Each prompt's 0-based rank of its right answer among the candidates' first tokens: `[n_prompts]`."""
-    logits = run(lm, list(queries.prompts), token_ids=torch.tensor(queries.candidates.token_ids)).logits.float()
+    logits = run(lm, list(queries.prompts), token_ids=torch.tensor(queries.candidates.token_ids)).logits.float().cpu()
     right = logits[torch.arange(len(queries)), torch.tensor(queries.answers)]
     return (logits > right[:, None]).sum(1).numpy()
 
