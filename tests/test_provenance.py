@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
+
+import lincorr.provenance
 
 from lincorr.provenance import code_digest, computation, dependencies
 
@@ -67,3 +76,47 @@ def test_a_name_from_the_package_is_followed_to_the_module_exporting_it():
     reached = set(dependencies("lincorr.outputs"))  # it imports __version__ and strict_json from the package
     assert "lincorr.strict_json" in reached and "lincorr" not in reached
     assert set(dependencies("lincorr.report.files")) >= {"lincorr.reading", "lincorr.schema"}
+
+
+def test_the_computation_is_written_without_the_fields_one_python_adds():
+    # 3.12 gives every function `type_params=[]` and splits this f-string's literal around an empty part; 3.13 hides
+    # empty fields: the text (and so every stored digest) must be what any Python from 3.10 on gives.
+    source = 'def f(x: int) -> str:\n    """doc"""\n    return f"{x:>3}a" "b{x!r}"\n'
+    assert computation(source) == (
+        "Module(body=[FunctionDef(name='f', args=arguments(args=[arg(arg='x')]), body=[Return(value=JoinedStr(values=["
+        "FormattedValue(value=Name(id='x', ctx=Load()), conversion=-1, format_spec=JoinedStr(values=[Constant(value='>3')])), "
+        "Constant(value='ab{x!r}')]))])])")
+
+
+def other_pythons() -> list[str]:
+    """Interpreters of other minor versions (3.10 on) that run: on PATH, or installed by pyenv."""
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    found = {}
+    for candidate in [*filter(None, (shutil.which(f"python3.{minor}") for minor in range(10, 15))),
+                      *map(str, sorted(pyenv.glob("3.1*/bin/python3")))]:
+        probe = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[1])"], capture_output=True, text=True)
+        if probe.returncode == 0 and int(probe.stdout) not in (sys.version_info[1], *found):
+            found[int(probe.stdout)] = candidate
+    return list(found.values())
+
+
+OTHER_PYTHONS = other_pythons()
+EVERY_MODULE = """
+import hashlib, importlib.util, json, sys
+from pathlib import Path
+spec = importlib.util.spec_from_file_location("provenance", sys.argv[1])
+provenance = importlib.util.module_from_spec(spec); spec.loader.exec_module(provenance)
+root = Path(sys.argv[1]).parent
+print(json.dumps({str(p.relative_to(root)): hashlib.sha256(provenance.computation(p.read_text()).encode()).hexdigest()
+                  for p in sorted(root.rglob("*.py"))}))
+"""
+
+
+@pytest.mark.skipif(not OTHER_PYTHONS, reason="no other Python (3.10 to 3.14) on PATH")
+@pytest.mark.parametrize("python", OTHER_PYTHONS)
+def test_every_module_of_lincorr_computes_the_same_under_another_python(python):
+    """A reproduction measured under one Python must not read as stale under another (provenance needs the stdlib alone)."""
+    provenance = Path(lincorr.provenance.__file__)
+    here, there = (json.loads(subprocess.run([exe, "-c", EVERY_MODULE, str(provenance)], capture_output=True, text=True,
+                                             check=True).stdout) for exe in (sys.executable, python))
+    assert len(here) > 100 and here == there

@@ -148,7 +148,35 @@ def computation(source: str) -> str:
             for argument in [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]:
                 if argument is not None:
                     argument.annotation = None
-    return ast.dump(tree, include_attributes=False)
+    return canonical_dump(tree)
+
+
+def canonical_dump(node: object) -> str:
+    """`node` as text that one source gives under every Python from 3.10 on: `ast.dump` shows the fields of its own
+    version (3.12 adds `type_params=[]` to every function and class, 3.13 hides empty fields), so a result measured
+    under one Python would read as stale under another. Empty fields are left out, and `kind` (the u of u"..."); an
+    f-string's literal parts are joined (3.12 splits some and adds empty ones)."""
+    if isinstance(node, ast.JoinedStr):
+        node = ast.JoinedStr(values=_joined_literals(node.values))
+    if isinstance(node, ast.AST):
+        fields = [f"{name}={canonical_dump(value)}" for name, value in ast.iter_fields(node)
+                  if value is not None and value != [] and name not in ("kind", "type_comment")]
+        return f"{type(node).__name__}({', '.join(fields)})"
+    if isinstance(node, list):
+        return f"[{', '.join(canonical_dump(item) for item in node)}]"
+    return repr(node)
+
+
+def _joined_literals(values: list[ast.expr]) -> list[ast.expr]:
+    """An f-string's parts with consecutive literal strings joined into one and empty literals dropped."""
+    joined: list[ast.expr] = []
+    for value in values:
+        literal = isinstance(value, ast.Constant) and isinstance(value.value, str)
+        if literal and joined and isinstance(joined[-1], ast.Constant) and isinstance(joined[-1].value, str):
+            joined[-1] = ast.Constant(joined[-1].value + value.value)
+        elif not literal or value.value:
+            joined.append(value)
+    return [part for part in joined if not (isinstance(part, ast.Constant) and part.value == "")]
 
 
 @functools.cache
