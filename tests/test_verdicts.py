@@ -3,6 +3,8 @@ example, and the four verdicts from planted effects."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -121,3 +123,19 @@ def test_a_binomial_effect_has_a_two_sided_interval_around_it():
     exact = scipy.stats.binomtest(12, 40).proportion_ci(0.95)
     assert test.interval == pytest.approx((exact.low - 0.1, exact.high - 0.1))
     assert test.interval[0] < test.effect < test.interval[1] < 0.9, "the upper end says something, unlike a one-sided bound"
+
+
+def test_the_power_of_the_centred_gradient_r_test_is_what_a_simulation_of_its_inputs_gives():
+    """Tables 4 and 8: the permutation test of the centred r carries the power of a z-test on its held-out inputs."""
+    from lincorr.reproduce.peng.training import centred_r_test
+
+    n, rho, sims = 200, 0.1, 3000
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((sims, n))
+    y = rho * x + math.sqrt(1 - rho**2) * rng.standard_normal((sims, n))
+    r = np.array([np.corrcoef(a, b)[0, 1] for a, b in zip(x, y)])
+    simulated = float(np.mean(np.arctanh(r) * math.sqrt(n - 3) > scipy.stats.norm.isf(0.05)))
+    test = centred_r_test("gain", 0.05, 0.0, 0.2, n, rho)
+    assert abs(test.power_at(0.05) - simulated) < 3 * math.sqrt(simulated * (1 - simulated) / sims)  # binomial error of the simulation
+    low, high = test.interval
+    assert low < 0.05 < high and high - low < 0.3
