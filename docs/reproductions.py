@@ -13,6 +13,7 @@ what this prints, so the tables can only say what a run measured.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -46,11 +47,17 @@ def block(path: Path) -> str:
              + ", ".join(f"{n} {v}" for v, n in counts.items()) + ".", "",
              "| claim | where | paper | ours | test | effect, power | p | adjusted p | verdict | code | measured |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    command = ""
     if provenance.exists():
-        lines[0] += " " + ran_on(json.loads(provenance.read_text(encoding="utf-8")))
+        written = json.loads(provenance.read_text(encoding="utf-8"))
+        command = written["command"]
+        lines[0] += " " + ran_on(written)
     in_run = {c["id"] for c in run["claims"]}
     added = [claim.id for claim in load_paper(run["paper"]).claims if claim.id not in in_run]
-    if added:
+    only = chosen_claims(command)
+    if only:
+        lines[0] += f" The run measured only the claims its `--only` named ({only}); the paper's other {len(added)} are not in it."
+    elif added:
         lines[0] += f" Claims added to the paper's list since this run, not in it: {', '.join(added)}."
     for c in run["claims"]:
         ours = c["ours_text"] if c["verdict"] != "not applicable" else c["reason"]
@@ -60,6 +67,17 @@ def block(path: Path) -> str:
         lines.append(f"| {c['id']} | {cell(c['where'])} | {cell(published_cell(c['paper']))} | {cell(ours)} | {cell(c['test'])} "
                      f"| {cell(effect)} | {p_text(c['p_value'])} | {p_text(c.get('adjusted_p'))} | {c['verdict']} | {code} | {measured} |")
     return "\n".join(lines)
+
+
+def chosen_claims(command: str) -> str:
+    """The value of `--only` in a run's command line ("" without one)."""
+    words = shlex.split(command)
+    for i, word in enumerate(words):
+        if word == "--only" and i + 1 < len(words):
+            return words[i + 1]
+        if word.startswith("--only="):
+            return word.split("=", 1)[1]
+    return ""
 
 
 def ran_on(provenance: dict) -> str:
