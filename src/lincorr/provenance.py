@@ -173,8 +173,9 @@ def _joined_literals(values: list[ast.expr]) -> list[ast.expr]:
     for value in values:
         literal = isinstance(value, ast.Constant) and isinstance(value.value, str)
         if literal and joined and isinstance(joined[-1], ast.Constant) and isinstance(joined[-1].value, str):
-            joined[-1] = ast.Constant(joined[-1].value + value.value)
-        elif not literal or value.value:
+            # Both are str Constants, checked through `literal` and the test above, which mypy does not carry over.
+            joined[-1] = ast.Constant(joined[-1].value + value.value)  # type: ignore[attr-defined]
+        elif not literal or value.value:  # type: ignore[attr-defined]
             joined.append(value)
     return [part for part in joined if not (isinstance(part, ast.Constant) and part.value == "")]
 
