@@ -14,6 +14,7 @@ from lincorr.reproduce.verdicts import (
     all_of,
     binomial_above,
     bootstrap_greater,
+    correlation_above,
     holm,
     judge,
     mcnemar_gain,
@@ -102,6 +103,18 @@ def test_a_planted_null_with_ample_power_is_not_reproduced():
     assert null.interval[1] < 0.38
 
 
+def test_an_interval_that_reaches_the_largest_possible_effect_does_not_exclude_it():
+    """Peng's Table 2 on an imprecise relation: every row wrong (9 of 9) against 1 - 0.42 by chance, judged against the
+    largest effect a rate above 0.58 can have (0.42). The interval's upper end, 1 - 0.58, is 0.42 less a rounding error,
+    which must not count as lying below it; at a level no 9 rows can reach the test is blind, so it is inconclusive."""
+    every_row = binomial_above(9, 9, 1 - 0.42, interest=0.42)
+    assert every_row.interval[1] < 0.42 and every_row.interval[1] == pytest.approx(0.42, abs=1e-15)
+    judgement = judge(every_row, p_value=0.052, alpha_for_power=ALPHA / 18)
+    assert judgement.power == 0.0 and judgement.verdict == "inconclusive"
+    # Below the effect by a margin that is no rounding error, the interval still decides.
+    assert judge(binomial_above(5, 9, 1 - 0.42, interest=0.42), p_value=0.6, alpha_for_power=ALPHA / 18).verdict == "not reproduced"
+
+
 def test_a_claim_about_each_task_needs_every_task():
     holds = binomial_above(30, 40, 0.1, interest=0.3)
     fails = binomial_above(4, 40, 0.1, interest=0.3)
@@ -125,17 +138,16 @@ def test_a_binomial_effect_has_a_two_sided_interval_around_it():
     assert test.interval[0] < test.effect < test.interval[1] < 0.9, "the upper end says something, unlike a one-sided bound"
 
 
-def test_the_power_of_the_centred_gradient_r_test_is_what_a_simulation_of_its_inputs_gives():
-    """Tables 4 and 8: the permutation test of the centred r carries the power of a z-test on its held-out inputs."""
-    from lincorr.reproduce.peng.training import centred_r_test
-
+def test_the_power_of_a_correlation_test_is_what_a_simulation_of_its_units_gives():
+    """Tables 4 and 8 (the centred r over held-out inputs) and Feng's Fig. 6 (r over components) carry the power of a
+    z-test on their independent units."""
     n, rho, sims = 200, 0.1, 3000
     rng = np.random.default_rng(0)
     x = rng.standard_normal((sims, n))
     y = rho * x + math.sqrt(1 - rho**2) * rng.standard_normal((sims, n))
     r = np.array([np.corrcoef(a, b)[0, 1] for a, b in zip(x, y)])
     simulated = float(np.mean(np.arctanh(r) * math.sqrt(n - 3) > scipy.stats.norm.isf(0.05)))
-    test = centred_r_test("gain", 0.05, 0.0, 0.2, n, rho)
+    test = correlation_above("gain", 0.05, 0.2, n, "inputs", rho)
     assert abs(test.power_at(0.05) - simulated) < 3 * math.sqrt(simulated * (1 - simulated) / sims)  # binomial error of the simulation
     low, high = test.interval
     assert low < 0.05 < high and high - low < 0.3

@@ -177,7 +177,7 @@ def _joined_literals(values: list[ast.expr]) -> list[ast.expr]:
             joined[-1] = ast.Constant(joined[-1].value + value.value)  # type: ignore[attr-defined]
         elif not literal or value.value:  # type: ignore[attr-defined]
             joined.append(value)
-    return [part for part in joined if not (isinstance(part, ast.Constant) and part.value == "")]
+    return joined
 
 
 @functools.cache

@@ -94,9 +94,15 @@ def judge(test: Test | None, p_value: float | None = None, alpha_for_power: floa
     needed = units_needed(test, power, alpha_for_power)
     if test.direction_holds and p < ALPHA:
         return Judgement("reproduced", power, needed)
-    excluded = test.interval is not None and test.interest is not None and test.interval[1] < test.interest
+    excluded = test.interval is not None and test.interest is not None and below(test.interval[1], test.interest)
     decisive = (power is not None and power >= TARGET_POWER) or excluded
     return Judgement("not reproduced" if decisive else "inconclusive", power, needed)
+
+
+def below(value: float, bound: float) -> bool:
+    """`value` under `bound` by more than rounding: an interval's end computed as 1 - 0.58 must not "exclude" an effect of
+    interest of 0.42 written as such (the largest effect a rate above 0.58 can have)."""
+    return value < bound and not math.isclose(value, bound, rel_tol=1e-9, abs_tol=1e-12)
 
 
 def units_needed(test: Test, power: float | None, alpha: float) -> int | None:
@@ -226,6 +232,20 @@ def bootstrap_greater(estimate: float, resampled: np.ndarray | Sequence[float], 
     low, high = (np.percentile(finite, [2.5, 97.5]) if finite.size else (math.nan, math.nan))
     return Test(f"bootstrap over {units or '?'} {unit} ({finite.size} resamples): {what}", float(estimate), p, estimate > 0,
                 float(estimate), (float(low), float(high)), interest, power, units, unit)
+
+
+def correlation_above(name: str, r: float, p_value: float, units: int, unit: str, interest: float | None, control: float = 0.0) -> Test:
+    """A Pearson r above `control` (a shuffled control's r, or 0), its p-value from the caller's permutation test: the
+    effect r - control with a Fisher-z interval over the `units` independent units (standard error 1 / sqrt(units - 3)),
+    and the power of a one-sided z-test on as many units to see an r `interest` above `control`."""
+    se = 1 / math.sqrt(max(units - 3, 1))
+    z = math.atanh(float(np.clip(r, -1 + 1e-12, 1 - 1e-12)))
+    interval = (math.tanh(z - Z_95 * se) - control, math.tanh(z + Z_95 * se) - control)
+    power = None
+    if interest is not None:
+        shift = math.atanh(float(np.clip(control + interest, -1 + 1e-12, 1 - 1e-12))) - math.atanh(float(np.clip(control, -1 + 1e-12, 1 - 1e-12)))
+        power = normal_power(shift / se)
+    return Test(name, r - control, p_value, r > control, r - control, interval, interest, power, units, unit)
 
 
 def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Sequence[float], what: str = "values vs others", interest: float | None = None) -> Test:

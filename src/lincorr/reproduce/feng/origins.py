@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import math
 
 import numpy as np
 
@@ -23,7 +22,7 @@ from lincorr.errors import LincorrError
 from lincorr.finetune import TrainConfig
 from lincorr.metrics import pearson, pearson_permutation_p
 from lincorr.reproduce.step import Context, Measured
-from lincorr.reproduce.verdicts import Z_95, Test, all_of, normal_power, paired_greater
+from lincorr.reproduce.verdicts import Test, all_of, correlation_above, paired_greater
 from lincorr.studies.extractive.ocr import SMALL_TRAIN, mean_rank, ranks
 from lincorr.studies.extractive.origins import CONTINUED_TRAIN, ORDERS, OriginsConfig, graft_measures, ordering_phases
 from lincorr.studies.extractive.scores import score_components
@@ -108,16 +107,13 @@ def graft(ctx: Context) -> Measured:
 
 def correlation_test(kind: str, downstream: np.ndarray, informative: np.ndarray, interest: float | None) -> Test:
     """Pearson r of the two scores over one kind's components above 0: p from shuffled pairings (permutation), the interval
-    and the power at `interest` from Fisher's z (standard error 1 / sqrt(n - 3) over the n components)."""
+    and the power at `interest` from Fisher's z over the components (`correlation_above`)."""
     n = len(downstream)
     r, p = pearson(downstream, informative), pearson_permutation_p(downstream, informative)
     name = f"{kind}s: Pearson r, permutation over {n} components"
     if not (np.isfinite(r) and np.isfinite(p)) or n < 4:  # a constant score has no r
         return Test(f"{name}: undefined", 0.0, 1.0, False, units=n, unit=f"{kind}s")
-    half = Z_95 / math.sqrt(n - 3)
-    power = normal_power(math.atanh(interest) * math.sqrt(n - 3)) if interest is not None else None
-    z = math.atanh(max(min(r, 1 - 1e-12), -1 + 1e-12))
-    return Test(name, r, p, r > 0, r, (math.tanh(z - half), math.tanh(z + half)), interest, power, n, f"{kind}s")
+    return correlation_above(name, r, p, n, f"{kind}s", interest)
 
 
 def graft_correlation(ctx: Context) -> Measured:

@@ -8,7 +8,6 @@ one judged.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -18,7 +17,7 @@ from lincorr.fit import FitConfig, fit_relation
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec
 from lincorr.reproduce.step import Context, Measured, NotApplicable
-from lincorr.reproduce.verdicts import Z_95, Test, all_of, binomial_above, fisher_greater, mcnemar_gain, normal_power, ranks_greater
+from lincorr.reproduce.verdicts import Test, all_of, binomial_above, correlation_above, fisher_greater, mcnemar_gain, ranks_greater
 from lincorr.studies.logits.precision import precision_fits, ranked_weights
 from lincorr.studies.training.ablation import AblationConfig, ablate, vocabulary_from_model
 from lincorr.studies.training.generalization import DEFAULT_TRAIN, PAPER_PRESET, GeneralizationConfig, measure_generalization
@@ -44,25 +43,12 @@ def gradients(ctx: Context) -> Measured:
     ours = {row.label: {"logit_r": round(row.logit_r, 3), "gradient_r": round(row.gradient_r, 3), "control_r": round(row.control_r, 3),
                         "centred_gradient_r": round(row.centred_gradient_r, 3), "centred_control_r": round(row.centred_control_r, 3),
                         "centred_p": row.centred_p_value} for row in table.rows}
-    tests = [centred_r_test(f"{row.label}: centred r vs {config.n_control} row-shuffled W (permutation)", row.centred_gradient_r,
-                            row.centred_control_r, row.centred_p_value, config.n_eval, ctx.interest) for row in table.rows]
+    # The held-out inputs are the independent units of the centred r: its interval and power are Fisher's z over them.
+    tests = [correlation_above(f"{row.label}: centred r vs {config.n_control} row-shuffled W (permutation)", row.centred_gradient_r,
+                               row.centred_p_value, config.n_eval, "inputs", ctx.interest, row.centred_control_r) for row in table.rows]
     text = "; ".join(f"{label} gradient r {v['gradient_r']:.2f} (shuffled W {v['control_r']:.2f}), centred {v['centred_gradient_r']:.2f} "
                      f"(p {v['centred_p']:.3f})" for label, v in ours.items())
     return Measured({"relations": ours, "skipped": dict(table.skipped)}, text, all_of(tests, "relations' permutation tests"))
-
-
-def centred_r_test(name: str, r: float, control: float, p_value: float, n_inputs: int, interest: float | None) -> Test:
-    """The permutation test of a centred gradient r against the row-shuffled W's: the effect r - control, with a Fisher-z
-    interval over the `n_inputs` held-out inputs (the independent units), and the power of a z-test on as many inputs to see
-    an r `interest` above the control's."""
-    se = 1 / math.sqrt(max(n_inputs - 3, 1))
-    z = math.atanh(float(np.clip(r, -0.999999, 0.999999)))
-    interval = (math.tanh(z - Z_95 * se) - control, math.tanh(z + Z_95 * se) - control)
-    power = None
-    if interest is not None:
-        shift = math.atanh(float(np.clip(control + interest, -0.999999, 0.999999))) - math.atanh(float(np.clip(control, -0.999999, 0.999999)))
-        power = normal_power(shift / se)
-    return Test(name, r - control, p_value, r > control, r - control, interval, interest, power, n_inputs, "inputs")
 
 
 def generalization_runs(ctx: Context, preset: str) -> list:
