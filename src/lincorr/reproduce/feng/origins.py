@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 
-
 import numpy as np
 
 from lincorr.checkpoints import trained_checkpoint
