@@ -28,12 +28,17 @@ chromium:
 demo: setup
 	$(BIN)/lincorr demo
 
+# One pytest worker per core (pytest-xdist); a test file runs on one worker, so its module fixtures (a fine-tuned model, the
+# tables its tests share) are made once. PYTEST_WORKERS=0 runs the suite in this process.
+PYTEST_WORKERS ?= auto
+PYTEST := HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile
+
 test: setup chromium
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest --durations=20
+	$(PYTEST) --durations=20
 
 # No real model, no other process, no browser: the unit tests alone.
 test-fast: setup
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -m "not integration and not multiprocess and not browser"
+	$(PYTEST) -m "not integration and not multiprocess and not browser"
 
 # The unit tests under three CPU instruction sets (torch's kernels and MKL's): float32 rounds differently under each, as
 # on other machines, so a tolerance that holds only where it was written fails here. torch.compile's kernels are built

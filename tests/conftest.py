@@ -5,6 +5,11 @@ LINCORR_CACHE_DIR pointing into pytest's temporary directory. Unit tests get a f
 bundled models (marker `integration`) share one session cache whose `models/` holds the conversions, made on first use
 and kept for the run, and tests that need a cache of their own (another process, a notebook kernel) get one whose
 `models/` links to the same conversions.
+
+Under pytest-xdist (`make test` runs `-n auto`) each worker has a session cache of its own, but the conversions are made
+once for all workers, under a file lock, in one directory beside theirs; each worker's torch gets its share of the cores,
+and so do the processes it starts (kernels, torchrun ranks, the CLI), since several processes each spinning on every core
+run slower than one.
 """
 
 from __future__ import annotations
@@ -15,7 +20,12 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+XDIST_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if XDIST_WORKERS > 1:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // XDIST_WORKERS))  # read by torch on import, and by children
 
+from filelock import FileLock  # noqa: E402
+from helpers.extractive import origins_context  # noqa: E402
 from helpers.tiny import MODEL_WORDS, one_thread, tiny_gemma3, tiny_gpt2, tiny_llama, tiny_tokenizer  # noqa: E402
 
 from lincorr.models import load_model, wrap_model  # noqa: E402
@@ -29,7 +39,12 @@ def session_cache(tmp_path_factory) -> Path:
     back on the user's cache.
     """
     root = tmp_path_factory.mktemp("lincorr-cache")
-    (root / "models").mkdir()
+    if XDIST_WORKERS > 1:  # the workers' base directories share a parent, made for this run
+        models = tmp_path_factory.getbasetemp().parent / "lincorr-models"
+        models.mkdir(exist_ok=True)
+        (root / "models").symlink_to(models, target_is_directory=True)
+    else:
+        (root / "models").mkdir()
     previous = os.environ.get("LINCORR_CACHE_DIR")
     os.environ["LINCORR_CACHE_DIR"] = str(root)
     yield root
@@ -62,7 +77,11 @@ def bundled_cache(session_cache, tmp_path_factory):
 
 
 class BundledModels:
-    """The bundled models, each loaded (and converted, the first time in a run) once per session."""
+    """The bundled models, each loaded (and converted, the first time in a run) once per session.
+
+    A test that runs lincorr in another process on a bundled model loads it here first, so that its conversion is made
+    under the lock the other workers wait on.
+    """
 
     def __init__(self, cache: Path):
         self.cache = cache
@@ -70,7 +89,7 @@ class BundledModels:
 
     def __call__(self, name: str):
         if name not in self.loaded:
-            with pytest.MonkeyPatch.context() as patch:
+            with pytest.MonkeyPatch.context() as patch, FileLock(self.cache / "models" / ".conversion.lock"):
                 patch.setenv("LINCORR_CACHE_DIR", str(self.cache))
                 self.loaded[name] = load_model(name)
         return self.loaded[name]
@@ -119,3 +138,9 @@ def tiny_lm(request, tokenizer):
 def llama_lm(tokenizer):
     return wrap_model(tiny_llama(len(tokenizer)), tokenizer, name="tiny-llama")
 
+
+
+@pytest.fixture(scope="module")
+def origins(bundled, session_cache):
+    """The §6 steps' context on gemma-3-270m-q4km at the claims' sizes (`helpers.extractive.origins_context`), once per file."""
+    return origins_context(bundled("gemma-3-270m-q4km"))

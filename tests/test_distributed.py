@@ -116,9 +116,9 @@ def test_pieces_follow_the_batches_whatever_the_world_size(tokenizer):
 def test_the_bundled_model_over_two_processes_equals_one_process(tmp_path, bundled, bundled_cache):
     bundled("gemma-3-270m-q4km")  # converted in the session's cache, which both runs' caches link to
     caches = [bundled_cache(), bundled_cache()]
-    # 3 prompts x 400 inputs at batch 16: 25 batches, 4 pieces per table (the last one short), 12 pieces to share. Ridge:
-    # 200 training inputs are fewer than the 247 cities ols would need.
-    args = ["matrix", "--prompts", "city,country,continent", "--model", "gemma-3-270m-q4km", "-n", "400", "--batch-size", "16",
+    # 3 prompts x 136 inputs at batch 8: 17 batches, 3 pieces per table (the last one short), 9 pieces to share, unevenly.
+    # Ridge: 68 training inputs are fewer than the 247 cities ols would need.
+    args = ["matrix", "--prompts", "city,country,continent", "--model", "gemma-3-270m-q4km", "-n", "136", "--batch-size", "8",
             "--estimator", "ridge", "--alpha", "1", "--json", "--quiet"]
     # torchrun gives each CPU process one thread; a CPU matmul's rounding depends on its thread count (collection.forward.forward_key).
     single = run(tmp_path, args, caches[0], 1, OMP_NUM_THREADS="1")

@@ -19,8 +19,6 @@ from lincorr.studies.extractive.ocr import SMALL_TRAIN, hop_data, load_world, me
 from lincorr.studies.extractive.scores import exact_scores, linearized_scores, score_components
 from lincorr.internals import head, layout, mlp
 from lincorr.knowledge import load_registry
-from lincorr.reproduce.feng import origins as feng_origins
-from lincorr.reproduce.step import Context
 
 pytestmark = pytest.mark.integration
 
@@ -100,50 +98,3 @@ def test_first_hop_facts_live_in_the_early_blocks_and_second_hop_implications_ne
     assert ranks["first", "early"][0] >= ranks["first", "late"][0] + 2, ranks  # first-hop facts are stored early
     assert ranks["second", "late"][0] <= 1, ranks  # the late reset keeps the second-hop facts ...
     assert ranks["second", "late"][1] >= ranks["second", "none"][1] + 1, ranks  # ... and loses their implications
-
-
-@pytest.fixture(scope="module")
-def origins(bundled, session_cache):
-    """A reproduction context for the §6 steps at the claims' sizes (`feng/claims.yaml`: 80 training names, 20 test names, 20 cities).
-
-    Its models are kept in the session's checkpoint cache, so the two tests below share what they both train: the
-    ordering test's implications-first phase is grafting's W_ImplF, trained by whichever test runs first.
-    """
-    return Context(bundled("gemma-3-270m-q4km"), load_registry(), {"n_train": 80, "n_test": 20, "n_cities": 20, "seed": 0})
-
-
-def test_grafting_the_implication_update_onto_counterfactual_facts_answers_their_implications(origins):
-    """Table 3: W_graft = W_F' + (W_F,ImplF - W_F) ranks the counterfactual implications better than W_F' and W~_graft.
-
-    Measured with these settings (docs/mechanisms.md): Impl F' mean ranks W_F' 9.61, W_graft 7.21, W~_graft 10.19 over 80
-    names; the two paired Wilcoxon tests combine to p = 5e-6. The test asks for p < 0.01, more than two orders of magnitude
-    of room for a machine whose float rounding steers training elsewhere. That the weight sets are built from the right
-    operands is the planted unit test's (`test_grafting_builds_and_scores_the_weight_sets_the_paper_names`). Table 3's step
-    trains the four weight sets and ranks three; Fig. 6's scores (a step of their own) are not computed here.
-    """
-    measured = feng_origins.graft(origins)
-    rows = measured.ours["rows"]
-    impl_counterfactual = {weights: values[0] for weights, values in rows.items()}
-    assert impl_counterfactual["W_graft"] < min(impl_counterfactual["W_F'"], impl_counterfactual["W~_graft"]), rows
-    assert measured.test.direction_holds and measured.test.p_value < 0.01, measured.test
-    assert measured.test.unit == "training names" and measured.test.units == 80
-    # The control learns what it was given: the original implications, not the counterfactual ones.
-    assert rows["W~_graft"][1] < rows["W~_graft"][0] - 2, rows
-
-
-def test_new_facts_imply_more_after_training_on_facts_mixed_with_implications_than_after_implications_first(origins):
-    """Fig. 4, the direction that holds on gemma: continued training on facts and implications shuffled together, then
-    fine-tuning on new facts, ranks the new facts' implications better than continued training with the implications first.
-
-    Measured at these settings: test implications 1.85 (shuffled) against 5.45 (implications first) over 20 new names,
-    chance 9.5; the paired Wilcoxon test over the 20 names gives p = 0.0048. Facts first, the paper's other order, gives
-    6.45 on gemma and is not asserted. The test asks for the conventional one-sided p < 0.05, ten times the measured p,
-    and a gap of one rank of the measured 3.6.
-    """
-    context = dataclasses.replace(origins, settings={**origins.settings, "orders": ["implications_then_facts", "shuffled"]})
-    measured = feng_origins.ordering(context)
-    orders = measured.ours["orders"]
-    assert orders["shuffled"]["test_implications"] < orders["implications_then_facts"]["test_implications"] - 1, orders
-    assert measured.test.direction_holds and measured.test.p_value < 0.05, measured.test
-    for order in orders.values():  # the new facts themselves were learned in both orders
-        assert order["test_facts"] <= 1, orders

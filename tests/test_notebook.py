@@ -84,8 +84,8 @@ def numbers_agree(committed: str, fresh: str) -> bool:
 @pytest.mark.integration
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("path", [named(path) for path in NOTEBOOKS])
-def test_a_notebook_runs_and_says_what_its_committed_outputs_say(path, tmp_path):
-    # The kernel inherits LINCORR_CACHE_DIR: the session's cache, with the converted models.
+def test_a_notebook_runs_and_says_what_its_committed_outputs_say(path, tmp_path, bundled):
+    bundled("gemma-3-270m-q4km")  # converted in the session's cache, which the kernel inherits (LINCORR_CACHE_DIR)
     committed, fresh = read(path), execute(path, tmp_path)
     for before, after in zip(code_cells(committed), code_cells(fresh), strict=True):
         kept = [said(output) for output in before.outputs]

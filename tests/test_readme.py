@@ -54,7 +54,7 @@ def test_version_and_citation_agree_everywhere():
 @pytest.fixture
 def fresh_user(tmp_path, bundled_cache, bundled) -> dict:
     """A new user's environment: an empty home, nothing cached but the bundled models' conversions (made once per run)."""
-    bundled("gemma-3-270m")  # converted into the session's cache before the user's cache links to it
+    bundled("gemma-3-270m-q4km")  # converted into the session's cache before the user's cache links to it
     home = tmp_path / "home"
     home.mkdir()
     return {**os.environ, "HOME": str(home), "LINCORR_CACHE_DIR": str(bundled_cache()), "HF_HUB_OFFLINE": "1"}

@@ -141,8 +141,9 @@ def test_words_from_strangers_are_shown_as_text_never_as_links_images_or_scripts
 
 
 @pytest.mark.integration
-def test_demo_writes_a_report_whose_w_hover_matches_the_bundled_model(browser, tmp_path, capsys):
+def test_demo_writes_a_report_whose_w_hover_matches_the_bundled_model(browser, tmp_path, capsys, bundled):
     """`lincorr demo` on gemma-3-270m-q4km (-n 500: ols still has more training inputs than cities) writes report.html and prints its path."""
+    bundled("gemma-3-270m-q4km")  # converted under the session's lock
     out = tmp_path / "lincorr-out"
     assert main(["demo", "-n", "500", "--quiet", "--out", str(out)]) == 0
     assert f"interactive report: {out / 'report.html'}" in capsys.readouterr().out
