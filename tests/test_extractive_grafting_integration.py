@@ -12,7 +12,6 @@ from lincorr.reproduce.feng import origins as feng_origins
 pytestmark = pytest.mark.integration
 
 
-
 def test_grafting_the_implication_update_onto_counterfactual_facts_answers_their_implications(origins):
     """Table 3: W_graft = W_F' + (W_F,ImplF - W_F) ranks the counterfactual implications better than W_F' and W~_graft.
 

@@ -14,7 +14,6 @@ from lincorr.reproduce.feng import origins as feng_origins
 pytestmark = pytest.mark.integration
 
 
-
 def test_new_facts_imply_more_after_training_on_facts_mixed_with_implications_than_after_implications_first(origins):
     """Fig. 4, the direction that holds on gemma: continued training on facts and implications shuffled together, then
     fine-tuning on new facts, ranks the new facts' implications better than continued training with the implications first.
