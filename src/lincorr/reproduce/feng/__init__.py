@@ -1,1 +1,1 @@
-"""Feng et al. (2025), extractive structures: the steps behind its claims (claims.yaml beside them)."""
+"""Feng et al. (2024), extractive structures: the steps behind its claims (claims.yaml beside them)."""
