@@ -39,7 +39,7 @@ FAMILIES = "attribute, cross-language, simile, math, mechanisms"  # the bundled 
 PAPER_FIT = {"estimator": "ols"}
 PAPER_FIT_HELP = "the paper's ols fit (sets --estimator ols)"
 # Why the commands default to ridge; shown in their --help.
-RIDGE_REASON = ("ridge by default: with 1,000 inputs and 247 cities ols is nearly saturated and "
+RIDGE_REASON = ("ridge by default: with 1,000 inputs and 247 cities (gemma-3-270m-q4km) ols is nearly saturated and "
                 "its W too noisy to read or rank targets by")
 
 
