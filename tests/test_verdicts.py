@@ -116,8 +116,6 @@ def test_an_interval_that_reaches_the_largest_possible_effect_does_not_exclude_i
     assert judge(binomial_above(5, 9, 1 - 0.42, interest=0.42), p_value=0.6, alpha_for_power=ALPHA / 18).verdict == "not reproduced"
 
 
-@pytest.mark.xfail(strict=True, reason="fisher_greater's power and interval are normal approximations that take a 0/1 "
-                   "arm's variance as 0; docs/results.md (qwen2.5-coder-0.5b-instruct-q4km's Table 18) says how it reads")
 def test_a_fisher_test_with_one_row_in_an_arm_has_no_power():
     """qwen2.5-coder-0.5b-instruct-q4km's committed Table 18: 115/245 whole words against 0/1 subwords. With one row in
     an arm, the one-sided p of Fisher's exact test is at best the share of misses among all rows (131/246 here); at the
@@ -126,6 +124,35 @@ def test_a_fisher_test_with_one_row_in_an_arm_has_no_power():
     assert test.p_value > 0.4
     assert test.power_at(ALPHA) < 0.05
     assert judge(test).verdict == "inconclusive"
+
+
+def test_the_exact_fisher_power_matches_a_simulation():
+    n, control_n, control_rate, rise = 30, 12, 0.1, 0.35
+    test = fisher_greater(10, n, 1, control_n, interest=rise)  # the control's measured rate, 1/12, is the power's
+    control_rate = 1 / control_n
+
+    def draw(rng):
+        table = [[rng.binomial(n, control_rate + rise), 0], [rng.binomial(control_n, control_rate), 0]]
+        table[0][1], table[1][1] = n - table[0][0], control_n - table[1][0]
+        return scipy.stats.fisher_exact(table, alternative="greater")[1]
+
+    simulated, se = simulated_power(draw)
+    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se)
+
+
+def test_the_fisher_interval_is_newcombes_hybrid_score_interval():
+    """Newcombe (1998), method 10, computed here from Wilson's intervals written out in full; his example 56/70 vs 48/80
+    gives 0.0524 to 0.3339."""
+    def wilson(x, m, z=1.959963984540054):
+        p = x / m
+        return ((2 * m * p + z**2 - z * np.sqrt(z**2 + 4 * m * p * (1 - p))) / (2 * (m + z**2)),
+                (2 * m * p + z**2 + z * np.sqrt(z**2 + 4 * m * p * (1 - p))) / (2 * (m + z**2)))
+
+    (l1, u1), (l2, u2) = wilson(56, 70), wilson(48, 80)
+    d = 56 / 70 - 48 / 80
+    expected = (d - np.hypot(56 / 70 - l1, u2 - 48 / 80), d + np.hypot(u1 - 56 / 70, 48 / 80 - l2))
+    assert fisher_greater(56, 70, 48, 80).interval == pytest.approx(expected, abs=1e-12)
+    assert expected == pytest.approx((0.0524, 0.3339), abs=1e-4)
 
 
 def test_a_claim_about_each_task_needs_every_task():

@@ -186,19 +186,45 @@ def mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> float:
 
 def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: str = "real vs control", interest: float | None = None) -> Test:
     """The rate `hits / n` above `control_hits / control_n` (Fisher's exact test, one-sided); the statistic is the odds ratio.
-    The effect is the difference of rates (Wald interval); the power, at `interest` above the control's rate, is the
-    two-proportion z-test's (an approximation of Fisher's)."""
+    The effect is the difference of rates with Newcombe's hybrid score interval (Wilson's for each rate: sound where an
+    arm is small or its rate 0 or 1); the power, at `interest` above the control's rate, is exact: both arms drawn as
+    binomials at those rates, the share of outcomes whose Fisher p clears each level."""
     table = [[hits, n - hits], [control_hits, control_n - control_hits]]
     odds, p = scipy.stats.fisher_exact(table, alternative="greater")
     rate, control_rate = hits / max(n, 1), control_hits / max(control_n, 1)
-    se = math.sqrt(rate * (1 - rate) / max(n, 1) + control_rate * (1 - control_rate) / max(control_n, 1)) or 1.0 / max(n, 1)
-    power = None
-    if interest is not None:
-        alternative = min(control_rate + interest, 1.0)
-        spread = math.sqrt(alternative * (1 - alternative) / n + control_rate * (1 - control_rate) / control_n) or 1.0 / n
-        power = normal_power(interest / spread)
+    (low, high), (control_low, control_high) = wilson_interval(hits, n), wilson_interval(control_hits, control_n)
+    difference = rate - control_rate
+    interval = (difference - math.hypot(rate - low, control_high - control_rate), difference + math.hypot(high - rate, control_rate - control_low))
+    power = fisher_power(n, control_n, min(control_rate + interest, 1.0), control_rate) if interest is not None else None
     return Test(f"Fisher exact: {what} {hits}/{n} vs {control_hits}/{control_n}", float(odds), float(p), rate > control_rate,
-                rate - control_rate, (rate - control_rate - Z_95 * se, rate - control_rate + Z_95 * se), interest, power, n + control_n)
+                difference, interval, interest, power, n + control_n)
+
+
+def wilson_interval(successes: int, trials: int) -> tuple[float, float]:
+    """Wilson's 95% score interval of a rate (the whole of [0, 1] for no trials)."""
+    if trials <= 0:
+        return 0.0, 1.0
+    rate, z2 = successes / trials, Z_95**2
+    centre = (rate + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = Z_95 * math.sqrt(rate * (1 - rate) / trials + z2 / (4 * trials**2)) / (1 + z2 / trials)
+    return max(centre - half, 0.0), min(centre + half, 1.0)
+
+
+def fisher_power(n: int, control_n: int, rate: float, control_rate: float) -> tuple[tuple[float, float], ...]:
+    """The chance that the one-sided Fisher exact test of Binomial(n, rate) hits against Binomial(control_n, control_rate)
+    reaches p <= alpha, at every level of POWER_ALPHAS (summed over the outcomes of probability above 1e-12)."""
+    def likely(trials: int, p: float) -> tuple[np.ndarray, np.ndarray]:
+        outcomes = np.arange(trials + 1)
+        chances = scipy.stats.binom.pmf(outcomes, trials, p)
+        return outcomes[chances > 1e-12], chances[chances > 1e-12]
+
+    hits, hit_chances = likely(n, rate)
+    control_hits, control_chances = likely(control_n, control_rate)
+    # Fisher's one-sided p of every (hits, control hits): the hypergeometric chance of at least `hits` of the table's
+    # successes in the first row.
+    p_values = scipy.stats.hypergeom.sf(hits[:, None] - 1, n + control_n, hits[:, None] + control_hits[None, :], n)
+    chances = hit_chances[:, None] * control_chances[None, :]
+    return power_grid(lambda alpha: float(chances[p_values <= alpha].sum()))
 
 
 def paired_greater(values: np.ndarray | Sequence[float], controls: np.ndarray | Sequence[float], what: str = "r vs shuffled control",
@@ -239,13 +265,15 @@ def correlation_above(name: str, r: float, p_value: float, units: int, unit: str
     effect r - control with a Fisher-z interval over the `units` independent units (standard error 1 / sqrt(units - 3)),
     and the power of a one-sided z-test on as many units to see an r `interest` above `control`."""
     se = 1 / math.sqrt(max(units - 3, 1))
-    z = math.atanh(float(np.clip(r, -1 + 1e-12, 1 - 1e-12)))
+    z = fisher_z(r)
     interval = (math.tanh(z - Z_95 * se) - control, math.tanh(z + Z_95 * se) - control)
-    power = None
-    if interest is not None:
-        shift = math.atanh(float(np.clip(control + interest, -1 + 1e-12, 1 - 1e-12))) - math.atanh(float(np.clip(control, -1 + 1e-12, 1 - 1e-12)))
-        power = normal_power(shift / se)
+    power = normal_power((fisher_z(control + interest) - fisher_z(control)) / se) if interest is not None else None
     return Test(name, r - control, p_value, r > control, r - control, interval, interest, power, units, unit)
+
+
+def fisher_z(r: float) -> float:
+    """Fisher's z of a correlation, with |r| kept below 1 so that a perfect r stays finite."""
+    return math.atanh(float(np.clip(r, -1 + 1e-12, 1 - 1e-12)))
 
 
 def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Sequence[float], what: str = "values vs others", interest: float | None = None) -> Test:
