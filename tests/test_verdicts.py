@@ -3,15 +3,19 @@ example, and the four verdicts from planted effects."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 import scipy.stats
 
+import lincorr.reproduce.verdicts as verdicts
+
 from lincorr.reproduce.verdicts import (
     ALPHA,
     all_of,
+    any_of,
     binomial_above,
     bootstrap_greater,
     correlation_above,
@@ -21,6 +25,8 @@ from lincorr.reproduce.verdicts import (
     mcnemar_gain,
     paired_greater,
     ranks_greater,
+    relabelled,
+    untestable,
 )
 
 SIMULATIONS = 4000
@@ -191,3 +197,28 @@ def test_the_power_of_a_correlation_test_is_what_a_simulation_of_its_units_gives
     assert abs(test.power_at(0.05) - simulated) < 3 * math.sqrt(simulated * (1 - simulated) / sims)  # binomial error of the simulation
     low, high = test.interval
     assert low < 0.05 < high and high - low < 0.3
+
+
+def test_every_test_is_made_again_from_its_stored_recipe():
+    rng = np.random.default_rng(0)
+    values, controls = rng.normal(0.3, 1, 12), rng.normal(0, 1, 12)
+    tests = [binomial_above(8, 40, 0.1, "hits", 0.15), mcnemar_gain([True, False] * 10, [True, True] * 10, interest=0.2),
+             fisher_greater(12, 30, 3, 25, interest=0.3), paired_greater(values, controls, interest=0.5),
+             bootstrap_greater(0.2, rng.normal(0.2, 0.1, 500), "gain", 0.1, units=40), correlation_above("r", 0.4, 0.01, 30, "items", 0.2),
+             ranks_greater(values, controls, interest=0.2), untestable("no crossing", interest=0.1),
+             relabelled(binomial_above(8, 40, 0.1, interest=0.15), "renamed", holds=False)]
+    tests += [all_of(tests[:3], "parts"), any_of(tests[3:5], "parts")]
+    for test in tests:
+        stored = json.loads(json.dumps(test.summary()))
+        assert verdicts.Test.from_summary(stored) == test
+    assert tests[-3].name == "renamed" and not tests[-3].direction_holds
+    assert all(part.recipe is not None for part in verdicts.Test.from_summary(tests[-2].summary()).parts), "a rebuilt part has its recipe"
+    assert all(row["recipe"] is None for row in tests[-2].summary()["parts"]), "a stored part leaves its recipe to the whole's"
+
+
+@pytest.mark.parametrize("recipe", [{"test": "system", "arguments": {}}, {"test": "binomial_above", "arguments": {"successes": "x"}},
+                                    {"test": "binomial_above", "arguments": {"nope": 1}}, {"test": "all_of", "arguments": {"tests": [{"recipe": 7}], "what": ""}},
+                                    "binomial_above", {"test": "any_of", "arguments": []}])
+def test_a_recipe_that_names_no_test_or_wrong_arguments_is_refused(recipe):
+    with pytest.raises(ValueError):
+        verdicts.Test.from_summary({"recipe": recipe})
