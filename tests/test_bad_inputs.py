@@ -378,6 +378,17 @@ def test_an_empty_or_relative_cache_variable_never_makes_the_working_directory_t
     assert sorted(project.rglob("*")) == before
 
 
+@pytest.mark.parametrize("command", [["cache", "list"], ["cache", "list", "--json"], ["cache", "size"], ["cache", "clear"]])
+def test_every_cache_command_refuses_a_cache_variable_that_names_a_file(command, capsys, monkeypatch, tmp_path):
+    (tmp_path / "a-file").write_text("mine", encoding="utf-8")
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path / "a-file"))
+    reported = spy_on_errors(monkeypatch)
+    assert main(command) == 2
+    assert "not a directory" in one_error_line(capsys)
+    assert [type(error) for error in reported] == [CacheError]
+    assert (tmp_path / "a-file").read_text(encoding="utf-8") == "mine"
+
+
 def test_cache_clear_leaves_a_directory_lincorr_did_not_make(capsys, monkeypatch, tmp_path):
     for mine in ("models", "logits", "results"):
         (tmp_path / mine).mkdir()
