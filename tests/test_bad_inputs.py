@@ -72,6 +72,9 @@ MISTAKES = [
     ("input-of-2000-words", FIT + ["--inputs", "{long_inputs}"], InputError),
     # model specs
     ("gguf-garbage", FIT + ["--model", "{garbage.gguf}"], ModelError),
+    ("gguf-a-directory", FIT + ["--model", "{folder.gguf}"], UsageError),
+    ("gguf-missing", FIT + ["--model", "missing.gguf"], UsageError),
+    ("model-path-missing", FIT + ["--model", "/nonexistent/model"], UsageError),
     ("gguf-truncated", FIT + ["--model", "{truncated.gguf}"], ModelError),
     ("model-dir-empty", FIT + ["--model", "{empty_dir}"], ModelError),
     ("model-dir-not-a-model", FIT + ["--model", "{notes_dir}"], ModelError),
@@ -139,6 +142,7 @@ def assets(tmp_path_factory, tokenizer) -> dict[str, str]:
     (ws / "remote_code_model" / "config.json").write_text(json.dumps(config))
     (ws / "empty_dir").mkdir()
     (ws / "notes_dir").mkdir()
+    (ws / "folder.gguf").mkdir()
     (ws / "notes_dir" / "notes.txt").write_text("my notes\n")
     (ws / "read_only").mkdir()
     write_tiny_gguf(ws / "tiny.gguf")
@@ -215,6 +219,18 @@ def test_mistake_ends_in_one_error_line(argv, kind, setup, assets, tmp_path, mon
     one_error_line(capsys)
     assert [type(error) for error in reported] == [kind], reported
     assert files_under(assets["ws"], tmp_path) == before, "a failed command left files behind"
+
+
+@pytest.mark.parametrize("option", ["--top", "--top-influencing"])
+def test_a_word_outside_its_domain_is_refused_before_the_model_loads(option, assets, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model loaded before the word was checked")
+
+    monkeypatch.setattr("lincorr.models.load_model", no_load)
+    assert main(filled(FIT + [option, "Atlantis"], assets)) == 2
+    assert "'Atlantis' is not in the" in one_error_line(capsys)
 
 
 def test_catalogue_ids_are_unique():

@@ -103,8 +103,12 @@ def check_domains_early(args, config) -> None:
     if tokenizer is None:
         return
     source = resolve_prompt(args, "source", tokenizer)
-    resolve_prompt(args, "target", tokenizer)
+    target = resolve_prompt(args, "target", tokenizer)
     config.check_sizes(count_inputs(args), len(source.domain))
+    for word in getattr(args, "top", ()):
+        source.domain.index(word)  # --top names source words and --top-influencing target words: a word not there fails now
+    for word in getattr(args, "top_influencing", ()):
+        target.domain.index(word)
 
 
 def registry_pairs(args):
