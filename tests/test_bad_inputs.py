@@ -72,6 +72,9 @@ MISTAKES = [
     ("input-of-2000-words", FIT + ["--inputs", "{long_inputs}"], InputError),
     # model specs
     ("gguf-garbage", FIT + ["--model", "{garbage.gguf}"], ModelError),
+    ("gguf-a-directory", FIT + ["--model", "{folder.gguf}"], UsageError),
+    ("gguf-missing", FIT + ["--model", "missing.gguf"], UsageError),
+    ("model-path-missing", FIT + ["--model", "/nonexistent/model"], UsageError),
     ("gguf-truncated", FIT + ["--model", "{truncated.gguf}"], ModelError),
     ("model-dir-empty", FIT + ["--model", "{empty_dir}"], ModelError),
     ("model-dir-not-a-model", FIT + ["--model", "{notes_dir}"], ModelError),
@@ -139,6 +142,7 @@ def assets(tmp_path_factory, tokenizer) -> dict[str, str]:
     (ws / "remote_code_model" / "config.json").write_text(json.dumps(config))
     (ws / "empty_dir").mkdir()
     (ws / "notes_dir").mkdir()
+    (ws / "folder.gguf").mkdir()
     (ws / "notes_dir" / "notes.txt").write_text("my notes\n")
     (ws / "read_only").mkdir()
     write_tiny_gguf(ws / "tiny.gguf")
@@ -215,6 +219,18 @@ def test_mistake_ends_in_one_error_line(argv, kind, setup, assets, tmp_path, mon
     one_error_line(capsys)
     assert [type(error) for error in reported] == [kind], reported
     assert files_under(assets["ws"], tmp_path) == before, "a failed command left files behind"
+
+
+@pytest.mark.parametrize("option", ["--top", "--top-influencing"])
+def test_a_word_outside_its_domain_is_refused_before_the_model_loads(option, assets, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model loaded before the word was checked")
+
+    monkeypatch.setattr("lincorr.models.load_model", no_load)
+    assert main(filled(FIT + [option, "Atlantis"], assets)) == 2
+    assert "'Atlantis' is not in the" in one_error_line(capsys)
 
 
 def test_catalogue_ids_are_unique():
@@ -376,6 +392,17 @@ def test_an_empty_or_relative_cache_variable_never_makes_the_working_directory_t
         one_error_line(capsys)
     assert [type(error) for error in reported] == [CacheError] * 3
     assert sorted(project.rglob("*")) == before
+
+
+@pytest.mark.parametrize("command", [["cache", "list"], ["cache", "list", "--json"], ["cache", "size"], ["cache", "clear"]])
+def test_every_cache_command_refuses_a_cache_variable_that_names_a_file(command, capsys, monkeypatch, tmp_path):
+    (tmp_path / "a-file").write_text("mine", encoding="utf-8")
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path / "a-file"))
+    reported = spy_on_errors(monkeypatch)
+    assert main(command) == 2
+    assert "not a directory" in one_error_line(capsys)
+    assert [type(error) for error in reported] == [CacheError]
+    assert (tmp_path / "a-file").read_text(encoding="utf-8") == "mine"
 
 
 def test_cache_clear_leaves_a_directory_lincorr_did_not_make(capsys, monkeypatch, tmp_path):

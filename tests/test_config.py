@@ -37,6 +37,11 @@ def test_a_group_commands_options_go_after_its_own_name(tmp_path):
     ("seed: {a: 1}\n", "seed"),
     ("- seed\n", "config file"),
     ("seed: [unclosed\n", "is not YAML"),
+    ("seed: 1\nseed: 2\n", "duplicate key 'seed' (first on line 1)"),
+    ("n_inputs: abc\n", "n-inputs:"),
+    ("n_inputs: 1e400\n", "n-inputs:"),
+    ("seed: -5\n", "seed:"),
+    ("estimator: quantum\n", "estimator is 'quantum'; choose one of"),
 ])
 def test_a_wrong_file_is_one_error_line_naming_it(text, message, tmp_path, capsys):
     study = tmp_path / "study.yaml"
@@ -44,6 +49,12 @@ def test_a_wrong_file_is_one_error_line_naming_it(text, message, tmp_path, capsy
     assert main(["fit", "city", "country", "--config", str(study)]) == 2
     line = one_error_line(capsys)
     assert message in line and str(study) in line
+
+
+def test_a_value_that_starts_with_a_dash_stays_the_options_value(tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text("source_template: '-{}- lives in the city of'\n", encoding="utf-8")
+    assert parsed(["fit", "a", "b", "--config", str(study)]).source_template == "-{}- lives in the city of"
 
 
 def test_a_config_that_is_not_there_is_one_error_line(tmp_path, capsys):

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from helpers.cli_errors import one_error_line
+from helpers.tiny import WORDS, tiny_llama, tiny_tokenizer
 
 from lincorr.bundled import catalogue
 from lincorr.cli import main
@@ -38,6 +39,32 @@ def test_models_as_text_names_quantisation_and_license(capsys):
 def test_model_kwargs_must_be_a_json_object(capsys, value):
     assert main(["fit", "city", "country", "--model-kwargs", value]) == 2
     assert "--model-kwargs" in one_error_line(capsys)
+
+
+@pytest.fixture
+def tiny_model_directory(tmp_path):
+    tokenizer = tiny_tokenizer(WORDS)
+    tiny_llama(len(tokenizer)).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    return tmp_path / "model"
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda d: (d / "model.safetensors").write_bytes(b"\x07" * 1000), "did not load"),
+    (lambda d: (d / "model.safetensors").write_bytes((d / "model.safetensors").read_bytes()[:2000]), "did not load"),
+    (lambda d: (d / "tokenizer.json").write_text("garbage{", encoding="utf-8"), "did not load"),
+], ids=["weights-noise", "weights-truncated", "tokenizer-garbage"])
+def test_a_damaged_model_directory_ends_in_one_error_line(tiny_model_directory, damage, says, capsys):
+    damage(tiny_model_directory)
+    assert main(["fit", "city", "country", "--model", str(tiny_model_directory), "-n", "20"]) == 2
+    assert says in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("kwargs", ['{"attn_implementation": "nonsense"}', '{"pretrained_model_name_or_path": "x"}',
+                                    '{"quantization_config": 5}'])
+def test_model_kwargs_that_from_pretrained_refuses_end_in_one_error_line(tiny_model_directory, kwargs, capsys):
+    assert main(["fit", "city", "country", "--model", str(tiny_model_directory), "-n", "20", "--model-kwargs", kwargs]) == 2
+    assert str(tiny_model_directory) in one_error_line(capsys)
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,25 @@ def test_an_out_that_cannot_be_written_ends_in_one_error_line(where, kind, messa
     assert message in one_error_line(capsys)
     assert [type(error) for error in reported] == [kind]
     assert contents(tmp_path) == before
+
+
+def test_a_pipe_a_link_or_a_link_loop_is_never_replaced_by_the_report(tiny_runs, tmp_path, capsys):
+    pipe, mine, link = tmp_path / "pipe.html", tmp_path / "mine.html", tmp_path / "link.html"
+    os.mkfifo(pipe)
+    mine.write_text("mine", encoding="utf-8")
+    link.symlink_to(mine)
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    cases = [(["report", str(tiny_runs["fit"]), "--out", str(pipe)], "not a regular file"),
+             (["report", str(tiny_runs["fit"]), "--out", str(link)], "is a link"),
+             (["report", str(tiny_runs["fit"]), "--out", str(tmp_path / "a")], ""),
+             (["report", str(tiny_runs["fit"]), "--out", str(tmp_path / "a" / "report.html")], ""),
+             (["report", str(tmp_path / "a"), "--out", str(tmp_path / "report.html")], "")]
+    for arguments, message in cases:
+        assert main(arguments) == 2, arguments
+        assert message in one_error_line(capsys)
+    assert stat.S_ISFIFO(pipe.lstat().st_mode) and link.is_symlink() and mine.read_text(encoding="utf-8") == "mine"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["a", "b", "link.html", "mine.html", "pipe.html"]
 
 
 # ---- a damaged run ends in one error line naming the file ----

@@ -87,6 +87,19 @@ def test_demo_prints_the_labelwise_r_of_a_plain_numpy_refit(tmp_path, capsys):
     assert (out / "report.html").stat().st_size > 0
 
 
+def test_a_demo_on_too_few_inputs_for_ols_saves_and_says_why_ols_is_left_out(tmp_path, capsys):
+    model = saved_model(tmp_path / "model", tiny_tokenizer([*WORDS, *DEMO_CITIES[5:], *DEMO_COUNTRIES[5:], *NAMES]))
+    registry = tmp_path / "tiny.yaml"
+    registry.write_text(f"domains:\n  city: [{', '.join(DEMO_CITIES)}]\n  country: [{', '.join(DEMO_COUNTRIES)}]\n", encoding="utf-8")
+    inputs = tmp_path / "inputs.txt"
+    inputs.write_text("\n".join(NAMES[:20]), encoding="utf-8")  # 8 training inputs against 8 cities: ridge fits, ols cannot
+    out = tmp_path / "demo"
+    assert main(["demo", "--model", str(model), "--registry", str(registry), "--inputs", str(inputs), "--out", str(out),
+                 "--test-fraction", "0.6", "--alpha", "1", "--bootstrap", "10", "--quiet"]) == 0
+    assert re.search(r"paper's ols\s+not fitted: ols needs more training inputs", capsys.readouterr().out)
+    assert (out / "result.json").exists() and (out / "report.html").exists()
+
+
 # ---- diagnose and subwords: the generalization study per fact and per token category ----
 
 # Kenya, Peru and Chile are not in the tokenizer's vocabulary: they are spelled in letters, so their first token is a fragment.

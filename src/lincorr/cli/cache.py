@@ -19,10 +19,22 @@ def add_cache_command(commands) -> None:
     clear.set_defaults(handler=run_clear)
 
 
+def checked_root():
+    """The cache root, refused (one error line) when it is something other than a directory; nothing is created."""
+    from lincorr.cache import cache_root
+    from lincorr.errors import CacheError
+
+    root = cache_root()
+    if root.exists() and not root.is_dir():
+        raise CacheError(f"cache directory {root} is not a directory; point LINCORR_CACHE_DIR at a directory")
+    return root
+
+
 def run_list(args) -> None:
     from lincorr.cache import cache_root, cache_usage
     from lincorr.reading import human_size
 
+    checked_root()
     usage = cache_usage()
     if args.json:
         print_json({"root": str(cache_root()),
@@ -37,12 +49,14 @@ def run_size(args) -> None:
     from lincorr.cache import cache_root, cache_usage
     from lincorr.reading import human_size
 
+    checked_root()
     print(f"{human_size(sum(u.bytes for u in cache_usage()))}  {cache_root()}")
 
 
 def run_clear(args) -> None:
     from lincorr.cache import SECTIONS, clear_cache
 
+    checked_root()
     chosen = [section for section in SECTIONS if getattr(args, section)] or list(SECTIONS)
     removed = clear_cache(chosen)
     print(f"removed {', '.join(map(str, removed))}" if removed else f"nothing to remove ({', '.join(chosen)} already empty)")

@@ -24,6 +24,24 @@ from lincorr.errors import InputError
 from lincorr.reading import check_nesting, read_text, yaml_depth
 from lincorr.schema import REAL, TEXT, Entries, FileKind, Items, checked
 
+class ConfigLoader(yaml.SafeLoader):
+    """Safe YAML that refuses a key written twice, which the last one would otherwise silently win."""
+
+
+def unique_keys(loader: ConfigLoader, node: yaml.MappingNode) -> dict:
+    first_lines: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if isinstance(key, (str, int, float, bool)):
+            if key in first_lines:
+                raise yaml.constructor.ConstructorError(None, None, f"duplicate key '{key}' (first on line {first_lines[key]})",
+                                                        key_node.start_mark)
+            first_lines[key] = key_node.start_mark.line + 1
+    return loader.construct_mapping(node, deep=True)
+
+
+ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, unique_keys)
+
 CONFIG_FILE = FileKind("config file", Entries((TEXT, REAL, bool, Items((TEXT, REAL)))),
                        "write one `option: value` per line, the options of the command's --help", written_by="a config file")
 
@@ -64,7 +82,7 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
     text = read_text(path, CONFIG_FILE.what)
     check_nesting(path, CONFIG_FILE.what, yaml_depth(text))
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=ConfigLoader)
     except yaml.YAMLError as error:
         raise InputError(f"{CONFIG_FILE.what} {path} is not YAML ({' '.join(str(error).split())[:200]}); {CONFIG_FILE.remedy}") from None
     document = checked({} if document is None else document, CONFIG_FILE, Path(path))
@@ -95,4 +113,15 @@ def option_tokens(option: str, action: argparse.Action, value, path: str) -> lis
         raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]} takes one value, not a list")
     if isinstance(value, bool):
         raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]} takes a value, not true or false")
-    return [option, str(value)]
+    check_value(option, action, str(value), path)
+    return [f"{option}={value}"]  # one token: a value that starts with "-" stays the option's value
+
+
+def check_value(option: str, action: argparse.Action, text: str, path: str) -> None:
+    """`text` as `action` would convert and check it, refused here so that the error names the file, not the command line."""
+    try:
+        converted = action.type(text) if callable(action.type) else text
+    except (argparse.ArgumentTypeError, ValueError, TypeError) as error:
+        raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]}: {error}") from None
+    if action.choices is not None and converted not in action.choices:
+        raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]} is {text!r}; choose one of {', '.join(map(str, action.choices))}")

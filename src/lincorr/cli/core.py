@@ -27,13 +27,14 @@ from lincorr.cli.options import (
     fit_config,
     load_lm,
     load_registry_from,
+    model_load_errors,
     print_json,
     read_references,
     resolve_prompt,
     track,
 )
 from lincorr.cli.spellings import add_alias, add_preset_option
-from lincorr.errors import UsageError
+from lincorr.errors import LincorrError, UsageError
 
 DEMO_CITIES = ("Tokyo", "Paris", "Shanghai", "Moscow", "Madrid")
 
@@ -97,12 +98,17 @@ def check_domains_early(args, config) -> None:
     before the model loads: a pair ols cannot fit on -n fails in seconds, not after minutes of loading."""
     from lincorr.models import load_tokenizer
 
-    tokenizer = load_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
+    with model_load_errors(args.model):
+        tokenizer = load_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
     if tokenizer is None:
         return
     source = resolve_prompt(args, "source", tokenizer)
-    resolve_prompt(args, "target", tokenizer)
+    target = resolve_prompt(args, "target", tokenizer)
     config.check_sizes(count_inputs(args), len(source.domain))
+    for word in getattr(args, "top", ()):
+        source.domain.index(word)  # --top names source words and --top-influencing target words: a word not there fails now
+    for word in getattr(args, "top_influencing", ()):
+        target.domain.index(word)
 
 
 def registry_pairs(args):
@@ -158,20 +164,26 @@ def run_demo(args) -> None:
 
     result = measure(args)
     tops = {w: result.top_influenced(w, 5) for w in DEMO_CITIES}
+    # The paper's ols beside lincorr's fit, before anything is saved: too few inputs for ols is a note, not a failed run.
+    paper, no_paper = None, ""
+    if result.config.estimator != "ols":
+        try:
+            paper = fit_tables(result.source, result.target, dataclasses.replace(result.config, estimator="ols"))
+        except LincorrError as error:
+            no_paper = str(error)
     result.save(args.out, heatmap=True)
     report = build_report([args.out], title="lincorr demo: City->Country").save(Path(args.out) / "report.html")
     track(args, result)  # the report is one of the run's files
-    paper = None
-    if result.config.estimator != "ols":
-        paper = fit_tables(result.source, result.target, dataclasses.replace(result.config, estimator="ols"))
     if args.json:
         print_json({**result.summary(), "paper_ols_labelwise_r_mean": paper.summary()["labelwise_r_mean"] if paper else None,
-                    "top_influenced": tops_json(tops),
+                    **({"paper_ols_not_fitted": no_paper} if no_paper else {}), "top_influenced": tops_json(tops),
                     "out": args.out, "report": str(report)})
         return
     print(result.text())
     if paper:
         print(f"paper's ols      label-wise r {paper.summary()['labelwise_r_mean']:.3f} on the same tables")
+    elif no_paper:
+        print(f"paper's ols      not fitted: {no_paper}")
     print(tops_text(tops, "countries W links to"))
     print(f"\nwrote {args.out}/W.png, {args.out}/result.json and the arrays behind them")
     print(f"interactive report: {report} (open it in a browser)")

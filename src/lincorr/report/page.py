@@ -147,16 +147,28 @@ def check_report_file(path, run_dirs: Sequence = ()) -> Path:
     holds is the run. So are a directory and a place nothing can be written.
     """
     path = Path(path)
-    target = path.resolve()
+    target = resolved(path, f"the report {path}")
     for run_dir in run_dirs:
-        run = Path(run_dir).resolve()
+        run = resolved(Path(run_dir), f"the run directory {run_dir}")
         if target == run or run in target.parents:
             raise OutputError(f"the report {path} would be written inside the run directory {run_dir}, which it reads; "
                               f"write it outside every run directory, e.g. {run.parent / 'report.html'}")
     if path.is_dir():
         raise OutputError(f"{path} is a directory; name the HTML file to write, e.g. {path / 'report.html'}")
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        # Writing through a temporary and a rename would put a plain file where a device, a pipe or a link was.
+        kind = "a link" if path.is_symlink() else "not a regular file (a device or a pipe)"
+        raise OutputError(f"{path} is {kind}; a report replaces only a regular file: name a new HTML file, e.g. report.html")
     check_writable(path.absolute().parent, f"the report {path}")
     return path
+
+
+def resolved(path: Path, what: str) -> Path:
+    """`path` with its links and `..` resolved; an OutputError for a link loop or a path the system cannot resolve."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as error:
+        raise OutputError(f"{what} cannot be resolved ({error}); remove the link loop or name another path") from None
 
 
 def unique_anchors(titles: Sequence[str]) -> list[str]:
