@@ -74,7 +74,7 @@ MISTAKES = [
     ("gguf-garbage", FIT + ["--model", "{garbage.gguf}"], ModelError),
     ("gguf-a-directory", FIT + ["--model", "{folder.gguf}"], UsageError),
     ("gguf-missing", FIT + ["--model", "missing.gguf"], UsageError),
-    ("model-path-missing", FIT + ["--model", "/nonexistent/model"], UsageError),
+    ("model-path-missing", FIT + ["--model", "/nonexistent/model"], ModelError),
     ("gguf-truncated", FIT + ["--model", "{truncated.gguf}"], ModelError),
     ("model-dir-empty", FIT + ["--model", "{empty_dir}"], ModelError),
     ("model-dir-not-a-model", FIT + ["--model", "{notes_dir}"], ModelError),

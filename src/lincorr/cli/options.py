@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 from lincorr import strict_json
 from lincorr.cli.spellings import MLFLOW_VARIABLE, add_global_options
@@ -298,6 +299,9 @@ def load_lm(args, spec: str | None = None):
     # --revision and --model-kwargs are --model's; a second model of the command (--eval-model, say) is loaded as named.
     own = spec is None or spec == args.model
     name, model_kwargs = spec or args.model, args.model_kwargs if own else None
+    if name.startswith(("/", "./", "../", "~")) and not Path(name).expanduser().exists():
+        # A path, not a hub id ("org/name"): said as what it is, not as a failed hub lookup.
+        raise ModelError(f"{name}: no such file or directory; a local model is a .gguf file or a directory from save_pretrained")
     with model_load_errors(name, model_kwargs):
         return load_model(name, device=args.device, dtype=args.dtype, device_map=args.device_map,
                           trust_remote_code=args.trust_remote_code, revision=args.revision if own else None, model_kwargs=model_kwargs)
