@@ -1,4 +1,4 @@
-"""`lincorr reproduce`: a paper's claims on one model, each reproduced, not reproduced, inconclusive or not applicable; `--status` of a saved run."""
+"""`lincorr reproduce`: a paper's claims on one model, each reproduced, not reproduced, inconclusive or not applicable; `--status` of a saved run, and `--rejudge` to judge it again."""
 
 from __future__ import annotations
 
