@@ -23,6 +23,8 @@ SIGNAL_AT_IMPORT = """
 import importlib.abc, os, signal, sys
 
 module, number, arguments = sys.argv[1], getattr(signal, sys.argv[2]), sys.argv[3:]
+# Ctrl-C as a terminal delivers it: a job a shell started in the background inherits SIGINT ignored, and keeps it so.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class SignalAtImport(importlib.abc.MetaPathFinder):
