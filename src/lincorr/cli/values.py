@@ -63,8 +63,9 @@ def model_spec(text: str) -> str:
     """An argparse type: a model spec that is not blank (an empty one would silently mean a default or fail late)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} names no model; {MODEL_HELP}")
-    if text.endswith(".gguf") and not Path(text).expanduser().is_file():
-        what = "is not a regular file" if Path(text).expanduser().exists() else "does not exist (or is a link loop)"
+    path = Path(text).expanduser()
+    if text.endswith(".gguf") and not path.is_file():
+        what = "is not a regular file" if path.exists() else "does not exist (or is a link loop)"
         raise argparse.ArgumentTypeError(f"{text} {what}; a .gguf model is one file")
     return text
 
