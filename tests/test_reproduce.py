@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import dataclasses
 import inspect
 import json
 from pathlib import Path
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 import lincorr.reproduce.runner as runner
+import lincorr.reproduce.verdicts as verdicts
 from lincorr import cache
 from lincorr.bundled import find_bundled
 from lincorr.cli import main
@@ -128,13 +130,39 @@ def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypat
     reproduce("peng", llama_lm, registry=load_registry()).save(tmp_path / "run")
     assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stale"] == []
-    monkeypatch.setattr(runner, "code_digest", lambda module: "changed")
-    monkeypatch.setattr(cache, "code_digest", lambda module: "changed")  # what the cache keys finished claims by
+    monkeypatch.setattr(runner, "code_digest", lambda module, leaving_out=(): "changed")
+    monkeypatch.setattr(cache, "code_digest", lambda module, leaving_out=(): "changed")  # what the cache keys finished claims by
     assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stale"] == ["peng.strong", "peng.weak"]
     before = list(planted)
     reproduce("peng", llama_lm, registry=load_registry())  # the changed code measures them again
     assert planted == before + [35, 4]
+
+
+def test_a_change_to_how_tests_compute_rejudges_cached_claims_without_measuring_them(planted, llama_lm, monkeypatch):
+    first = reproduce("peng", llama_lm, registry=load_registry())
+    assert first.claims[0].verdict == "reproduced" and planted == [35, 4]
+    exact = verdicts.CONSTRUCTORS["binomial_above"]
+    monkeypatch.setitem(verdicts.CONSTRUCTORS, "binomial_above", lambda **arguments: dataclasses.replace(exact(**arguments), p_value=1.0))
+    again = reproduce("peng", llama_lm, registry=load_registry())
+    assert planted == [35, 4] and again.measured == 0, "the claims came from the cache"
+    assert again.claims[0].p_value == 1.0 and again.claims[0].verdict != "reproduced"
+    assert again.stale_claims() == [], "a test's module is left out of the claims' code digests"
+
+
+def test_a_saved_reproduction_is_judged_again_by_the_current_tests(planted, llama_lm, tmp_path, monkeypatch, capsys):
+    reproduce("peng", llama_lm, registry=load_registry()).save(tmp_path / "run")
+    exact = verdicts.CONSTRUCTORS["binomial_above"]
+    monkeypatch.setitem(verdicts.CONSTRUCTORS, "binomial_above", lambda **arguments: dataclasses.replace(exact(**arguments), p_value=1.0))
+    assert main(["reproduce", "--rejudge", str(tmp_path / "run"), "--out", str(tmp_path / "again"), "--json"]) == 0
+    claims = {c["id"]: c for c in json.loads(capsys.readouterr().out)["claims"]}
+    assert claims["peng.strong"]["p_value"] == 1.0 and claims["peng.strong"]["verdict"] != "reproduced" and planted == [35, 4]
+    assert ReproductionResult.load(tmp_path / "again").claims[0].p_value == 1.0
+    saved = json.loads((tmp_path / "run" / "reproduction.json").read_text())
+    saved["claims"][0]["detail"]["recipe"] = {"test": "binomial_above", "arguments": {"successes": "many"}}
+    (tmp_path / "run" / "reproduction.json").write_text(json.dumps(saved))
+    assert main(["reproduce", "--rejudge", str(tmp_path / "run"), "--out", str(tmp_path / "third")]) == 2
+    assert "cannot be made again" in one_error_line(capsys) and not (tmp_path / "third").exists()
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -3,15 +3,19 @@ example, and the four verdicts from planted effects."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 import scipy.stats
 
+import lincorr.reproduce.verdicts as verdicts
+
 from lincorr.reproduce.verdicts import (
     ALPHA,
     all_of,
+    any_of,
     binomial_above,
     bootstrap_greater,
     correlation_above,
@@ -21,6 +25,8 @@ from lincorr.reproduce.verdicts import (
     mcnemar_gain,
     paired_greater,
     ranks_greater,
+    relabelled,
+    untestable,
 )
 
 SIMULATIONS = 4000
@@ -116,8 +122,6 @@ def test_an_interval_that_reaches_the_largest_possible_effect_does_not_exclude_i
     assert judge(binomial_above(5, 9, 1 - 0.42, interest=0.42), p_value=0.6, alpha_for_power=ALPHA / 18).verdict == "not reproduced"
 
 
-@pytest.mark.xfail(strict=True, reason="fisher_greater's power and interval are normal approximations that take a 0/1 "
-                   "arm's variance as 0; docs/results.md (qwen2.5-coder-0.5b-instruct-q4km's Table 18) says how it reads")
 def test_a_fisher_test_with_one_row_in_an_arm_has_no_power():
     """qwen2.5-coder-0.5b-instruct-q4km's committed Table 18: 115/245 whole words against 0/1 subwords. With one row in
     an arm, the one-sided p of Fisher's exact test is at best the share of misses among all rows (131/246 here); at the
@@ -126,6 +130,35 @@ def test_a_fisher_test_with_one_row_in_an_arm_has_no_power():
     assert test.p_value > 0.4
     assert test.power_at(ALPHA) < 0.05
     assert judge(test).verdict == "inconclusive"
+
+
+def test_the_exact_fisher_power_matches_a_simulation():
+    n, control_n, control_rate, rise = 30, 12, 0.1, 0.35
+    test = fisher_greater(10, n, 1, control_n, interest=rise)  # the control's measured rate, 1/12, is the power's
+    control_rate = 1 / control_n
+
+    def draw(rng):
+        table = [[rng.binomial(n, control_rate + rise), 0], [rng.binomial(control_n, control_rate), 0]]
+        table[0][1], table[1][1] = n - table[0][0], control_n - table[1][0]
+        return scipy.stats.fisher_exact(table, alternative="greater")[1]
+
+    simulated, se = simulated_power(draw)
+    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se)
+
+
+def test_the_fisher_interval_is_newcombes_hybrid_score_interval():
+    """Newcombe (1998), method 10, computed here from Wilson's intervals written out in full; his example 56/70 vs 48/80
+    gives 0.0524 to 0.3339."""
+    def wilson(x, m, z=1.959963984540054):
+        p = x / m
+        return ((2 * m * p + z**2 - z * np.sqrt(z**2 + 4 * m * p * (1 - p))) / (2 * (m + z**2)),
+                (2 * m * p + z**2 + z * np.sqrt(z**2 + 4 * m * p * (1 - p))) / (2 * (m + z**2)))
+
+    (l1, u1), (l2, u2) = wilson(56, 70), wilson(48, 80)
+    d = 56 / 70 - 48 / 80
+    expected = (d - np.hypot(56 / 70 - l1, u2 - 48 / 80), d + np.hypot(u1 - 56 / 70, 48 / 80 - l2))
+    assert fisher_greater(56, 70, 48, 80).interval == pytest.approx(expected, abs=1e-12)
+    assert expected == pytest.approx((0.0524, 0.3339), abs=1e-4)
 
 
 def test_a_claim_about_each_task_needs_every_task():
@@ -164,3 +197,28 @@ def test_the_power_of_a_correlation_test_is_what_a_simulation_of_its_units_gives
     assert abs(test.power_at(0.05) - simulated) < 3 * math.sqrt(simulated * (1 - simulated) / sims)  # binomial error of the simulation
     low, high = test.interval
     assert low < 0.05 < high and high - low < 0.3
+
+
+def test_every_test_is_made_again_from_its_stored_recipe():
+    rng = np.random.default_rng(0)
+    values, controls = rng.normal(0.3, 1, 12), rng.normal(0, 1, 12)
+    tests = [binomial_above(8, 40, 0.1, "hits", 0.15), mcnemar_gain([True, False] * 10, [True, True] * 10, interest=0.2),
+             fisher_greater(12, 30, 3, 25, interest=0.3), paired_greater(values, controls, interest=0.5),
+             bootstrap_greater(0.2, rng.normal(0.2, 0.1, 500), "gain", 0.1, units=40), correlation_above("r", 0.4, 0.01, 30, "items", 0.2),
+             ranks_greater(values, controls, interest=0.2), untestable("no crossing", interest=0.1),
+             relabelled(binomial_above(8, 40, 0.1, interest=0.15), "renamed", holds=False)]
+    tests += [all_of(tests[:3], "parts"), any_of(tests[3:5], "parts")]
+    for test in tests:
+        stored = json.loads(json.dumps(test.summary()))
+        assert verdicts.Test.from_summary(stored) == test
+    assert tests[-3].name == "renamed" and not tests[-3].direction_holds
+    assert all(part.recipe is not None for part in verdicts.Test.from_summary(tests[-2].summary()).parts), "a rebuilt part has its recipe"
+    assert all(row["recipe"] is None for row in tests[-2].summary()["parts"]), "a stored part leaves its recipe to the whole's"
+
+
+@pytest.mark.parametrize("recipe", [{"test": "system", "arguments": {}}, {"test": "binomial_above", "arguments": {"successes": "x"}},
+                                    {"test": "binomial_above", "arguments": {"nope": 1}}, {"test": "all_of", "arguments": {"tests": [{"recipe": 7}], "what": ""}},
+                                    "binomial_above", {"test": "any_of", "arguments": []}])
+def test_a_recipe_that_names_no_test_or_wrong_arguments_is_refused(recipe):
+    with pytest.raises(ValueError):
+        verdicts.Test.from_summary({"recipe": recipe})

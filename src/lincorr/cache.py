@@ -147,13 +147,14 @@ def key_digest(key: Mapping) -> str:
     return hashlib.sha256(canonical_json(key).encode()).hexdigest()[:32]
 
 
-def code_key(data: Mapping, code: str) -> dict:
-    """`data` with `provenance.code_digest(code)` (the module computing from it, with all it imports from lincorr) under "code".
+def code_key(data: Mapping, code: str, leaving_out: tuple[str, ...] = ()) -> dict:
+    """`data` with `provenance.code_digest(code)` (the module computing from it, with all it imports from lincorr but
+    `leaving_out`) under "code".
 
     So a change to the code behind a number can never serve an old one. Returned as JSON reads it
     back (tuples become lists), so it compares equal to the key stored beside an entry.
     """
-    return json.loads(canonical_json({**data, "code": code_digest(code)}))
+    return json.loads(canonical_json({**data, "code": code_digest(code, leaving_out)}))
 
 
 # ---- logit tables ----
@@ -230,16 +231,17 @@ class TableStore:
 
 # ---- study rows ----
 
-def stored_result(section: str, key: Mapping, compute: Callable[[], dict], *, code: str, use_cache: bool = True) -> dict:
+def stored_result(section: str, key: Mapping, compute: Callable[[], dict], *, code: str, leaving_out: tuple[str, ...] = (),
+                  use_cache: bool = True) -> dict:
     """The stored JSON result for `key`, or `compute()` stored under it: finished rows of a long table survive an interruption.
 
     `key` must name everything the result depends on in data (model fingerprint, prompts, settings);
-    the code it depends on is added from `code` (`code_key`). Studies are seeded and deterministic,
+    the code it depends on is added from `code` (`code_key`, without `leaving_out`). Studies are seeded and deterministic,
     so a stored row is what a rerun would compute. Without `use_cache` nothing is read or stored.
     """
     if not use_cache:
         return compute()
-    key = code_key(key, code)
+    key = code_key(key, code, leaving_out)
     path = cache_directory(RESULTS, section) / f"{key_digest(key)}.json"
     stored = read_json(path)
     if stored is not None and stored.get("key") == key:

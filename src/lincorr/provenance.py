@@ -119,12 +119,12 @@ def internal_imports(name: str) -> tuple[str, ...]:
 
 
 @functools.cache
-def dependencies(name: str) -> tuple[str, ...]:
-    """`name` and every lincorr module it reaches through run-time imports, sorted."""
+def dependencies(name: str, leaving_out: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """`name` and every lincorr module it reaches through run-time imports, sorted; not through the modules `leaving_out`."""
     seen, todo = set(), [name]
     while todo:
         module = todo.pop()
-        if module not in seen:
+        if module not in seen and module not in leaving_out:
             seen.add(module)
             todo.extend(internal_imports(module))
     return tuple(sorted(seen))
@@ -181,13 +181,14 @@ def _joined_literals(values: list[ast.expr]) -> list[ast.expr]:
 
 
 @functools.cache
-def code_digest(name: str) -> str:
+def code_digest(name: str, leaving_out: tuple[str, ...] = ()) -> str:
     """sha256 of lincorr's version and the computation (`computation`) of `name` and all of its lincorr dependencies: an
-    edit to a comment, a docstring or a type annotation leaves a cached result valid; any other edit recomputes it."""
+    edit to a comment, a docstring or a type annotation leaves a cached result valid; any other edit recomputes it.
+    `leaving_out` names modules whose part of a result is computed again whenever it is read (the reproduction's tests)."""
     from lincorr import __version__
 
     digest = hashlib.sha256(__version__.encode())
-    for module in dependencies(name):
+    for module in dependencies(name, leaving_out):
         digest.update(module.encode())
         digest.update(computation(module_path(module).read_text(encoding="utf-8")).encode())
     return digest.hexdigest()

@@ -1,4 +1,4 @@
-"""`lincorr reproduce`: a paper's claims on one model, each reproduced, not reproduced, inconclusive or not applicable; `--status` of a saved run."""
+"""`lincorr reproduce`: a paper's claims on one model, each reproduced, not reproduced, inconclusive or not applicable; `--status` of a saved run, and `--rejudge` to judge it again."""
 
 from __future__ import annotations
 
@@ -30,6 +30,8 @@ def add_reproduce_command(commands) -> None:
                              "gemma-3-270m-q4km on a 2-core CPU, docs/benchmarks.md); paper: the paper's N, relations and training")
     parser.add_argument("--list", action="store_true", help="list the paper's claims and exit")
     parser.add_argument("--status", default=None, metavar="DIR", help="list the claims of a saved reproduction whose code has changed since")
+    parser.add_argument("--rejudge", default=None, metavar="DIR",
+                        help="judge a saved reproduction again with the current tests and verdict rules (nothing is measured) and save it to --out")
     parser.add_argument("--eval-model", type=model_spec, default=None, metavar="MODEL",
                         help="a second checkpoint of --model with its tokenizer (e.g. its instruct version), for the claims "
                              "that ask whether W survives post-training; without it they are not applicable")
@@ -52,8 +54,11 @@ def run_reproduce(args) -> None:
         print("\n".join([f"{c.id}: measured {c.measured_at}, its code has changed since" for c in stale]
                         or [f"no stale claim: every measured claim of {args.status} matches the code"]))
         return
+    if args.rejudge:
+        rejudge(args)
+        return
     if not args.paper:
-        raise UsageError("name a paper (lincorr reproduce peng) or pass --status DIR")
+        raise UsageError("name a paper (lincorr reproduce peng) or pass --status DIR or --rejudge DIR")
     paper = load_paper(args.paper)
     if args.list:
         list_claims(args, paper)
@@ -63,6 +68,23 @@ def run_reproduce(args) -> None:
     result = reproduce(args.paper, load_lm(args), only=args.only, budget=args.budget, registry=load_registry_from(args),
                        settings=collect_settings(args), eval_model=load_lm(args, args.eval_model) if args.eval_model else None)
     save_and_print(args, result)
+
+
+def rejudge(args) -> None:
+    """A saved reproduction judged again: every claim's test made again from its recipe by the current code, then Holm's
+    adjustment, power and verdicts; refused while a claim's measuring code has changed (that needs a new measurement)."""
+    from lincorr.reproduce import ReproductionResult
+
+    result = ReproductionResult.load(args.rejudge)
+    stale = result.stale_claims()
+    if stale:
+        raise UsageError(f"{args.rejudge}: {len(stale)} claims were measured by code that has changed since ({', '.join(c.id for c in stale[:5])}"
+                         f"{', ...' if len(stale) > 5 else ''}); measure them again: lincorr reproduce {result.paper} --model {result.model_name}")
+    try:
+        rejudged = result.rejudged()
+    except ValueError as error:
+        raise UsageError(f"{args.rejudge}: {error}") from None
+    save_and_print(args, rejudged)
 
 
 def list_claims(args, paper) -> None:

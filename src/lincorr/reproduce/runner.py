@@ -81,9 +81,33 @@ class ClaimResult:
         return effect_text(self.detail, self.power, self.units_needed)
 
 
+# A claim's test is made again from its recipe by the current code whenever the claim is judged (`verdicts.recorded`), so
+# the step's code digest leaves the tests' module out: a change there re-judges every stored claim without measuring it.
+REJUDGED = ("lincorr.reproduce.verdicts",)
+
+
+def step_digest(step: str) -> str:
+    """The code digest a claim measured by `step` is stored under: the step's module and all it imports but REJUDGED."""
+    return code_digest(step_module(step), REJUDGED)
+
+
+def retested(claim: ClaimResult) -> ClaimResult:
+    """The claim with its test (and its variant's) made again by the current code from their recipes."""
+    if claim.detail is None:
+        return claim
+    test = Test.from_summary(claim.detail)
+    variant = claim.variant
+    if variant and variant.get("detail"):
+        beside = Test.from_summary(variant["detail"])
+        variant = {**variant, "test": beside.name, "p_value": beside.p_value, "detail": beside.summary()}
+    return dataclasses.replace(claim, test=test.name, statistic=test.statistic, p_value=test.p_value, detail=test.summary(), variant=variant)
+
+
 def judged(claims: Sequence[ClaimResult]) -> tuple[ClaimResult, ...]:
-    """The claims of one run judged together: Holm's adjustment across the measured claims (variants outside the family,
-    judged on their Bonferroni p), power read at ALPHA over the number of measured claims, and each claim's verdict."""
+    """The claims of one run judged together, each test made again by the current code (`retested`): Holm's adjustment
+    across the measured claims (variants outside the family, judged on their Bonferroni p), power read at ALPHA over the
+    number of measured claims, and each claim's verdict."""
+    claims = [retested(claim) for claim in claims]
     measured = [i for i, c in enumerate(claims) if c.detail is not None]
     adjusted = dict(zip(measured, holm(cast(list[float], [claims[i].p_value for i in measured]))))  # a measured claim has its p
     level = ALPHA / max(len(measured), 1)
@@ -154,10 +178,14 @@ class ReproductionResult:
                          f"| {c.verdict} |")
         return "\n".join(lines) + "\n"
 
+    def rejudged(self) -> ReproductionResult:
+        """The same measurements judged by the current code (`judged`): tests made again from their recipes, Holm, power,
+        verdicts. A test whose recipe the current code cannot make raises ValueError."""
+        return dataclasses.replace(self, claims=judged(self.claims))
+
     def stale_claims(self) -> list[ClaimResult]:
         """Measured claims whose step's code (with all it imports from lincorr) differs from what measured them."""
-        return [c for c in self.claims if c.code_digest is not None
-                and (c.step not in STEPS or code_digest(step_module(c.step)) != c.code_digest)]
+        return [c for c in self.claims if c.code_digest is not None and (c.step not in STEPS or step_digest(c.step) != c.code_digest)]
 
     def save(self, directory) -> None:
         """reproduction.json (the summary), claims.md and provenance.json."""
@@ -225,7 +253,7 @@ def measure_claim(claim: Claim, ctx: Context) -> dict:
             test.name if test else claim.test, test.statistic if test else None, test.p_value if test else None, judge(test).verdict,
             measured.reason, {"test": beside.name, "p_value": beside.p_value, "detail": beside.summary(), "verdict": judge(beside).verdict}
             if beside else None, claim.step, detail=test.summary() if test else None, interest_reason=claim.interest_reason)
-    return dataclasses.replace(result, code_digest=code_digest(step_module(claim.step)), seconds=round(time.perf_counter() - started, 1),
+    return dataclasses.replace(result, code_digest=step_digest(claim.step), seconds=round(time.perf_counter() - started, 1),
                                measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")).summary()
 
 
@@ -263,7 +291,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
             measured.append(claim.id)
             return measure_claim(claim, ctx)
 
-        row = stored_result("reproduce", key, measure, code=step_module(claim.step), use_cache=settings.use_cache)
+        row = stored_result("reproduce", key, measure, code=step_module(claim.step), leaving_out=REJUDGED, use_cache=settings.use_cache)
         results.append(ClaimResult.from_summary(row))
     return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "",
                               round(time.perf_counter() - started, 1), len(measured))

@@ -17,8 +17,10 @@ TARGET_POWER.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -50,17 +52,21 @@ class Test:
     units: int | None = None
     unit: str = ""
     parts: tuple[Test, ...] = ()
+    recipe: dict | None = None  # the constructor and arguments that made it (`recorded`), so that it can be made again
 
     def summary(self) -> dict:
-        """The test as JSON values (lists, not tuples), as a stored claim reads back."""
+        """The test as JSON values (lists, not tuples), as a stored claim reads back; a part leaves its recipe to the whole's."""
         row = dataclasses.asdict(self)
         row["interval"] = list(self.interval) if self.interval is not None else None
         row["power"] = [list(pair) for pair in self.power] if self.power is not None else None
-        row["parts"] = [part.summary() for part in self.parts]
+        row["parts"] = [{**part.summary(), "recipe": None} for part in self.parts]
         return row
 
     @classmethod
     def from_summary(cls, row: dict) -> Test:
+        """The stored test as the current code computes it where it has a recipe (`rebuilt`), else as stored."""
+        if row.get("recipe"):
+            return rebuilt(row["recipe"])
         fields: dict[str, Any] = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
         fields["interval"] = tuple(fields["interval"]) if fields["interval"] is not None else None
         fields["power"] = tuple(tuple(pair) for pair in fields["power"]) if fields["power"] is not None else None
@@ -74,6 +80,61 @@ class Test:
             return None
         levels, powers = zip(*sorted(self.power))
         return float(np.interp(math.log(alpha), np.log(levels), powers))
+
+
+CONSTRUCTORS: dict[str, Callable[..., Test]] = {}
+
+
+def recorded(constructor: Callable[..., Test]) -> Callable[..., Test]:
+    """A test constructor whose call is kept on its Test (`recipe`: its name and JSON arguments): a stored claim's test is
+    made again by the current code whenever it is judged, so a change to how tests compute (an interval, a power) reaches
+    cached and committed claims without measuring them again, and the claims' code digests leave this module out."""
+    signature = inspect.signature(constructor)
+
+    @functools.wraps(constructor)
+    def make(*args, **kwargs) -> Test:
+        arguments = signature.bind(*args, **kwargs).arguments
+        test = constructor(*args, **kwargs)
+        return dataclasses.replace(test, direction_holds=bool(test.direction_holds),
+                                   recipe={"test": constructor.__name__, "arguments": {name: as_json(value) for name, value in arguments.items()}})
+
+    CONSTRUCTORS[constructor.__name__] = make
+    return make
+
+
+def as_json(value: Any) -> Any:
+    """An argument of a test constructor as JSON: arrays and tuples as lists, numpy scalars as numbers, a Test as its recipe."""
+    if isinstance(value, Test):
+        if value.recipe is None:
+            raise ValueError(f"the test {value.name!r} has no recipe: make it with a constructor of lincorr.reproduce.verdicts")
+        return {"recipe": value.recipe}
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        return [as_json(item) for item in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def from_json(value: Any) -> Any:
+    """`as_json` undone: a recipe becomes its Test again; lists stay lists (every constructor reads them as arrays)."""
+    if isinstance(value, dict) and set(value) == {"recipe"}:
+        return rebuilt(value["recipe"])
+    if isinstance(value, list):
+        return [from_json(item) for item in value]
+    return value
+
+
+def rebuilt(recipe: dict) -> Test:
+    """The Test a recipe makes with the current code; a recipe that names no constructor, or whose arguments the
+    constructor refuses, raises ValueError."""
+    if not isinstance(recipe, dict) or recipe.get("test") not in CONSTRUCTORS or not isinstance(recipe.get("arguments"), dict):
+        raise ValueError(f"not a recipe of a lincorr test: {str(recipe)[:200]}")
+    try:
+        return CONSTRUCTORS[recipe["test"]](**{name: from_json(value) for name, value in recipe["arguments"].items()})
+    except (TypeError, ValueError, IndexError, ZeroDivisionError) as error:
+        raise ValueError(f"the recipe of a {recipe['test']} test cannot be made again: {error}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +202,7 @@ def normal_power(noncentrality: float) -> tuple[tuple[float, float], ...]:
     return power_grid(lambda alpha: scipy.stats.norm.sf(scipy.stats.norm.isf(alpha) - noncentrality))
 
 
+@recorded
 def binomial_above(successes: int, trials: int, chance: float, what: str = "hits", interest: float | None = None) -> Test:
     """More `successes` out of `trials` than a rate of `chance` gives (exact binomial, one-sided). The effect is the rate
     above chance with its Clopper-Pearson interval; `interest` a rate above chance, its power exact."""
@@ -155,6 +217,7 @@ def binomial_above(successes: int, trials: int, chance: float, what: str = "hits
                 successes / trials > chance, successes / trials - chance, (ci.low - chance, ci.high - chance), interest, power, trials, what)
 
 
+@recorded
 def mcnemar_gain(before: np.ndarray | Sequence[bool], after: np.ndarray | Sequence[bool], what: str = "right", interest: float | None = None, unit: str = "items") -> Test:
     """Paired: more items turn right than turn wrong (exact McNemar: a binomial test on the discordant pairs, one-sided).
     The effect is the rise in the rate right (Agresti-Min interval); `interest` a rise, its power exact given the rate of
@@ -184,23 +247,51 @@ def mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> float:
     return float(np.sum(scipy.stats.binom.pmf(counts, n, discordant) * np.where(counts > 0, reach, 0.0)))
 
 
+@recorded
 def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: str = "real vs control", interest: float | None = None) -> Test:
     """The rate `hits / n` above `control_hits / control_n` (Fisher's exact test, one-sided); the statistic is the odds ratio.
-    The effect is the difference of rates (Wald interval); the power, at `interest` above the control's rate, is the
-    two-proportion z-test's (an approximation of Fisher's)."""
+    The effect is the difference of rates with Newcombe's hybrid score interval (Wilson's for each rate: sound where an
+    arm is small or its rate 0 or 1); the power, at `interest` above the control's rate, is exact: both arms drawn as
+    binomials at those rates, the share of outcomes whose Fisher p clears each level."""
     table = [[hits, n - hits], [control_hits, control_n - control_hits]]
     odds, p = scipy.stats.fisher_exact(table, alternative="greater")
     rate, control_rate = hits / max(n, 1), control_hits / max(control_n, 1)
-    se = math.sqrt(rate * (1 - rate) / max(n, 1) + control_rate * (1 - control_rate) / max(control_n, 1)) or 1.0 / max(n, 1)
-    power = None
-    if interest is not None:
-        alternative = min(control_rate + interest, 1.0)
-        spread = math.sqrt(alternative * (1 - alternative) / n + control_rate * (1 - control_rate) / control_n) or 1.0 / n
-        power = normal_power(interest / spread)
+    (low, high), (control_low, control_high) = wilson_interval(hits, n), wilson_interval(control_hits, control_n)
+    difference = rate - control_rate
+    interval = (difference - math.hypot(rate - low, control_high - control_rate), difference + math.hypot(high - rate, control_rate - control_low))
+    power = fisher_power(n, control_n, min(control_rate + interest, 1.0), control_rate) if interest is not None else None
     return Test(f"Fisher exact: {what} {hits}/{n} vs {control_hits}/{control_n}", float(odds), float(p), rate > control_rate,
-                rate - control_rate, (rate - control_rate - Z_95 * se, rate - control_rate + Z_95 * se), interest, power, n + control_n)
+                difference, interval, interest, power, n + control_n)
 
 
+def wilson_interval(successes: int, trials: int) -> tuple[float, float]:
+    """Wilson's 95% score interval of a rate (the whole of [0, 1] for no trials)."""
+    if trials <= 0:
+        return 0.0, 1.0
+    rate, z2 = successes / trials, Z_95**2
+    centre = (rate + z2 / (2 * trials)) / (1 + z2 / trials)
+    half = Z_95 * math.sqrt(rate * (1 - rate) / trials + z2 / (4 * trials**2)) / (1 + z2 / trials)
+    return max(centre - half, 0.0), min(centre + half, 1.0)
+
+
+def fisher_power(n: int, control_n: int, rate: float, control_rate: float) -> tuple[tuple[float, float], ...]:
+    """The chance that the one-sided Fisher exact test of Binomial(n, rate) hits against Binomial(control_n, control_rate)
+    reaches p <= alpha, at every level of POWER_ALPHAS (summed over the outcomes of probability above 1e-12)."""
+    def likely(trials: int, p: float) -> tuple[np.ndarray, np.ndarray]:
+        outcomes = np.arange(trials + 1)
+        chances = scipy.stats.binom.pmf(outcomes, trials, p)
+        return outcomes[chances > 1e-12], chances[chances > 1e-12]
+
+    hits, hit_chances = likely(n, rate)
+    control_hits, control_chances = likely(control_n, control_rate)
+    # Fisher's one-sided p of every (hits, control hits): the hypergeometric chance of at least `hits` of the table's
+    # successes in the first row.
+    p_values = scipy.stats.hypergeom.sf(hits[:, None] - 1, n + control_n, hits[:, None] + control_hits[None, :], n)
+    chances = hit_chances[:, None] * control_chances[None, :]
+    return power_grid(lambda alpha: float(chances[p_values <= alpha].sum()))
+
+
+@recorded
 def paired_greater(values: np.ndarray | Sequence[float], controls: np.ndarray | Sequence[float], what: str = "r vs shuffled control",
                    interest: float | None = None, unit: str = "pairs") -> Test:
     """`values` above their paired `controls` (Wilcoxon signed-rank, one-sided); the effect is the mean difference with its
@@ -219,6 +310,7 @@ def paired_greater(values: np.ndarray | Sequence[float], controls: np.ndarray | 
     return Test(name, mean, p, mean > 0, mean, (mean - half, mean + half), interest, power, int(difference.size), unit)
 
 
+@recorded
 def bootstrap_greater(estimate: float, resampled: np.ndarray | Sequence[float], what: str, interest: float | None = None,
                       units: int | None = None, unit: str = "inputs") -> Test:
     """An effect above 0, judged by resampling its independent units (inputs every cell shares, runs): the p-value is the
@@ -234,20 +326,24 @@ def bootstrap_greater(estimate: float, resampled: np.ndarray | Sequence[float], 
                 float(estimate), (float(low), float(high)), interest, power, units, unit)
 
 
+@recorded
 def correlation_above(name: str, r: float, p_value: float, units: int, unit: str, interest: float | None, control: float = 0.0) -> Test:
     """A Pearson r above `control` (a shuffled control's r, or 0), its p-value from the caller's permutation test: the
     effect r - control with a Fisher-z interval over the `units` independent units (standard error 1 / sqrt(units - 3)),
     and the power of a one-sided z-test on as many units to see an r `interest` above `control`."""
     se = 1 / math.sqrt(max(units - 3, 1))
-    z = math.atanh(float(np.clip(r, -1 + 1e-12, 1 - 1e-12)))
+    z = fisher_z(r)
     interval = (math.tanh(z - Z_95 * se) - control, math.tanh(z + Z_95 * se) - control)
-    power = None
-    if interest is not None:
-        shift = math.atanh(float(np.clip(control + interest, -1 + 1e-12, 1 - 1e-12))) - math.atanh(float(np.clip(control, -1 + 1e-12, 1 - 1e-12)))
-        power = normal_power(shift / se)
+    power = normal_power((fisher_z(control + interest) - fisher_z(control)) / se) if interest is not None else None
     return Test(name, r - control, p_value, r > control, r - control, interval, interest, power, units, unit)
 
 
+def fisher_z(r: float) -> float:
+    """Fisher's z of a correlation, with |r| kept below 1 so that a perfect r stays finite."""
+    return math.atanh(float(np.clip(r, -1 + 1e-12, 1 - 1e-12)))
+
+
+@recorded
 def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Sequence[float], what: str = "values vs others", interest: float | None = None) -> Test:
     """`values` tend to exceed `others` (Mann-Whitney U, one-sided); the statistic is the common-language effect size and
     the effect its excess over 1/2 (Hanley-McNeil interval); the power Noether's at `interest` above 1/2."""
@@ -265,6 +361,19 @@ def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Seq
                 (auc - 0.5 - Z_95 * se, auc - 0.5 + Z_95 * se), interest, power, n1 + n2)
 
 
+@recorded
+def untestable(name: str, interest: float | None = None, units: int | None = None, unit: str = "") -> Test:
+    """What a step could not test on this model (no FFN makes the crossing, no variance): p 1, the paper's way not seen."""
+    return Test(name, 0.0, 1.0, False, interest=interest, units=units, unit=unit)
+
+
+@recorded
+def relabelled(test: Test, name: str, holds: bool = True) -> Test:
+    """`test` under another name, its direction holding only where `holds` also does (a condition the step checked)."""
+    return dataclasses.replace(test, name=name, direction_holds=bool(test.direction_holds and holds))
+
+
+@recorded
 def all_of(tests: Sequence[Test], what: str) -> Test:
     """A claim that each of several tasks or relations holds (intersection-union test): its p-value, effect, interval and
     effect of interest are those of the part with the largest p (the part that decides it), its power the product of
@@ -282,6 +391,7 @@ def all_of(tests: Sequence[Test], what: str) -> Test:
                 weakest.unit, tuple(tests))
 
 
+@recorded
 def any_of(tests: Sequence[Test], what: str) -> Test:
     """A claim that the phenomenon holds somewhere among several tasks or relations (Fisher's method on their p-values);
     it says nothing of which. Each part keeps its own line; no power is claimed for the combination."""

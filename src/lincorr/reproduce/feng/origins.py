@@ -21,7 +21,7 @@ from lincorr.errors import LincorrError
 from lincorr.finetune import TrainConfig
 from lincorr.metrics import pearson, pearson_permutation_p
 from lincorr.reproduce.step import Context, Measured
-from lincorr.reproduce.verdicts import Test, all_of, correlation_above, paired_greater
+from lincorr.reproduce.verdicts import Test, all_of, correlation_above, paired_greater, untestable
 from lincorr.studies.extractive.ocr import SMALL_TRAIN, mean_rank, ranks
 from lincorr.studies.extractive.origins import CONTINUED_TRAIN, ORDERS, OriginsConfig, graft_measures, ordering_phases
 from lincorr.studies.extractive.scores import score_components
@@ -111,7 +111,7 @@ def correlation_test(kind: str, downstream: np.ndarray, informative: np.ndarray,
     r, p = pearson(downstream, informative), pearson_permutation_p(downstream, informative)
     name = f"{kind}s: Pearson r, permutation over {n} components"
     if not (np.isfinite(r) and np.isfinite(p)) or n < 4:  # a constant score has no r
-        return Test(f"{name}: undefined", 0.0, 1.0, False, units=n, unit=f"{kind}s")
+        return untestable(f"{name}: undefined", units=n, unit=f"{kind}s")
     return correlation_above(name, r, p, n, f"{kind}s", interest)
 
 

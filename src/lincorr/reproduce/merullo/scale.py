@@ -8,13 +8,12 @@ line. The averaged vector is the variant, as for the o-vector claims.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 from lincorr.reproduce.merullo.steps import averaged_test, over_control, task_layer, task_runs
 from lincorr.reproduce.series import Member, per_size
 from lincorr.reproduce.step import Context, Measured
-from lincorr.reproduce.verdicts import Test, all_of
+from lincorr.reproduce.verdicts import Test, all_of, relabelled
 from lincorr.studies.vectors.sources import SourceRuns
 
 COMMAND = "lincorr reproduce merullo --model {model} --only merullo.scale"
@@ -37,7 +36,7 @@ def mechanism_by_size(ctx: Context) -> Measured:
 
 def each_size(sizes: list[tuple[Member, tuple[object, SourceRuns]]], test_of: Callable[[SourceRuns], Test]) -> Test:
     """`test_of` each size's runs, every size its own line named by its alias; all must hold."""
-    return all_of([dataclasses.replace(test, name=f"{member.alias}: {test.name}") for member, (_, runs) in sizes for test in [test_of(runs)]],
+    return all_of([relabelled(test, f"{member.alias}: {test.name}") for member, (_, runs) in sizes for test in [test_of(runs)]],
                   "sizes")
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from lincorr.internals import layout
 from lincorr.reproduce.step import Context, Measured, NotApplicable
-from lincorr.reproduce.verdicts import Test, all_of, mcnemar_gain, paired_greater, ranks_greater
+from lincorr.reproduce.verdicts import Test, all_of, mcnemar_gain, paired_greater, ranks_greater, relabelled, untestable
 from lincorr.studies.vectors.arithmetic import LensResult, ffn_ablations, lens, right_first
 from lincorr.studies.vectors.protocol import pair_order
 from lincorr.studies.vectors.sources import SourceRuns, source_runs
@@ -80,7 +80,7 @@ def lens_test(ctx: Context, name: str) -> tuple[dict, Test]:
     ours = {"crossing_layer": found.crossing_layer, "made_by": found.crossing_component, "block": block, "block_from": origin,
             "n_layers": n_layers, "n_pairs": found.n_pairs, "accuracy": round(found.final_accuracy, 3)}
     if block is None:
-        return ours, Test(f"{name}: no FFN raises the answer over the argument", 0.0, 1.0, False, interest=ctx.interest)
+        return ours, untestable(f"{name}: no FFN raises the answer over the argument", interest=ctx.interest)
     bound = bind_task(ctx.registry.task(name), ctx.lm.tokenizer)
     indices = pair_order(bound, LENS_SEED)[:found.n_pairs]
     scores = score_prompts(ctx.lm, bound, indices, fewshot_prompts(bound, indices, LENS_SEED), layers=[block, n_layers], batch_size=32)
@@ -88,8 +88,7 @@ def lens_test(ctx: Context, name: str) -> tuple[dict, Test]:
     ours.update(lead_entering=round(float(lead[:, 0].mean()), 3), lead_output=round(float(lead[:, 1].mean()), 3))
     test = paired_greater(lead[:, 1], lead[:, 0], f"{name}: answer's RR lead over the argument at the output vs entering block {block}",
                           ctx.interest, "prompts")
-    return ours, dataclasses.replace(test, name=f"{test.name} ({origin}, block {block} of {n_layers})",
-                                     direction_holds=test.direction_holds and 2 * (block + 1) >= n_layers)
+    return ours, relabelled(test, f"{test.name} ({origin}, block {block} of {n_layers})", 2 * (block + 1) >= n_layers)
 
 
 def lens_claim(ctx: Context) -> Measured:
@@ -219,7 +218,7 @@ def ablation_test(ctx: Context, how: str) -> tuple[dict, Test]:
                       **{f"{kind}_{when}": round(float(outcomes[kind, key].mean()), 4) for kind in broken
                          for when, key in (("before", "none"), ("after", how))}}
         test = mcnemar_gain(broken["extractive"], broken["abstractive"], "broken", ctx.interest, "pairs")
-        tests.append(dataclasses.replace(test, name=f"{name}: {test.name} (abstractive vs extractive answers lost)"))
+        tests.append(relabelled(test, f"{name}: {test.name} (abstractive vs extractive answers lost)"))
     return ours, all_of(tests, "tasks")
 
 

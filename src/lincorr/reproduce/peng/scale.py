@@ -14,10 +14,10 @@ import dataclasses
 from lincorr.fit import FitConfig, fit_relation
 from lincorr.metrics import hit_at_k
 from lincorr.paper import paper_table
-from lincorr.reproduce.peng.logits import OURS_FIT, PAPER_FIT, PRECISE_LEVEL, imprecise_test
+from lincorr.reproduce.peng.logits import OURS_FIT, PAPER_FIT, PRECISE_LEVEL, imprecise_interest, imprecise_test
 from lincorr.reproduce.series import Member, per_size
 from lincorr.reproduce.step import Context, Measured
-from lincorr.reproduce.verdicts import Test, all_of, mcnemar_gain
+from lincorr.reproduce.verdicts import Test, all_of, mcnemar_gain, relabelled
 from lincorr.studies.logits.precision import PrecisionResult, precision_fits, precision_of, ranked_weights
 
 COMMAND = "lincorr reproduce peng --model {model} --only peng.fig4"
@@ -46,15 +46,15 @@ def growth_test(smaller: tuple[Member, SizePrecision], larger: tuple[Member, Siz
     shared = sorted(set(before.right_at_1) & set(after.right_at_1))
     test = mcnemar_gain([before.right_at_1[s] for s in shared], [after.right_at_1[s] for s in shared], "right at top-1", interest,
                         "reference subjects")
-    return dataclasses.replace(test, name=f"{before.row.label} Hit@1, {small.alias} -> {large.alias}: {test.name}")
+    return relabelled(test, f"{before.row.label} Hit@1, {small.alias} -> {large.alias}: {test.name}")
 
 
 def fig4_test(sizes: list[tuple[Member, dict[str, SizePrecision]]], grows: str, low: str, interest: float | None, fit: str) -> Test:
     """`grows` more precise at each size than at the one below it, and `low` below the precise level at every size."""
-    paper_low = paper_table("table2").row(low)["hit_influenced"][0]  # type: ignore[index]  # the claim's relations are rows of the paper's Table 2
     rising = [growth_test((a, at_a[grows]), (b, at_b[grows]), interest) for (a, at_a), (b, at_b) in zip(sizes, sizes[1:])]
-    staying = [dataclasses.replace(test, name=f"{member.alias}: {test.name}")
-               for member, at in sizes for test in [imprecise_test(at[low].row, PRECISE_LEVEL, paper_low)]]
+    low_interest = imprecise_interest([grows], PRECISE_LEVEL)
+    staying = [relabelled(test, f"{member.alias}: {test.name}")
+               for member, at in sizes for test in [imprecise_test(at[low].row, PRECISE_LEVEL, low_interest)]]
     return all_of(rising + staying, f"parts: {grows} rising with size, {low} below Hit@1 {PRECISE_LEVEL:g} at every size ({fit})")
 
 
