@@ -14,9 +14,7 @@ run slower than one.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -106,22 +104,12 @@ def bundled(session_cache) -> BundledModels:
 
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory) -> dict:
-    """Every study's run directory on a tiny Llama, written once per run for the report tests (text and browser): under
-    pytest-xdist the first worker that needs them writes them, under a file lock, beside the workers' directories, and the
-    others read them there. The tests only read them (a test that changes one copies it first)."""
+    """Every study's run directory on a tiny Llama, written once per session for the report tests (text and browser)."""
     from helpers.runs import write_tiny_runs
 
-    shared = tmp_path_factory.getbasetemp().parent if XDIST_WORKERS > 1 else tmp_path_factory.getbasetemp()
-    runs, written = shared / "lincorr-tiny-runs", shared / "lincorr-tiny-runs.json"
-    with FileLock(shared / "lincorr-tiny-runs.lock"):
-        if not written.exists():  # a worker that failed half-way left no list: start again
-            shutil.rmtree(runs, ignore_errors=True)
-            runs.mkdir()
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-                names = {name: str(path.relative_to(runs)) for name, path in write_tiny_runs(runs).items()}
-            written.write_text(json.dumps(names), encoding="utf-8")
-    return {name: runs / relative for name, relative in json.loads(written.read_text(encoding="utf-8")).items()}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        return write_tiny_runs(tmp_path_factory.mktemp("runs"))
 
 
 @pytest.fixture(scope="module")
