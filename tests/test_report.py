@@ -57,6 +57,16 @@ def test_the_paper_is_drawn_beside_ours_only_where_the_measurement_names_its_row
     assert paper_beside_ours({"paper": "not a table", "ours": ours}) is None
 
 
+def test_every_drawn_figure_takes_the_white_theme():
+    from lincorr.report import figures
+
+    figure = figures.bar_figure(["a", "b"], [0.2, 0.4], "two bars", value_name="r")
+    drawn = figures.to_html(figure, "bars")
+    layout = json.loads(re.search(r"Plotly\.newPlot\(\s*\"bars\",\s*(\[.*?\]),\s*(\{.*?\}),\s*\{\"displaylogo", drawn, re.S).group(2))
+    assert layout["template"]["layout"]["plot_bgcolor"] == "white"
+    assert layout["title"]["text"] == "two bars"
+
+
 def test_a_claims_published_numbers_fit_one_cell_whatever_their_shape():
     from lincorr.report.reproduction import published_cell
 
