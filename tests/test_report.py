@@ -62,9 +62,8 @@ def test_every_drawn_figure_takes_the_white_theme():
 
     figure = figures.bar_figure(["a", "b"], [0.2, 0.4], "two bars", value_name="r")
     drawn = figures.to_html(figure, "bars")
-    layout = json.loads(re.search(r"Plotly\.newPlot\(\s*\"bars\",\s*(\[.*?\]),\s*(\{.*?\}),\s*\{\"displaylogo", drawn, re.S).group(2))
-    assert layout["template"]["layout"]["plot_bgcolor"] == "white"
-    assert layout["title"]["text"] == "two bars"
+    assert '"plot_bgcolor":"white"' in drawn  # plotly_white's; the default theme's is #E5ECF6
+    assert '"text":"two bars"' in drawn
 
 
 def test_a_claims_published_numbers_fit_one_cell_whatever_their_shape():
