@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -200,6 +201,22 @@ def test_python_dash_m_lincorr_prints_the_version():
 
     done = subprocess.run([sys.executable, "-m", "lincorr", "--version"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == f"lincorr {__version__}"
+
+
+def test_the_help_and_the_listings_start_without_torch(tmp_path):
+    """Only the named command's module is built, so `lincorr --help` and the commands that load no model start in a
+    fraction of a second rather than the seconds torch and transformers take to import."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from lincorr.cli import main\n"
+            "for arguments in (['--help'], ['templates'], ['tasks', '--json'], ['models'], ['cache', 'size']):\n"
+            "    status = main(arguments)\n"
+            "    print(arguments, status, sorted({'torch', 'transformers', 'sklearn'} & set(sys.modules)), file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LINCORR_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0, done.stderr
+    assert [line.split("] ", 1)[1] for line in done.stderr.splitlines()] == ["0 []"] * 5, done.stderr
 
 
 def test_handlers_write_no_files_themselves():

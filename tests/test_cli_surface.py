@@ -13,7 +13,8 @@ import pytest
 from helpers.fit_workspace import fit_args, write_fit_workspace
 from helpers.tiny import CITIES, COUNTRIES, NAMES
 
-from lincorr.cli import SYSTEMS, build_parser, main
+from lincorr.cli import build_parser, main
+from lincorr.cli.listing import HELP, SYSTEMS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,6 +71,17 @@ def test_help_lists_every_command_once_grouped_by_system(capsys):
     for word in ("correlation", "training studies", "vector arithmetic", "extractive structures", "reproduction", "registry",
                  "report", "cache"):
         assert any(title.startswith(word) for title in titles)
+
+
+def test_each_module_builds_the_commands_the_listing_gives_it_and_no_other():
+    """The listing is what `lincorr --help` shows without the modules: a command added by a module it does not name, or
+    named and never added, would take no options or none of its own."""
+    full = subcommands()
+    assert list(full) == list(HELP) and all(full[name].description == line for name, line in HELP.items() if name != "extractive")
+    for _, modules in SYSTEMS:
+        for module, lines in modules:
+            built = next(a for a in build_parser(built={module})._actions if isinstance(a, argparse._SubParsersAction)).choices
+            assert {name for name, parser in built.items() if parser.add_help} == set(lines), module
 
 
 @pytest.mark.parametrize("argv, prog", [(["fit", "city", "country", "--bogus"], "lincorr fit"),

@@ -2,8 +2,8 @@
 any moment end in one line and 128 + the signal, a reader that went away ends the command quietly with 141.
 
 A signal sent after a delay lands at a moment the test does not know, so here the process signals itself from an
-import hook at a chosen moment: while `lincorr.cli` starts importing, deep in start-up (torch) and
-while the command runs (the module its handler imports). No model is loaded; each process takes a few seconds.
+import hook at a chosen moment: while `lincorr.cli` starts importing, deep in start-up (torch, which a model command's
+options import) and while the command runs (the module its handler imports). No model is loaded.
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ def lincorr_process(arguments: list[str], *, code: str | None = None, **popen) -
 
 
 @pytest.mark.parametrize("name, status", [("SIGINT", 130), ("SIGTERM", 143)])
-@pytest.mark.parametrize("moment", ["lincorr.cli", "torch", "lincorr.knowledge.report"])
-def test_a_signal_at_any_moment_ends_in_one_line(name, status, moment):
-    process = lincorr_process([moment, name, "templates"], code=SIGNAL_AT_IMPORT, stdout=subprocess.PIPE)
+@pytest.mark.parametrize("moment, command", [("lincorr.cli", ["templates"]), ("torch", ["fit", "--help"]),
+                                             ("lincorr.knowledge.report", ["templates"])])
+def test_a_signal_at_any_moment_ends_in_one_line(name, status, moment, command):
+    process = lincorr_process([moment, name, *command], code=SIGNAL_AT_IMPORT, stdout=subprocess.PIPE)
     out, err = process.communicate(timeout=300)
     assert process.returncode == status, err
     assert err.splitlines() == ["lincorr: interrupted; run the same command again to resume from the cache"], err

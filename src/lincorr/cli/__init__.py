@@ -13,21 +13,14 @@ import os
 import sys
 import time
 
+from collections.abc import Collection
+from importlib import import_module
+
 from lincorr import __version__
-from lincorr.cli.ablation import add_ablation_command
-from lincorr.cli.cache import add_cache_command
 from lincorr.cli.config import with_config
-from lincorr.cli.core import add_core_commands
-from lincorr.cli.extractive import add_extractive_command
-from lincorr.cli.mechanisms import add_mechanism_commands
-from lincorr.cli.models import add_models_command
-from lincorr.cli.registry import add_registry_commands
-from lincorr.cli.report import add_report_command
-from lincorr.cli.reproduce import add_reproduce_command
-from lincorr.cli.studies import add_study_commands
+from lincorr.cli.listing import MODULE, SYSTEMS
 from lincorr.cli.options import CommandParser, check_output_directories, check_tracking, check_user_files
 from lincorr.cli.spellings import add_global_options, apply_preset
-from lincorr.cli.training import add_training_commands
 from lincorr.errors import LincorrError, StorageError, UsageError
 from lincorr.progress import quiet
 
@@ -36,21 +29,9 @@ SHARED_ERROR_GRACE_S = 30  # far longer than the two ranks of one launch drift a
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 
 
-# `lincorr --help` lists the commands by the system they belong to, in this order.
-SYSTEMS = (
-    ("correlation (Peng et al.: W between two prompts' logits)", (add_core_commands, add_study_commands)),
-    ("training studies (Peng et al. §4-6)", (add_training_commands, add_ablation_command)),
-    ("vector arithmetic (Merullo et al.)", (add_mechanism_commands,)),
-    ("extractive structures (Feng et al.)", (add_extractive_command,)),
-    ("reproduction", (add_reproduce_command,)),
-    ("registry", (add_registry_commands,)),
-    ("report", (add_report_command,)),
-    ("models", (add_models_command,)),
-    ("cache", (add_cache_command,)),
-)
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(built: Collection[str] | None = None) -> argparse.ArgumentParser:
+    """The command line, with the options of the commands of every module in `built` (`listing.SYSTEMS`; all by default);
+    every other command is listed by its help line and takes any arguments."""
     parser = CommandParser(prog="lincorr", description="Linear correlation between knowledge prompts of a language model.",
                            formatter_class=argparse.RawDescriptionHelpFormatter,
                            epilog="Run `lincorr COMMAND --help` for a command's options and defaults.")
@@ -58,14 +39,25 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"lincorr {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help=argparse.SUPPRESS)
     listing = []
-    for title, adders in SYSTEMS:
+    for title, modules in SYSTEMS:
         before = len(commands._choices_actions)
-        for add in adders:
-            add(commands)
+        for module, lines in modules:
+            if built is None or module in built:
+                import_module(f"lincorr.cli.{module}").add_commands(commands)
+            else:
+                for name, line in lines.items():
+                    commands.add_parser(name, help=line, add_help=False)
         listing.append((title, commands._choices_actions[before:]))
     parser.description = f"{parser.description}\n\n" + "\n\n".join(
         f"{title}:\n" + "\n".join(f"  {action.dest:<13} {action.help}" for action in actions) for title, actions in listing)
     return parser
+
+
+def parser_for(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the command `argv` names, with only its module's options: its module alone imports torch and the
+    studies it runs. `--help`, `--version`, and a missing or unknown command end here, before any module is imported."""
+    named = build_parser(built=()).parse_known_args(argv)[0].command
+    return build_parser(built={MODULE[named]})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
 
     Ctrl-C, SIGTERM and a closed pipe propagate, once every `finally` here has run, to `lincorr.__main__`, which ends the process.
     """
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = parser.parse_args(with_config(parser, list(sys.argv[1:] if argv is None else argv)))
+        parser = parser_for(argv)
+        args = parser.parse_args(with_config(parser, argv))
     except SystemExit as done:  # --help or --version
         return done.code if isinstance(done.code, int) else 0
     except LincorrError as error:
@@ -83,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(getattr(args, "verbose", False))
     from lincorr.provenance import record_command
 
-    record_command(sys.argv[1:] if argv is None else argv)  # saved results name the command that wrote them
+    record_command(argv)  # saved results name the command that wrote them
     team, finished = None, False
     try:
         team = join_run(args)
@@ -120,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def join_run(args):
     """This process's team when started by torchrun/accelerate with several processes, else None."""
+    if "WORLD_SIZE" not in os.environ:  # not launched: no team, and no torch to import for a listing
+        return None
     from lincorr.distributed import join_team, launched_world_size
 
     if launched_world_size() > 1 and getattr(args, "device_map", None):
@@ -182,8 +177,11 @@ def report_error(error: LincorrError, *, rank: int | None = None) -> int:
 def configure_logging(verbose: bool) -> None:
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="lincorr: %(message)s")
     if not verbose:
+        # transformers and huggingface_hub read these when first imported; a command that loads no model never imports them
         os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-        from transformers.utils import logging as hf_logging
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as hf_logging
 
-        hf_logging.set_verbosity_error()
-        hf_logging.disable_progress_bar()
+            hf_logging.set_verbosity_error()
+            hf_logging.disable_progress_bar()

@@ -22,8 +22,8 @@ from lincorr.cli.options import (
 from lincorr.cli.spellings import add_paper_table_option
 from lincorr.errors import UsageError
 
-def add_ablation_command(commands) -> None:
-    ablate = add_command(commands, "ablate", "the vocabulary ablation of §6 (Table 7)")
+def add_commands(commands) -> None:
+    ablate = add_command(commands, "ablate")
     add_prompt_pair(ablate, default=("city", "country"), help_text="registry prompt")
     ablate.add_argument("--mapping", choices=("real", "shuffled", "letters"), default="real",
                         help="the reference pairs as they are, deranged, or reduced to first letters")

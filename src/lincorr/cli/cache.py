@@ -5,8 +5,8 @@ from __future__ import annotations
 from lincorr.cli.options import add_command, add_json_option, print_json
 
 
-def add_cache_command(commands) -> None:
-    cache = add_command(commands, "cache", "list, size or clear the cache of converted models, logit tables, study rows and fine-tuned checkpoints")
+def add_commands(commands) -> None:
+    cache = add_command(commands, "cache")
     actions = cache.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = add_command(actions, "list", "each section with its entries and size, and where the cache is")
     add_json_option(listing)

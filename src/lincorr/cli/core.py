@@ -39,8 +39,8 @@ from lincorr.errors import LincorrError, UsageError
 DEMO_CITIES = ("Tokyo", "Paris", "Shanghai", "Moscow", "Madrid")
 
 
-def add_core_commands(commands) -> None:
-    demo = add_command(commands, "demo", "City->Country on the default model, with a heatmap and JSON")
+def add_commands(commands) -> None:
+    demo = add_command(commands, "demo")
     add_model_options(demo)
     add_collection_options(demo)
     # The demo shows W itself, so it takes the estimator whose W is readable and also prints the paper's ols r.
@@ -50,7 +50,7 @@ def add_core_commands(commands) -> None:
     add_json_option(demo)
     demo.set_defaults(handler=run_demo, source="city", target="country")
 
-    fit = add_command(commands, "fit", "fit and score W between two prompts")
+    fit = add_command(commands, "fit")
     add_prompt_pair(fit, help_text="registry prompt name, or a label when its --*-template is given")
     add_custom_prompt_options(fit)
     add_references_option(fit)

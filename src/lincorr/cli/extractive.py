@@ -6,6 +6,7 @@ and `predict` (lincorr's W as a predictor of which implications OCR gets right).
 
 from __future__ import annotations
 
+from lincorr.cli.listing import HELP
 from lincorr.cli.options import (
     COUNT,
     NON_NEGATIVE,
@@ -27,9 +28,8 @@ from lincorr.cli.options import (
 PRESETS = ("small", "paper")
 
 
-def add_extractive_command(commands) -> None:
-    group = commands.add_parser("extractive", help="extractive structures: OCR on two-hop facts, scores, freezing, ordering, grafting",
-                                description=__doc__.split("\n\n")[0])
+def add_commands(commands) -> None:
+    group = commands.add_parser("extractive", help=HELP["extractive"], description=__doc__.split("\n\n")[0])
     studies = group.add_subparsers(dest="study", required=True, metavar="STUDY")
 
     def study(name: str, help_text: str, writes: str, *, hop: bool = False):

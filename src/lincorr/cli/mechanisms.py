@@ -35,9 +35,9 @@ TASK_HELP = "registry task: capitals, past-tense, uppercase, all-caps, or one fr
 unit_floor = finite_number_that(lambda value: 0 <= value < 1, "at least 0 and below 1")
 
 
-def add_mechanism_commands(commands) -> None:
-    def study(name: str, help_text: str, writes: str, *, task_default: str | None = None):
-        parser = add_command(commands, name, help_text)
+def add_commands(commands) -> None:
+    def study(name: str, writes: str, *, task_default: str | None = None):
+        parser = add_command(commands, name)
         if task_default:
             parser.add_argument("task", nargs="?", default=task_default, help=TASK_HELP)
         else:
@@ -50,15 +50,13 @@ def add_mechanism_commands(commands) -> None:
         add_model_options(parser)
         return parser
 
-    lens = study("lens", "logit lens over a task's few-shot prompts: argument and answer reciprocal rank per layer",
-                 "lens.json, lens.csv and lens.png")
+    lens = study("lens", "lens.json, lens.csv and lens.png")
     lens.add_argument("--n-pairs", type=COUNT, default=None, help="prompts (default: every pair the tokenizer keeps)")
     lens.add_argument("--floor", type=unit_floor, default=0.1,
                       help="a crossing counts only where either mean RR reaches this (below it the lens reads noise)")
     lens.set_defaults(handler=run_lens)
 
-    ovector = study("ovector", "apply a task's o-vector (FFN output of solved prompts) to contexts that do not ask for the task, with controls",
-                    "ovector.json, ovector.csv and ovector.png")
+    ovector = study("ovector", "ovector.json, ovector.csv and ovector.png")
     add_vector_options(ovector)
     add_preset_option(ovector, "one solved prompt's mlp[L] replaces every FFN from L - 1 on (BOS kept), the paper's protocol",
                       other="the mean of --n-source solved prompts' mlp[L], added once at mlp[L] (lincorr's averaged protocol)")
@@ -73,8 +71,7 @@ def add_mechanism_commands(commands) -> None:
     ovector.add_argument("--n-pairs", type=COUNT, default=64, help="pairs whose contexts are evaluated (pairs not used as sources)")
     ovector.set_defaults(handler=run_ovector)
 
-    ablate = study("ffn-ablate", "ablate every FFN from a layer on: accuracy on the task and on its extractive control",
-                   "ffn_ablation.json, ffn_ablation.csv and ffn_ablation.png")
+    ablate = study("ffn-ablate", "ffn_ablation.json, ffn_ablation.csv and ffn_ablation.png")
     ablate.add_argument("--from-layer", type=NON_NEGATIVE, default=None, metavar="L",
                         help="first ablated FFN, mlp[L] (default: the block where `lincorr lens TASK` finds the crossing)")
     ablate.add_argument("--mean", action="store_true", help="replace the FFN outputs by their mean over reference prompts, not zeros")
@@ -82,8 +79,7 @@ def add_mechanism_commands(commands) -> None:
     ablate.add_argument("--n-reference", type=COUNT, default=16, help="prompts the --mean outputs are averaged over")
     ablate.set_defaults(handler=run_ffn_ablate)
 
-    compare = study("ovector-w", "ours: the capitals o-vector's effect on capital logits against lincorr's W for country -> capital",
-                    "ovector_w.json, ovector_w.csv and ovector_w.png", task_default="capitals")
+    compare = study("ovector-w", "ovector_w.json, ovector_w.csv and ovector_w.png", task_default="capitals")
     add_vector_options(compare)
     add_n_inputs_option(compare, "vocabulary inputs W (ridge, cross-validated penalty) is fitted on")
     compare.add_argument("--n-shuffles", type=COUNT, default=1000, help="row shuffles of W in the control")

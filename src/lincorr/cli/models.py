@@ -5,9 +5,8 @@ from __future__ import annotations
 from lincorr.cli.options import add_command, add_json_option, print_json
 
 
-def add_models_command(commands) -> None:
-    models = add_command(commands, "models", "list the bundled models: what each is, its license and packages, "
-                                             "whether it is installed and converted, and the memory it needs")
+def add_commands(commands) -> None:
+    models = add_command(commands, "models")
     add_json_option(models)
     models.set_defaults(handler=run_models)
 

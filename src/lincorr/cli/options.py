@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from lincorr import strict_json
+from lincorr.cli.listing import HELP
 from lincorr.cli.spellings import MLFLOW_VARIABLE, add_global_options
 from lincorr.cli.values import (  # noqa: F401 - the commands import the option values from here, with the options
     COUNT,
@@ -70,8 +71,10 @@ class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def add_command(commands, name: str, help_text: str) -> argparse.ArgumentParser:
-    """A subcommand whose --help shows its defaults, taking the global options after its name too."""
+def add_command(commands, name: str, help_text: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand whose --help shows its defaults, taking the global options after its name too; `help_text` is its
+    line in `lincorr --help` (`listing.HELP`) unless given (for the actions of a command: `cache list`)."""
+    help_text = HELP[name] if help_text is None else help_text
     parser = commands.add_parser(name, help=help_text, description=help_text, formatter_class=DefaultsHelpFormatter)
     add_global_options(parser)
     parser.set_defaults(command_prog=parser.prog)

@@ -5,24 +5,22 @@ from __future__ import annotations
 from lincorr.cli.options import FAMILIES, add_command, add_json_option, add_model_options, add_registry_option, load_lm, load_registry_from, print_json
 
 
-def add_registry_commands(commands) -> None:
-    def listing(name: str, help_text: str, family_help: str = f"only this family ({FAMILIES}, or one from --registry)"):
-        parser = add_command(commands, name, help_text)
+def add_commands(commands) -> None:
+    def listing(name: str, family_help: str = f"only this family ({FAMILIES}, or one from --registry)"):
+        parser = add_command(commands, name)
         add_registry_option(parser)
         if family_help:
             parser.add_argument("--family", default=None, help=family_help)
         add_json_option(parser)
         return parser
 
-    listing("templates", "list the registry's prompt templates").set_defaults(handler=run_templates)
-    domains = listing("domains", "how each domain survives a model's tokenizer")
+    listing("templates").set_defaults(handler=run_templates)
+    domains = listing("domains")
     add_model_options(domains)
     domains.set_defaults(handler=run_domains)
-    references = listing("references", "list the reference relations",
-                         family_help=f"only relations between domains of this family's prompts ({FAMILIES})")
+    references = listing("references", family_help=f"only relations between domains of this family's prompts ({FAMILIES})")
     references.set_defaults(handler=run_references)
-    listing("tasks", "list the relational tasks of the vector-arithmetic studies (lens, ovector, ffn-ablate)",
-            family_help="").set_defaults(handler=run_tasks)
+    listing("tasks", family_help="").set_defaults(handler=run_tasks)
 
 
 def run_templates(args) -> None:

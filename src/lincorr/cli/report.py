@@ -5,8 +5,8 @@ from __future__ import annotations
 from lincorr.cli.options import Distinct, add_command
 
 
-def add_report_command(commands) -> None:
-    report = add_command(commands, "report", "an interactive HTML report (no network needed to open it) of one or more run directories")
+def add_commands(commands) -> None:
+    report = add_command(commands, "report")
     report.add_argument("run_dirs", nargs="+", action=Distinct, metavar="RUN_DIR", help="a directory written by --out of any lincorr command")
     report.add_argument("--out", default="report.html", metavar="FILE", help="the HTML file to write, outside every RUN_DIR")
     report.add_argument("--title", default="lincorr report", help="the page's title")

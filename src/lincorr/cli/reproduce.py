@@ -20,8 +20,8 @@ from lincorr.cli.options import (
 from lincorr.errors import UsageError
 
 
-def add_reproduce_command(commands) -> None:
-    parser = add_command(commands, "reproduce", "run a paper's tables and figures as claims, each tested: reproduced, not reproduced, inconclusive or not applicable")
+def add_commands(commands) -> None:
+    parser = add_command(commands, "reproduce")
     parser.add_argument("paper", nargs="?", default=None,
                         help="the paper: peng (linear correlation), merullo (vector arithmetic) or feng (extractive structures)")
     parser.add_argument("--only", default=None, metavar="ID,...", help="only these claims (e.g. peng.table2,peng.table4); --list names them")

@@ -42,14 +42,14 @@ from lincorr.cli.spellings import add_alias, add_paper_table_option, add_preset_
 from lincorr.errors import DataError, InputError, UsageError
 
 
-def add_study_commands(commands) -> None:
+def add_commands(commands) -> None:
     for add in (add_matrix, add_precision, add_lre, add_cases, add_resilience, add_scale):
         add(commands)
 
 
-def study_parser(commands, name: str, help_text: str, *, writes: str):
+def study_parser(commands, name: str, *, writes: str):
     """A study's subcommand with the options every study has: --out (what it writes) and --json."""
-    parser = add_command(commands, name, help_text)
+    parser = add_command(commands, name)
     add_out_option(parser, writes)
     add_json_option(parser)
     return parser
@@ -63,7 +63,7 @@ def shared_options(parser, *model_aliases: str, model_help: str = MODEL_HELP) ->
 
 
 def add_matrix(commands) -> None:
-    matrix = study_parser(commands, "matrix", "label-wise r, instance-wise r and label-wise std for every prompt pair", writes="matrix.json, CSVs and PNG heatmaps")
+    matrix = study_parser(commands, "matrix", writes="matrix.json, CSVs and PNG heatmaps")
     grid_options(matrix)
     shared_options(matrix)
     matrix.set_defaults(handler=run_matrix)
@@ -72,7 +72,7 @@ def add_matrix(commands) -> None:
 def add_precision(commands) -> None:
     from lincorr.studies.logits.precision import PAPER_N_INPUTS
 
-    precision = study_parser(commands, "precision", "Hit@Top-N of W against reference pairs, ols and ridge side by side", writes="precision.json, .csv and .md")
+    precision = study_parser(commands, "precision", writes="precision.json, .csv and .md")
     add_prompt_pair(precision, optional=True, help_text="registry prompt name, or a label when its --*-template is given")
     add_references_option(precision)
     add_custom_prompt_options(precision)
@@ -95,8 +95,7 @@ def add_precision(commands) -> None:
 
 
 def add_lre(commands) -> None:
-    lre = study_parser(commands, "lre", "W precision (Table 2's Hit@Top-N, ols and ridge-std) on the 47 LRE relations, by relation type",
-                writes="lre.json, .csv and .md")
+    lre = study_parser(commands, "lre", writes="lre.json, .csv and .md")
     lre.add_argument("--relations", type=names("country_capital_city,city_in_country"), default=None, metavar="NAME,...",
                      help="LRE relations by file name, e.g. country_capital_city,city_in_country (default: all 47)")
     lre.add_argument("--max-subjects", type=COUNT, default=None, metavar="K",
@@ -111,7 +110,7 @@ def add_lre(commands) -> None:
 
 
 def add_cases(commands) -> None:
-    cases = study_parser(commands, "cases", "top influenced / influencing words of W (Tables 3, 15, 16, 17)", writes="cases.md, cases.csv and cases.json")
+    cases = study_parser(commands, "cases", writes="cases.md, cases.csv and cases.json")
     add_prompt_pair(cases, optional=True)
     cases.add_argument("--influencing", action="store_true", help="rows are target words with their top influencing sources")
     cases.add_argument("--word", action=Distinct, default=[], metavar="WORD", help="a row word (repeatable; default every word)")
@@ -122,8 +121,7 @@ def add_cases(commands) -> None:
 
 
 def add_resilience(commands) -> None:
-    resilience = study_parser(commands, "resilience", "fit W on one model, evaluate it on another checkpoint",
-                       writes="resilience.json, pairs.csv, difference.png and the three matrices")
+    resilience = study_parser(commands, "resilience", writes="resilience.json, pairs.csv, difference.png and the three matrices")
     grid_options(resilience)
     eval_from = resilience.add_mutually_exclusive_group(required=True)
     eval_from.add_argument("--eval-model", type=model_spec, default=None, help="model B: another checkpoint with A's tokenizer")
@@ -136,7 +134,7 @@ def add_resilience(commands) -> None:
 
 
 def add_scale(commands) -> None:
-    scale = study_parser(commands, "scale", "correlation and W precision across models (Fig. 4)", writes="scale.json, scale.csv and scale_<estimator>.png")
+    scale = study_parser(commands, "scale", writes="scale.json, scale.csv and scale_<estimator>.png")
     scale.add_argument("--models", type=names("gemma-3-270m-q4km,smollm2-135m-instruct-q41"), default=None, metavar="A,B,...",
                        help="comma-separated model specs: the series, or with --series the models shown beside it")
     scale.add_argument("--series", default=None, metavar="NAME",

@@ -38,13 +38,13 @@ from lincorr.errors import UsageError
 GENERALIZATION_FILES = "result.json, facts.json, table6.md and fig5.png"
 
 
-def add_training_commands(commands) -> None:
+def add_commands(commands) -> None:
     from lincorr.held_out import MIN_TEST_INPUTS
     from lincorr.studies.training.edit_prediction import DEFAULT_MARGIN
     from lincorr.studies.training.gradients import GradientConfig
 
-    def study(name: str, help_text: str, *, writes: str, pair_required: bool = False):
-        parser = add_command(commands, name, help_text)
+    def study(name: str, *, writes: str, pair_required: bool = False):
+        parser = add_command(commands, name)
         if pair_required:
             add_prompt_pair(parser)
         else:
@@ -59,22 +59,21 @@ def add_training_commands(commands) -> None:
         add_collect_settings(parser)
         return parser
 
-    generalize = study("generalize", "teach fresh entities source facts; does the target answer follow (Table 5)?",
-                       writes=f"{GENERALIZATION_FILES} (with --paper-table 5: table5.json and table5.md)")
+    generalize = study("generalize", writes=f"{GENERALIZATION_FILES} (with --paper-table 5: table5.json and table5.md)")
     generalization_options(generalize)
     add_paper_table_option(generalize, ("5",), "run the paper's eleven Table-5 pairs (ignores SOURCE TARGET)")
     generalize.set_defaults(handler=run_generalize)
 
-    diagnose = study("diagnose", "per edited fact: W[s,ref], W[s,gen], priors, and why it failed (Table 6, Fig. 5)", writes=GENERALIZATION_FILES)
+    diagnose = study("diagnose", writes=GENERALIZATION_FILES)
     generalization_options(diagnose)
     diagnose.add_argument("--rows", type=NON_NEGATIVE, default=20, help="table rows to print")
     diagnose.set_defaults(handler=run_diagnose)
 
-    subwords = study("subwords", "correlation, precision and generalization by token category (Table 18)", writes="subwords.json and table18.md")
+    subwords = study("subwords", writes="subwords.json and table18.md")
     generalization_options(subwords)
     subwords.set_defaults(handler=run_subwords)
 
-    gradcorr = study("gradcorr", "one optimiser step on source facts: does dS @ W predict dT (Table 4)?", writes="gradcorr.json and table4.md")
+    gradcorr = study("gradcorr", writes="gradcorr.json and table4.md")
     training_options(gradcorr, GradientConfig.train, with_epochs=False)  # one step, by definition
     gradcorr.add_argument("--n-step-facts", type=COUNT, default=GradientConfig.n_step_facts, help="training inputs in the step")
     gradcorr.add_argument("--n-eval", type=whole_number(MIN_TEST_INPUTS), default=GradientConfig.n_eval,
@@ -82,8 +81,7 @@ def add_training_commands(commands) -> None:
     add_paper_table_option(gradcorr, ("4",), "run the paper's eight Table-4 pairs (ignores SOURCE TARGET)")
     gradcorr.set_defaults(handler=run_gradcorr)
 
-    predict = study("predict-edit", "predict, without training, what teaching 'SOURCE(subject) = VALUE' does to TARGET",
-                    writes="prediction.json", pair_required=True)
+    predict = study("predict-edit", writes="prediction.json", pair_required=True)
     predict.add_argument("--value", required=True, metavar="WORD", help="the proposed source answer, e.g. Indianapolis")
     predict.add_argument("--subject", default=None, metavar="NAME", help="the entity to edit (default: a fresh made-up name)")
     predict.add_argument("--margin", type=finite_number, default=None,
