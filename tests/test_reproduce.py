@@ -58,7 +58,8 @@ def test_paper_numbers_come_from_paper_yaml():
     (binomial_above(0, 40, 0.1, interest=0.3), "not reproduced"),  # below chance
     (binomial_above(5, 40, 0.1), "inconclusive"),  # no effect of interest: nothing says the test could have seen one
     (mcnemar_gain([False] * 20, [True] * 15 + [False] * 5, interest=0.5), "reproduced"),
-    (mcnemar_gain([True] * 15 + [False] * 5, [False] * 20, interest=0.5), "not reproduced"),  # the wrong way
+    (mcnemar_gain([True] * 10 + [False] * 90, [False] * 100, interest=0.5), "not reproduced"),  # the wrong way, with power
+    (mcnemar_gain([True] * 15 + [False] * 5, [False] * 20, interest=0.5), "inconclusive"),  # 15 of 20 lost: no room for a rise of 0.5
     (fisher_greater(40, 50, 5, 50, interest=0.5), "reproduced"),
     (fisher_greater(5, 50, 40, 50, interest=0.5), "not reproduced"),
     (paired_greater([0.8, 0.7, 0.9, 0.6, 0.75, 0.85, 0.7], [0.1, 0.0, 0.2, 0.1, 0.05, 0.1, 0.0], interest=0.5), "reproduced"),

@@ -56,10 +56,10 @@ EARLY = [5.0, 4.0, 3.0, 1.0, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0]
 
 @pytest.mark.parametrize("scores, toward, expected", [
     (planted_scores(EARLY), "early", "reproduced"),
-    (planted_scores(EARLY), "late", "not reproduced"),  # the interval excludes the effect of interest
+    (planted_scores(EARLY), "late", "not reproduced"),  # the mass sits the other way, and the test would have seen it
     (planted_scores(EARLY[::-1]), "late", "reproduced"),
     (planted_scores([1.0] * 10), "early", "not reproduced"),  # spread evenly: no direction, and the test would have seen one
-    (np.zeros((8, 10)), "early", "not reproduced"),  # no positive mass
+    (np.zeros((8, 10)), "early", "inconclusive"),  # no positive mass: no depth, and no spread to read a power from
     (planted_scores(np.linspace(1.1, 0.9, 10), n_prompts=3, noise=2.0), "early", "inconclusive"),  # 3 noisy implications cannot tell
 ])
 def test_the_depth_test_follows_where_the_mass_sits_over_the_implications(scores, toward, expected):
@@ -94,18 +94,21 @@ def test_the_ocr_verdict_follows_the_planted_ranks(tiny, after, expected):
 @pytest.mark.parametrize("early, expected", [(True, "reproduced"), (False, "not reproduced")])
 def test_the_localisation_verdict_follows_the_planted_scores(tiny, early, expected):
     """Informative mass planted in the first block's MLP at the subject tokens of every implication sits early; in the last
-    block's, late (and the interval, which resampling the identical implications makes a point, excludes the early side)."""
+    block's, late, and with the implications differing a little (a share in the next block in), the test has the power to
+    say so."""
     lm, registry = tiny
     settings = {**TINY_HOPS, "hop": "first", "score": "informative", "part": "mlp", "role": "subject", "toward": "early"}
     shared = planted_hop(lm, registry, settings, [3] * 5, [0] * 5)
     components = score_components(lm)
     by_prompt = np.zeros((5, len(components), len(ROLES)))
     planted_layer = 0 if early else layout(lm).n_layers - 1
-    by_prompt[:, components.index(next(c for c in components if c.kind == "mlp" and c.layer == planted_layer)), ROLES.index("subject")] = 1.0
+    mlp_of = {c.layer: components.index(c) for c in components if c.kind == "mlp"}
+    by_prompt[:, mlp_of[planted_layer], ROLES.index("subject")] = 1.0
+    by_prompt[:, mlp_of[1 if early else planted_layer - 1], ROLES.index("subject")] = 0.02 * np.arange(5)
     config = next(iter(shared.values())).config
     shared[("feng.scores", config, False)] = {"informative_by_role": by_prompt.mean(0), "informative_by_prompt": by_prompt}
     measured = localisation(Context(lm, registry, settings, shared=shared, interest=0.1))
-    assert measured.ours["positive_mass_by_block"][planted_layer] == 1.0
+    assert measured.ours["positive_mass_by_block"][planted_layer] > 0.9
     assert measured.test.direction_holds == early and judge(measured.test).verdict == expected
 
 

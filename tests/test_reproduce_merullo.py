@@ -56,8 +56,9 @@ def runs_of(task: str, with_rr: list[float], none: float = 0.01, other: float = 
 
 @pytest.mark.parametrize("runs, expected", [
     (runs_of("capitals", [0.5, 1, 0.5, 0.25, 1, 0.5, 0.2, 1]), "reproduced"),
-    (runs_of("capitals", [0.5, 1, 0.5, 0.25, 1, 0.5, 0.2, 1], other=1.0), "not reproduced"),  # another task's vector does better
-    (runs_of("capitals", [1 / r for r in (80, 120, 90, 110, 100, 85, 115, 95)]), "not reproduced"),  # nothing moves, with power to see it
+    (runs_of("capitals", [0.5, 1, 0.5, 0.25, 1, 0.5, 0.2, 1], other=1.0), "inconclusive"),  # 8 sources: the exact test is too coarse
+    (runs_of("capitals", [0.5, 1 / 3] * 12, other=1.0), "not reproduced"),  # another task's vector does better, with power to see it
+    (runs_of("capitals", [1 / r for r in (80, 120, 90, 110, 100, 85, 115, 95)] * 3), "not reproduced"),  # nothing moves, with power to see it
     (runs_of("capitals", [0.5, 1]), "inconclusive"),  # two sources cannot tell
 ])
 def test_the_ovector_is_tested_over_sources_above_every_control(runs, expected):
@@ -72,8 +73,9 @@ def test_contexts_within_a_source_do_not_count_as_independent():
 
 
 def test_easiest_and_hardest_compare_every_pair_of_tasks_over_sources():
-    runs = {"uppercase": runs_of("uppercase", [1, 0.5, 1, 1, 0.5, 1, 1, 0.5]), "capitals": runs_of("capitals", [0.2, 0.25, 0.1, 0.2, 0.1, 0.25, 0.2, 0.1]),
-            "past-tense": runs_of("past-tense", [0.02, 0.05, 0.01, 0.02, 0.05, 0.02, 0.01, 0.05])}
+    runs = {"uppercase": runs_of("uppercase", [1, 0.5, 1, 1, 0.5, 1, 1, 0.5] * 3),
+            "capitals": runs_of("capitals", [0.2, 0.25, 0.1, 0.2, 0.1, 0.25, 0.2, 0.1] * 3),
+            "past-tense": runs_of("past-tense", [0.02, 0.05, 0.01, 0.02, 0.05, 0.02, 0.01, 0.05] * 3)}
     assert verdict(ordered_tests(runs, "copy", [("uppercase", "capitals"), ("uppercase", "past-tense")], 0.25)) == "reproduced"
     assert verdict(ordered_tests(runs, "copy", [("capitals", "past-tense"), ("uppercase", "past-tense")], 0.25)) == "reproduced"
     test = ordered_tests(runs, "copy", [("capitals", "uppercase"), ("capitals", "past-tense")], 0.25)

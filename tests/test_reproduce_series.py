@@ -109,14 +109,16 @@ def cities(n_right: int, n: int = 60, offset: int = 0) -> dict[str, bool]:
 
 
 def planted_sizes(small_city: dict, large_city: dict, small_ceo: int, large_ceo: int) -> list:
-    return [(Member(alias, alias), {"City->Country": precision_at("City->Country", city), "CEO->Company": precision_at("CEO->Company", cities(ceo))})
+    return [(Member(alias, alias), {"City->Country": precision_at("City->Country", city),
+                                    "CEO->Company": precision_at("CEO->Company", cities(ceo, len(city)))})
             for alias, city, ceo in (("small", small_city, small_ceo), ("large", large_city, large_ceo))]
 
 
 @pytest.mark.parametrize("small_city, large_city, small_ceo, large_ceo, expected", [
     (cities(12), cities(36), 3, 4, "reproduced"),  # City->Country rises, CEO->Company stays near the floor
-    (cities(36), cities(12), 3, 4, "not reproduced"),  # City->Country falls with size
-    (cities(12), cities(36), 3, 40, "not reproduced"),  # CEO->Company precise on the larger size
+    (cities(36), cities(12), 3, 4, "inconclusive"),  # City->Country falls with size, but 60 subjects cannot see a rise of 0.1
+    (cities(360, 600), cities(120, 600), 30, 40, "not reproduced"),  # City->Country falls with size, 600 subjects could have seen it
+    (cities(120, 600), cities(360, 600), 30, 400, "not reproduced"),  # CEO->Company precise on the larger size
     (cities(20), cities(20, offset=20), 3, 4, "inconclusive"),  # as many cities gained as lost: 60 cannot rule out a rise of 0.1
 ])
 def test_fig4_needs_the_rise_with_size_and_the_low_relation_low_at_every_size(small_city, large_city, small_ceo, large_ceo, expected):
