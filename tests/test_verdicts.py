@@ -127,6 +127,16 @@ def test_an_interval_that_excludes_the_effect_does_not_decide_without_power():
     assert judge(binomial_above(9, 9, 1 - 0.42, interest=0.42), p_value=0.052, alpha_for_power=ALPHA / 18).verdict == "inconclusive"
 
 
+def test_a_p_value_does_not_outweigh_an_interval_that_includes_no_effect():
+    """gemma-3-270m-q4km's Table 8 (committed before this rule): a permutation p of 1/201 from shuffling W's rows, beside
+    a Fisher-z interval over 200 inputs from -0.09 to 0.19. The two answer different questions; the claim is reproduced
+    only where both say so."""
+    shuffled = correlation_above("centred r vs shuffled W", 0.049, 1 / 201, 200, "inputs", interest=0.1)
+    assert shuffled.interval[0] < 0 < shuffled.interval[1]
+    assert judge(shuffled, p_value=0.025).verdict == "inconclusive"
+    assert judge(correlation_above("centred r vs shuffled W", 0.3, 1 / 201, 200, "inputs", interest=0.1), p_value=0.025).verdict == "reproduced"
+
+
 def test_a_rank_sum_interval_stays_within_the_effects_bounds():
     """The Hanley-McNeil interval is a normal one around the common-language effect; near complete separation it would
     reach past 1/2, an effect no two groups can have."""
@@ -182,6 +192,16 @@ def test_a_claim_about_each_task_needs_every_task():
     assert judge(both).verdict == "not reproduced" and len(both.parts) == 2
     assert judge(all_of([holds, holds], "tasks")).verdict == "reproduced"
     assert both.power_at(ALPHA) == pytest.approx(holds.power_at(ALPHA) * fails.power_at(ALPHA))
+
+
+def test_a_claim_about_somewhere_stays_valid_when_its_parts_share_their_inputs():
+    """Peng's LRE relations are all fitted on the same inputs: five copies of one result are one piece of evidence, which
+    Fisher's method would count five times over; the smallest p times the parts does not."""
+    copies = [binomial_above(9, 40, 0.1, interest=0.3) for _ in range(5)]
+    somewhere = any_of(copies, "copies")
+    assert somewhere.p_value == pytest.approx(min(1.0, 5 * copies[0].p_value)) and somewhere.p_value > copies[0].p_value
+    assert scipy.stats.combine_pvalues([t.p_value for t in copies], method="fisher").pvalue < copies[0].p_value
+    assert somewhere.effect == copies[0].effect and somewhere.interval == copies[0].interval and somewhere.power is None
 
 
 def test_power_is_read_at_the_level_the_claim_is_judged_at():

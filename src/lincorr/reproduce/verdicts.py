@@ -7,8 +7,10 @@ smallest effect of interest the claim's data gives with its reason), and the tes
 that effect at this budget, over a grid of significance levels (`power`), so the runner can read
 it at the level a claim is judged at once it knows how many claims share the run.
 
-`judge` is the only rule that reads a test: `reproduced` when the effect points the paper's way
-and the p-value adjusted across the run (`holm`) is below ALPHA; `not reproduced` only when the
+`judge` is the only rule that reads a test: `reproduced` when the effect points the paper's way,
+the p-value adjusted across the run (`holm`) is below ALPHA and the effect's interval, where it has
+one, lies above 0 (a p-value from a permutation of one thing does not outweigh an interval over the
+units that includes no effect); `not reproduced` only when the
 test could have seen the effect of interest (power at least TARGET_POWER at the level the claim is
 judged at); otherwise `inconclusive`, with the number of independent units that would reach
 TARGET_POWER. An interval that excludes the effect of interest is shown, not counted: it is a 95%
@@ -154,7 +156,7 @@ def judge(test: Test | None, p_value: float | None = None, alpha_for_power: floa
     p = test.p_value if p_value is None else p_value
     power = test.power_at(alpha_for_power)
     needed = units_needed(test, power, alpha_for_power)
-    if test.direction_holds and p < ALPHA:
+    if test.direction_holds and p < ALPHA and (test.interval is None or test.interval[0] > 0):
         return Judgement("reproduced", power, needed)
     decisive = power is not None and power >= TARGET_POWER
     return Judgement("not reproduced" if decisive else "inconclusive", power, needed)
@@ -401,11 +403,14 @@ def all_of(tests: Sequence[Test], what: str) -> Test:
 
 @recorded
 def any_of(tests: Sequence[Test], what: str) -> Test:
-    """A claim that the phenomenon holds somewhere among several tasks or relations (Fisher's method on their p-values);
-    it says nothing of which. Each part keeps its own line; no power is claimed for the combination."""
+    """A claim that the phenomenon holds somewhere among several tasks or relations: the smallest p-value times their number
+    (Bonferroni), valid however the parts depend on each other (relations fitted on the same inputs do; Fisher's method
+    would need them independent). Its effect and interval are the smallest-p part's, and say nothing of the others; each
+    part keeps its own line. No power is claimed for it."""
     if len(tests) == 1:
         return tests[0]
-    statistic, p = scipy.stats.combine_pvalues([t.p_value for t in tests], method="fisher")
+    smallest = min(tests, key=lambda t: t.p_value)
     holding = sum(t.direction_holds for t in tests)
-    return Test(f"Fisher's combination of {len(tests)} {what} ({holding} pointing the paper's way)", float(statistic), float(p),
-                holding > 0, parts=tuple(tests))
+    return Test(f"the smallest p of {len(tests)} {what}, times {len(tests)} ({holding} pointing the paper's way; smallest: {smallest.name})",
+                smallest.statistic, min(1.0, len(tests) * smallest.p_value), smallest.direction_holds, smallest.effect, smallest.interval,
+                units=smallest.units, unit=smallest.unit, parts=tuple(tests))
