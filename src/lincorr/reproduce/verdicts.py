@@ -355,7 +355,8 @@ def fisher_z(r: float) -> float:
 @recorded
 def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Sequence[float], what: str = "values vs others", interest: float | None = None) -> Test:
     """`values` tend to exceed `others` (Mann-Whitney U, one-sided); the statistic is the common-language effect size and
-    the effect its excess over 1/2 (Hanley-McNeil interval, kept within the effect's bounds, -1/2 to 1/2); the power
+    the effect its excess over 1/2 (Hanley-McNeil interval, kept within the effect's bounds, -1/2 to 1/2, and of some
+    width at complete separation); the power
     Noether's at `interest` above 1/2."""
     ours, theirs = np.asarray(values, float), np.asarray(others, float)
     ours, theirs = ours[np.isfinite(ours)], theirs[np.isfinite(theirs)]
@@ -364,8 +365,11 @@ def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Seq
     result = scipy.stats.mannwhitneyu(ours, theirs, alternative="greater")
     auc = float(result.statistic) / (ours.size * theirs.size)
     n1, n2 = ours.size, theirs.size
-    q1, q2 = auc / (2 - auc), 2 * auc**2 / (1 + auc)
-    se = math.sqrt(max(auc * (1 - auc) + (n1 - 1) * (q1 - auc**2) + (n2 - 1) * (q2 - auc**2), 1e-12) / (n1 * n2))
+    # Hanley-McNeil's variance vanishes at complete separation (0 or 1), where the interval would shrink to a point:
+    # it is read half a pair inside.
+    spread = min(max(auc, 0.5 / (n1 * n2)), 1 - 0.5 / (n1 * n2))
+    q1, q2 = spread / (2 - spread), 2 * spread**2 / (1 + spread)
+    se = math.sqrt(max(spread * (1 - spread) + (n1 - 1) * (q1 - spread**2) + (n2 - 1) * (q2 - spread**2), 1e-12) / (n1 * n2))
     power = normal_power(interest * math.sqrt(12 * n1 * n2 / (n1 + n2 + 1))) if interest is not None else None
     return Test(f"Mann-Whitney U: {what}, {n1} vs {n2}", auc, float(result.pvalue), auc > 0.5, auc - 0.5,
                 (max(auc - 0.5 - Z_95 * se, -0.5), min(auc - 0.5 + Z_95 * se, 0.5)), interest, power, n1 + n2)
