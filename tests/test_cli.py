@@ -219,6 +219,18 @@ def test_the_help_and_the_listings_start_without_torch(tmp_path):
     assert [line.split("] ", 1)[1] for line in done.stderr.splitlines()] == ["0 []"] * 5, done.stderr
 
 
+def test_listing_a_papers_claims_loads_no_step():
+    """`lincorr reproduce peng --list` reads the claims alone: the runner imports every step and every study."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from lincorr.cli import main\n"
+            "status = main(['reproduce', 'peng', '--list'])\n"
+            "print(status, 'lincorr.reproduce.runner' in sys.modules, 'lincorr.studies.extractive.origins' in sys.modules, file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "peng.table18" in done.stdout and done.stderr.splitlines()[-1] == "0 False False", done.stderr
+
+
 def test_handlers_write_no_files_themselves():
     """Every file a command writes comes from a result's .save(directory), which stages it atomically."""
     import ast

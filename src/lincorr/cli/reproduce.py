@@ -43,9 +43,11 @@ def add_commands(commands) -> None:
 
 
 def run_reproduce(args) -> None:
-    from lincorr.reproduce import ReproductionResult, claims_to_run, load_paper, reproduce
+    from lincorr.reproduce import load_paper
 
     if args.status:
+        from lincorr.reproduce import ReproductionResult
+
         result = ReproductionResult.load(args.status)
         stale = result.stale_claims()
         if args.json:
@@ -63,6 +65,8 @@ def run_reproduce(args) -> None:
     if args.list:
         list_claims(args, paper)
         return
+    from lincorr.reproduce import claims_to_run, reproduce
+
     claims_to_run(args.paper, args.only, args.budget, with_eval_model=bool(args.eval_model))  # a choice that measures nothing fails now
     refuse_same_model(args)
     result = reproduce(args.paper, load_lm(args), only=args.only, budget=args.budget, registry=load_registry_from(args),
