@@ -65,21 +65,28 @@ def test_the_exact_mcnemar_power_matches_a_simulation():
     assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se + 0.02)  # the measured loss rate is 2/30, not 0.05
 
 
-@pytest.mark.parametrize("n, interest, alpha", [(40, 0.4, ALPHA), (8, 1.0, 0.005), (7, 1.0, 0.005)])
-def test_the_signed_rank_power_is_what_a_simulation_of_the_exact_test_gives(n, interest, alpha):
-    """With few pairs the exact test's p-values are coarse: 8 pairs reach p 0.005 only when every pair points the paper's
-    way (p 1/256), 7 never do (at best 1/128), though a normal approximation promises them 0.5 and 0.4 here."""
+def test_the_signed_rank_power_is_what_a_simulation_of_the_exact_test_gives():
     rng = np.random.default_rng(1)
-    differences = rng.normal(0.2, 1.0, size=n)
-    test = paired_greater(differences, np.zeros(n), interest=interest)
+    differences = rng.normal(0.2, 1.0, size=40)
+    test = paired_greater(differences, np.zeros(40), interest=0.4)
     sd = differences.std(ddof=1)
-    simulated, se = simulated_power(lambda g: scipy.stats.wilcoxon(g.normal(interest, sd, size=n), alternative="greater").pvalue,
-                                    alpha=alpha)
+    simulated, se = simulated_power(lambda g: scipy.stats.wilcoxon(g.normal(0.4, sd, size=40), alternative="greater").pvalue)
     # Two simulations of the same power, each with a binomial error: ours of verdicts.SIMULATED_SAMPLES draws.
     ours = math.sqrt(max(simulated * (1 - simulated), 1e-4) / verdicts.SIMULATED_SAMPLES)
-    assert test.power_at(alpha) == pytest.approx(simulated, abs=4 * math.hypot(se, ours))
-    if n == 7:
-        assert test.power_at(alpha) == 0.0
+    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * math.hypot(se, ours))
+
+
+@pytest.mark.parametrize("n", [8, 7])
+def test_with_few_pairs_the_signed_rank_power_is_the_chance_that_every_pair_gains(n):
+    """At p 0.005 the exact test over 8 pairs rejects only when every pair points the paper's way (p 1/256; the next p
+    it can reach is 2/256), over 7 pairs never (at best 1/128). For normal differences its power is then the chance of
+    8 positive signs, Phi(effect / sd)^8, and 0 for 7, where a normal approximation promised 0.5 and 0.4 here."""
+    rng = np.random.default_rng(1)
+    differences = rng.normal(0.2, 1.0, size=n)
+    test = paired_greater(differences, np.zeros(n), interest=1.0)
+    exact = scipy.stats.norm.cdf(1.0 / differences.std(ddof=1)) ** 8 if n == 8 else 0.0
+    se = math.sqrt(max(exact * (1 - exact), 1e-4) / verdicts.SIMULATED_SAMPLES)  # ours is a simulation
+    assert test.power_at(0.005) == pytest.approx(exact, abs=4 * se)
 
 
 def test_the_rank_sum_power_approximation_matches_a_simulation():
