@@ -105,10 +105,16 @@ def tiny_runs(tmp_path_factory) -> dict:
 
     root = run_wide_directory(tmp_path_factory, "tiny-runs")
     with FileLock(root / ".writing.lock"):
+        if (root / ".failed").exists():  # a half-written directory: the worker that wrote it reported why
+            pytest.fail(f"writing the tiny runs failed on another worker: {(root / '.failed').read_text()}")
         if not (root / ".written").exists():
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-                write_tiny_runs(root)
+            try:
+                with pytest.MonkeyPatch.context() as patch:
+                    patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+                    write_tiny_runs(root)
+            except BaseException as error:
+                (root / ".failed").write_text(f"{type(error).__name__}: {error}")
+                raise
             (root / ".written").touch()
     return tiny_run_directories(root)
 

@@ -24,6 +24,14 @@ def test_the_files_options_reach_the_command_and_the_command_line_wins(tmp_path)
     assert (args.seed, args.n_inputs) == (5, 2000), "the command line wins over the file, wherever --config stands"
 
 
+@pytest.mark.parametrize("spelling", ["--conf", "--confi"])
+def test_an_abbreviation_argparse_takes_for_config_reads_the_file(tmp_path, spelling):
+    study = tmp_path / "study.yaml"
+    study.write_text("seed: 3\n", encoding="utf-8")
+    assert parsed(["fit", "city", "country", spelling, str(study)]).seed == 3
+    assert parsed(["fit", "city", "country", f"{spelling}={study}"]).seed == 3
+
+
 def test_a_group_commands_options_go_after_its_own_name(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("n-facts: 7\n", encoding="utf-8")

@@ -46,16 +46,20 @@ CONFIG_FILE = FileKind("config file", Entries((TEXT, REAL, bool, Items((TEXT, RE
                        "write one `option: value` per line, the options of the command's --help", written_by="a config file")
 
 
+# What argparse takes for --config: the option, or an abbreviation no other option shares (--con is also --contexts').
+CONFIG_SPELLINGS = ("--conf", "--confi", "--config")
+
+
 def with_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """`argv` with every `--config FILE` replaced by the options FILE holds, placed right after the command's name."""
-    if "--config" not in argv and not any(token.startswith("--config=") for token in argv):
+    if not any(token.split("=", 1)[0] in CONFIG_SPELLINGS for token in argv):
         return argv
     rest, files = [], []
     tokens = iter(argv)
     for token in tokens:
-        if token == "--config":
+        if token in CONFIG_SPELLINGS:
             files.append(next(tokens, ""))
-        elif token.startswith("--config="):
+        elif token.split("=", 1)[0] in CONFIG_SPELLINGS:
             files.append(token.split("=", 1)[1])
         else:
             rest.append(token)

@@ -55,6 +55,7 @@ class Test:
     units: int | None = None
     unit: str = ""
     parts: tuple[Test, ...] = ()
+    every_part: bool = False  # a claim about each of its parts (`all_of`): each must clear what the whole must
     recipe: dict | None = None  # the constructor and arguments that made it (`recorded`), so that it can be made again
 
     def summary(self) -> dict:
@@ -75,6 +76,7 @@ class Test:
         fields["power"] = tuple(tuple(pair) for pair in fields["power"]) if fields["power"] is not None else None
         fields["parts"] = tuple(cls.from_summary(part) for part in row.get("parts") or ())
         fields["unit"] = fields["unit"] or ""
+        fields["every_part"] = bool(fields["every_part"])
         return cls(**fields)
 
     def power_at(self, alpha: float) -> float | None:
@@ -156,10 +158,19 @@ def judge(test: Test | None, p_value: float | None = None, alpha_for_power: floa
     p = test.p_value if p_value is None else p_value
     power = test.power_at(alpha_for_power)
     needed = units_needed(test, power, alpha_for_power)
-    if test.direction_holds and p < ALPHA and (test.interval is None or test.interval[0] > 0):
+    significant = test.direction_holds and p < ALPHA
+    if significant and interval_above_zero(test):
         return Judgement("reproduced", power, needed)
+    if significant:  # the p-value points the paper's way, an interval says the effect may be none: the test cannot tell
+        return Judgement("inconclusive", power, needed)
     decisive = power is not None and power >= TARGET_POWER
     return Judgement("not reproduced" if decisive else "inconclusive", power, needed)
+
+
+def interval_above_zero(test: Test) -> bool:
+    """The effect's interval lies above 0, where the test has one; for a claim about each of its parts, every part's does."""
+    own = test.interval is None or test.interval[0] > 0
+    return own and (not test.every_part or all(interval_above_zero(part) for part in test.parts))
 
 
 def units_needed(test: Test, power: float | None, alpha: float) -> int | None:
@@ -391,7 +402,8 @@ def relabelled(test: Test, name: str, holds: bool = True) -> Test:
 def all_of(tests: Sequence[Test], what: str) -> Test:
     """A claim that each of several tasks or relations holds (intersection-union test): its p-value, effect, interval and
     effect of interest are those of the part with the largest p (the part that decides it), its power the product of
-    theirs (exact for independent parts, a lower bound for parts that rise together); each part keeps its own line."""
+    theirs (exact for independent parts, a lower bound for parts that rise together); each part keeps its own line, and
+    each part's interval must lie above 0 for the whole to be reproduced (`judge`)."""
     if len(tests) == 1:
         return tests[0]
     weakest = max(tests, key=lambda t: t.p_value)
@@ -402,7 +414,7 @@ def all_of(tests: Sequence[Test], what: str) -> Test:
     smallest_units = min((t.units for t in tests if t.units), default=None)
     return Test(f"each of {len(tests)} {what} ({holding} pointing the paper's way; largest p: {weakest.name})", weakest.statistic,
                 weakest.p_value, holding == len(tests), weakest.effect, weakest.interval, weakest.interest, power, smallest_units,
-                weakest.unit, tuple(tests))
+                weakest.unit, tuple(tests), every_part=True)
 
 
 @recorded
