@@ -10,7 +10,8 @@ it at the level a claim is judged at once it knows how many claims share the run
 `judge` is the only rule that reads a test: `reproduced` when the effect points the paper's way,
 the p-value adjusted across the run (`holm`) is below ALPHA and the effect's interval, where it has
 one, lies above 0 (a p-value from a permutation of one thing does not outweigh an interval over the
-units that includes no effect); `not reproduced` only when the
+units that includes no effect; for a claim about each of its parts, every part's interval); a
+significant p beside such an interval is `inconclusive`; `not reproduced` only when the
 test could have seen the effect of interest (power at least TARGET_POWER at the level the claim is
 judged at); otherwise `inconclusive`, with the number of independent units that would reach
 TARGET_POWER. An interval that excludes the effect of interest is shown, not counted: it is a 95%
