@@ -7,7 +7,7 @@ and kept for the run, and tests that need a cache of their own (another process,
 `models/` links to the same conversions.
 
 Under pytest-xdist (`make test` runs `-n auto`) each worker has a session cache of its own, but the conversions are made
-once for all workers, under a file lock, in one directory beside theirs (as are the report tests' tiny runs); each worker's torch gets its share of the cores,
+once for all workers, under a file lock, in one directory beside theirs; each worker's torch gets its share of the cores,
 and so do the processes it starts (kernels, torchrun ranks, the CLI), since several processes each spinning on every core
 run slower than one.
 """
@@ -40,7 +40,12 @@ def session_cache(tmp_path_factory) -> Path:
     back on the user's cache.
     """
     root = tmp_path_factory.mktemp("lincorr-cache")
-    (root / "models").symlink_to(run_wide_directory(tmp_path_factory, "lincorr-models"), target_is_directory=True)
+    if XDIST_WORKERS > 1:  # the workers' base directories share a parent, made for this run
+        models = tmp_path_factory.getbasetemp().parent / "lincorr-models"
+        models.mkdir(exist_ok=True)
+        (root / "models").symlink_to(models, target_is_directory=True)
+    else:
+        (root / "models").mkdir()
     previous = os.environ.get("LINCORR_CACHE_DIR")
     os.environ["LINCORR_CACHE_DIR"] = str(root)
     yield root
@@ -99,33 +104,12 @@ def bundled(session_cache) -> BundledModels:
 
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory) -> dict:
-    """Every study's run directory on a tiny Llama, written once per run for the report tests (text and browser), which
-    only read them; under xdist the first worker to need them writes them, under a file lock, for all."""
-    from helpers.runs import tiny_run_directories, write_tiny_runs
+    """Every study's run directory on a tiny Llama, written once per session for the report tests (text and browser)."""
+    from helpers.runs import write_tiny_runs
 
-    root = run_wide_directory(tmp_path_factory, "tiny-runs")
-    with FileLock(root / ".writing.lock"):
-        if (root / ".failed").exists():  # a half-written directory: the worker that wrote it reported why
-            pytest.fail(f"writing the tiny runs failed on another worker: {(root / '.failed').read_text()}")
-        if not (root / ".written").exists():
-            try:
-                with pytest.MonkeyPatch.context() as patch:
-                    patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-                    write_tiny_runs(root)
-            except BaseException as error:
-                (root / ".failed").write_text(f"{type(error).__name__}: {error}")
-                raise
-            (root / ".written").touch()
-    return tiny_run_directories(root)
-
-
-def run_wide_directory(tmp_path_factory, name: str) -> Path:
-    """A directory of this pytest run: under xdist one for all workers (their base directories share a parent)."""
-    if XDIST_WORKERS == 1:
-        return tmp_path_factory.mktemp(name)
-    directory = tmp_path_factory.getbasetemp().parent / name
-    directory.mkdir(exist_ok=True)
-    return directory
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        return write_tiny_runs(tmp_path_factory.mktemp("runs"))
 
 
 @pytest.fixture(scope="module")

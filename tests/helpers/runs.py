@@ -107,7 +107,7 @@ def write_vector_runs(root) -> None:
                    np.array([0.9, 0.8]), np.array([0.1, -0.2, 0.05, 0.3]), 0.2, 0.6, {"seed": 0}, 0.0).save(root / "ovector-w")
 
 
-def write_tiny_runs(root) -> None:
+def write_tiny_runs(root) -> dict:
     """One directory per study of lincorr, written by the CLI on a tiny Llama saved to disk (or by the study's `.save`)."""
     from lincorr.studies.training.ablation import AblationResult
     from lincorr.studies.training.ablation_tables import AblationTable, WidthSweep
@@ -163,10 +163,6 @@ def write_tiny_runs(root) -> None:
     write_extractive_and_lens_runs(root)
     write_vector_runs(root)
     write_reproduction_run(root)
-
-
-def tiny_run_directories(root) -> dict:
-    """The run directory of each study `write_tiny_runs(root)` writes."""
     return {name: root / name for name in FIGURES}
 
 
