@@ -312,9 +312,9 @@ def paired_greater(values: np.ndarray | Sequence[float], controls: np.ndarray | 
     if difference.size < 2 or not difference.any():
         return Test(name, 0.0, 1.0, False, 0.0, None, interest, None, int(difference.size), unit)
     p = float(scipy.stats.wilcoxon(difference, alternative="greater").pvalue)
-    mean, se = float(difference.mean()), float(difference.std(ddof=1) / math.sqrt(difference.size))
-    half = float(scipy.stats.t.ppf(0.975, difference.size - 1)) * se
-    power = signed_rank_power(difference.size, interest, se * math.sqrt(difference.size)) if interest is not None and se > 0 else None
+    mean, sd = float(difference.mean()), float(difference.std(ddof=1))
+    half = float(scipy.stats.t.ppf(0.975, difference.size - 1)) * sd / math.sqrt(difference.size)
+    power = signed_rank_power(difference.size, interest, sd) if interest is not None and sd > 0 else None
     return Test(name, mean, p, mean > 0, mean, (mean - half, mean + half), interest, power, int(difference.size), unit)
 
 
@@ -368,8 +368,7 @@ def fisher_z(r: float) -> float:
 def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Sequence[float], what: str = "values vs others", interest: float | None = None) -> Test:
     """`values` tend to exceed `others` (Mann-Whitney U, one-sided); the statistic is the common-language effect size and
     the effect its excess over 1/2 (Hanley-McNeil interval, kept within the effect's bounds, -1/2 to 1/2, and of some
-    width at complete separation); the power
-    Noether's at `interest` above 1/2."""
+    width at complete separation); the power Noether's at `interest` above 1/2."""
     ours, theirs = np.asarray(values, float), np.asarray(others, float)
     ours, theirs = ours[np.isfinite(ours)], theirs[np.isfinite(theirs)]
     if not ours.size or not theirs.size:
