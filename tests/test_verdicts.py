@@ -235,11 +235,28 @@ def test_a_claim_about_somewhere_stays_valid_when_its_parts_share_their_inputs()
     assert somewhere.effect == copies[0].effect and somewhere.interval == copies[0].interval and somewhere.power is None
 
 
+def exact_binomial_power(trials: int, chance: float, rate: float, alpha: float) -> float:
+    """Plainly: the chance, at `rate`, of a count whose one-sided binomial p against `chance` is at most `alpha`."""
+    return sum(scipy.stats.binom.pmf(count, trials, rate) for count in range(trials + 1)
+               if scipy.stats.binomtest(count, trials, chance, alternative="greater").pvalue <= alpha)
+
+
 def test_power_is_read_at_the_level_the_claim_is_judged_at():
+    """A run of m claims judges each at ALPHA / m: for every run of up to 24 claims that level is on the grid, and the exact
+    test's power there is what counting its outcomes gives."""
     test = binomial_above(8, 40, 0.1, interest=0.15)
+    for claims in (1, 9, 13, 18, 20, 24):
+        assert test.power_at(ALPHA / claims) == pytest.approx(exact_binomial_power(40, 0.1, 0.25, ALPHA / claims), abs=1e-9), claims
     assert test.power_at(ALPHA / 30) < test.power_at(ALPHA)
-    # Between two levels of the grid the power is interpolated, so it stays between their powers.
-    assert test.power_at(0.002) <= test.power_at(0.003) <= test.power_at(0.005)
+
+
+def test_power_between_levels_of_the_grid_is_never_overstated():
+    """An exact test's power is a step function of the level: interpolating in log alpha between two grid levels gave a
+    power the test does not have. Off the grid it is the power at the level below, a lower bound."""
+    test = binomial_above(8, 40, 0.1, interest=0.15)
+    for alpha in np.geomspace(1.5e-4, 0.05, 60):
+        assert test.power_at(alpha) <= exact_binomial_power(40, 0.1, 0.25, alpha) + 1e-9, alpha
+    assert test.power_at(ALPHA / 1000) == 0.0, "below the grid nothing is promised"
 
 
 def test_a_binomial_effect_has_a_two_sided_interval_around_it():

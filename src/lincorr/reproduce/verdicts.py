@@ -33,9 +33,10 @@ import scipy.stats
 ALPHA = 0.05
 TARGET_POWER = 0.8
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
-# The significance levels a test's power is computed at: from the nominal level down to Bonferroni's over a few hundred
-# claims, so the level a claim is judged at (ALPHA / claims in the run) falls inside the grid.
-POWER_ALPHAS = (0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 5e-4, 2e-4, 1e-4)
+# The significance levels a test's power is computed at: the level a claim is judged at, ALPHA / claims in the run, for every
+# run of up to 24 claims (a paper has 11 to 20), then coarser down to Bonferroni's over 500. An exact test's power is a
+# step function of the level, so it is read at a level of the grid, never interpolated between two (`Test.power_at`).
+POWER_ALPHAS = tuple(ALPHA / claims for claims in (*range(1, 25), 30, 40, 50, 100, 200, 500))
 Z_95 = float(scipy.stats.norm.ppf(0.975))
 
 
@@ -81,11 +82,12 @@ class Test:
         return cls(**fields)
 
     def power_at(self, alpha: float) -> float | None:
-        """The power at significance level `alpha`, interpolated in log alpha over the grid (clamped at its ends)."""
+        """The power at significance level `alpha`: the grid's at its largest level not above `alpha` (exact on the grid, a
+        lower bound between its levels, as power never falls when the level rises; 0 below the grid)."""
         if self.power is None:
             return None
-        levels, powers = zip(*sorted(self.power))
-        return float(np.interp(math.log(alpha), np.log(levels), powers))
+        below = [(level, power) for level, power in self.power if level <= alpha * (1 + 1e-9)]
+        return float(max(below)[1]) if below else 0.0
 
 
 CONSTRUCTORS: dict[str, Callable[..., Test]] = {}
