@@ -155,6 +155,24 @@ def test_the_whole_paper_runs_on_a_tiny_model(tiny, monkeypatch):
     assert by_id["feng.fig6"].ours["mlp"]["n"] == 2 and by_id["feng.fig6"].ours["head"]["n"] == 2 * layout(lm).n_heads
 
 
+def test_a_machine_with_too_little_memory_is_refused_the_fine_tuning_claims_with_the_figure(tiny, monkeypatch):
+    """On a machine whose memory is below the paper's measured peak times the model's weights, every claim that fine-tunes
+    is `not applicable` with the memory it needs and the machine's, and nothing is trained; with one byte more it runs."""
+    lm, registry = tiny
+    weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
+    needed = int(load_paper("feng").claim("feng.fig2.first").fine_tuning_peak * weights)
+    monkeypatch.setattr(runner, "load_paper", lambda name: tiny_paper())
+    monkeypatch.setattr(runner, "machine_memory", lambda: needed - 1)
+    monkeypatch.setattr(runner, "stored_result", lambda *args, **kwargs: pytest.fail("a refused claim was measured or read"))
+    result = reproduce("feng", lm, registry=registry, only="feng.fig2.first,feng.fig4")
+    for claim in result.claims:
+        assert claim.verdict == "not applicable" and f"fine-tuning {lm.name} needs about" in claim.reason, claim.reason
+        assert "more than this machine's" in claim.reason and "8.8 times its weights" in claim.reason, claim.reason
+    monkeypatch.setattr(runner, "machine_memory", lambda: needed)
+    assert runner.memory_reason(load_paper("feng").claim("feng.fig2.first"), lm) is None
+    assert runner.memory_reason(load_paper("merullo").claims[-1], lm) is None, "a claim that does not fine-tune is never refused"
+
+
 def test_a_resumed_run_loads_the_hop_and_its_scores_instead_of_training_and_scoring_again(tiny, monkeypatch):
     """A fresh reproduction (empty `ctx.shared`) finds the hop's fine-tuned model and its scores in the cache."""
     import lincorr.checkpoints as checkpoints

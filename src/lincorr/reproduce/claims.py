@@ -37,6 +37,10 @@ class Claim:
     settings: Mapping[str, Mapping[str, object]]  # budget -> the step's settings; a budget left out is not run at it
     not_applicable: str | None = None  # why no step measures it (when `step` is None)
     eval_model: bool = False  # its step also reads a second checkpoint of the model (`--eval-model`)
+    # A step that fine-tunes: the peak memory its paper's fine-tuning reached, in multiples of the model's weights, and
+    # where that was measured (the paper's `fine_tuning_memory`); a machine with less is refused the claim.
+    fine_tuning_peak: float | None = None
+    fine_tuning_measured: str | None = None
     # The effect the claim is judged against, in its test's units (the paper's own effect where it gives one), and why
     # that value: a test that could not have seen it ends `inconclusive`, never `not reproduced`.
     interest: float | None = None
@@ -83,8 +87,11 @@ class Paper:
         return tuple(c for c in self.claims if c.id in wanted)
 
 
-def claim_from(entry: dict, paper: str) -> Claim:
+def claim_from(entry: dict, paper: str, fine_tuning_memory: dict | None = None) -> Claim:
     published = entry.get("published")
+    fine_tunes = bool(entry.get("fine_tunes", False))
+    if fine_tunes and not fine_tuning_memory:
+        raise LincorrError(f"claim {entry['id']} fine-tunes, but {paper}/claims.yaml gives no fine_tuning_memory")
     claim = Claim(
         id=entry["id"], where=entry["where"], statement=entry["statement"],
         published=published["table"] if isinstance(published, dict) else published,
@@ -95,6 +102,8 @@ def claim_from(entry: dict, paper: str) -> Claim:
         not_applicable=entry.get("not_applicable"), eval_model=bool(entry.get("eval_model", False)),
         interest=float(entry["interest"]["value"]) if "interest" in entry else None,
         interest_reason=str(entry["interest"]["reason"]) if "interest" in entry else None,
+        fine_tuning_peak=float(fine_tuning_memory["peak"]) if fine_tunes and fine_tuning_memory else None,
+        fine_tuning_measured=str(fine_tuning_memory["measured"]) if fine_tunes and fine_tuning_memory else None,
     )
     if not claim.id.startswith(f"{paper}."):
         raise LincorrError(f"claim {claim.id} of {paper}/claims.yaml must start with '{paper}.'")
@@ -114,7 +123,7 @@ def load_paper(name: str) -> Paper:
     if name not in known_papers():
         raise UsageError(f"no claims for paper {name!r}; a paper is one of the names {', '.join(known_papers())}")
     data = yaml.safe_load(resources.files("lincorr.reproduce").joinpath(name, "claims.yaml").read_text(encoding="utf-8"))
-    claims = tuple(claim_from(entry, name) for entry in data["claims"])
+    claims = tuple(claim_from(entry, name, data.get("fine_tuning_memory")) for entry in data["claims"])
     duplicates = sorted({c.id for c in claims if sum(d.id == c.id for d in claims) > 1})
     if duplicates:
         raise LincorrError(f"{name}/claims.yaml repeats claim ids: {', '.join(duplicates)}")

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
+from lincorr.bundled import machine_memory
 from lincorr.cache import stored_result
 from lincorr.collection import CollectSettings
 from lincorr.errors import InputError, LincorrError, UsageError
@@ -24,6 +25,7 @@ from lincorr.knowledge import load_registry
 from lincorr.models import LM, load_model, require_other_checkpoint
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
 from lincorr.progress import progress_bar
+from lincorr.reading import human_size
 from lincorr.provenance import code_digest
 from lincorr.reproduce.claims import BUDGETS, Claim, load_paper
 from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
@@ -155,13 +157,17 @@ class ReproductionResult:
         """How many claims ended in each verdict."""
         return {v: sum(c.verdict == v for c in self.claims) for v in VERDICTS}
 
+    def from_cache(self) -> int:
+        """The claims with a measurement that this run did not make."""
+        return max(sum(bool(c.code_digest) for c in self.claims) - (self.measured or 0), 0)
+
     def text(self) -> str:
         """One line per claim: id, verdict, raw and adjusted p, effect and power, and our numbers or the reason."""
         width = max((len(c.id) for c in self.claims), default=10)
         lines = [f"{self.title} on {self.model_name} (budget {self.budget}): "
                  + ", ".join(f"{n} {v}" for v, n in self.counts().items())
                  + f"; p adjusted by Holm across the {sum(c.detail is not None for c in self.claims)} measured claims"
-                 + (f"; this run took {self.seconds:.0f} s, {self.measured} claims measured, the rest from the cache"
+                 + (f"; this run took {self.seconds:.0f} s, {self.measured} claims measured, {self.from_cache()} from the cache"
                     if self.seconds is not None else "")]
         for c in self.claims:
             p = f"p={p_text(c.p_value)} adj {p_text(c.adjusted_p)}" if c.p_value is not None else "-"
@@ -217,6 +223,21 @@ def unmeasured_reason(claim: Claim, budget: str, *, with_eval_model: bool) -> st
     if claim.eval_model and not with_eval_model:
         return NEEDS_EVAL_MODEL
     return None
+
+
+def memory_reason(claim: Claim, lm: LM) -> str | None:
+    """Why a claim that fine-tunes is not measured on this machine (None when it is): its paper's measured peak, in
+    multiples of the model's weights, comes to more than the machine's memory. Checked for a model on the CPU only (an
+    accelerator's memory is its own) and before the cache is read: a result measured on a larger machine is not served."""
+    if claim.fine_tuning_peak is None or lm.device.type != "cpu":
+        return None
+    weights = sum(parameter.numel() * parameter.element_size() for parameter in lm.model.parameters())
+    needed, total = int(claim.fine_tuning_peak * weights), machine_memory()
+    if needed <= total:
+        return None
+    return (f"fine-tuning {lm.name} needs about {human_size(needed)} of memory ({claim.fine_tuning_peak:g} times its weights of "
+            f"{human_size(weights)}: {claim.fine_tuning_measured}), more than this machine's {human_size(total)}; "
+            "run this claim on a machine with more memory")
 
 
 def claims_to_run(paper: str, only: str | None, budget: str, *, with_eval_model: bool) -> tuple[Claim, ...]:
@@ -277,7 +298,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     shared: dict = {EVAL_LM: second} if second is not None else {}
     results, measured = [], []
     for claim in progress_bar(chosen, desc=f"reproduce {paper}", unit="claim"):
-        reason = unmeasured_reason(claim, budget, with_eval_model=second is not None)
+        reason = unmeasured_reason(claim, budget, with_eval_model=second is not None) or memory_reason(claim, lm)
         if reason is not None:
             results.append(unmeasured(claim, reason))
             continue
