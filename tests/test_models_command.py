@@ -35,6 +35,25 @@ def test_models_as_text_names_quantisation_and_license(capsys):
     assert text.count("installed: ") == len(catalogue())
 
 
+def test_models_says_what_fine_tuning_needs_and_where_this_machine_falls_short(capsys, monkeypatch):
+    """The need is each paper's measured peak times the model's float32 weights, as the runner's refusal reads it; a
+    machine below it is told so, one above it is not."""
+    from lincorr import bundled
+    from lincorr.reproduce.claims import load_paper
+
+    assert main(["models", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    for row in rows:
+        assert row["fine_tuning_bytes"] == {paper: int(load_paper(paper).fine_tuning_peak * row["run_bytes"]) for paper in ("feng", "peng")}
+    smallest_need = min(min(row["fine_tuning_bytes"].values()) for row in rows)
+    monkeypatch.setattr(bundled, "machine_memory", lambda: smallest_need - 1)
+    assert main(["models"]) == 0
+    assert capsys.readouterr().out.count("(more than this machine's)") == 2 * len(rows)
+    monkeypatch.setattr(bundled, "machine_memory", lambda: 10**15)
+    assert main(["models"]) == 0
+    assert "more than this machine" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("value", ["not json", "[1, 2]"])
 def test_model_kwargs_must_be_a_json_object(capsys, value):
     assert main(["fit", "city", "country", "--model-kwargs", value]) == 2

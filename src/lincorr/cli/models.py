@@ -18,17 +18,27 @@ def packages_text(bundle) -> str:
     return f"{first} .. {last} =={bundle.version} ({len(bundle.chunks)} packages, each a chunk of the GGUF file)"
 
 
+def fine_tuning_bytes(run_bytes: int) -> dict[str, int]:
+    """Memory each paper's fine-tuning claims need for a model of `run_bytes` float32 weights (its `fine_tuning_memory`)."""
+    from lincorr.reproduce.claims import known_papers, load_paper
+
+    peaks = {paper: load_paper(paper).fine_tuning_peak for paper in known_papers()}
+    return {paper: int(peak * run_bytes) for paper, peak in peaks.items() if peak is not None}
+
+
 def run_models(args) -> None:
-    from lincorr.bundled import DEFAULT_MODEL, bundled_status
+    from lincorr.bundled import DEFAULT_MODEL, bundled_status, machine_memory
     from lincorr.reading import human_size
 
     rows = bundled_status()
+    machine = machine_memory()
     if args.json:
         print_json([{"alias": r.model.alias, "formerly": r.model.formerly, "family": r.model.family, "size": r.model.size,
                      "tuning": r.model.tuning, "quantisation": r.model.quantisation, "tensors": r.model.tensors,
                      "license": r.model.license, "series": r.model.series, "packages": list(r.model.requirements), "sha256": r.model.sha256,
                      "installed": r.installed, "converted": r.converted, "convert_bytes": r.convert_bytes,
-                     "run_bytes": r.run_bytes, "default": r.model.alias == DEFAULT_MODEL} for r in rows])
+                     "run_bytes": r.run_bytes, "fine_tuning_bytes": fine_tuning_bytes(r.run_bytes), "machine_bytes": machine,
+                     "default": r.model.alias == DEFAULT_MODEL} for r in rows])
         return
     for r in rows:
         bundle = r.model
@@ -41,3 +51,6 @@ def run_models(args) -> None:
         print(f"  from: {packages_text(bundle)}")
         print(f"  installed: {'yes' if r.installed else 'no'}   converted: {'yes' if r.converted else 'no'}   memory: "
               f"about {human_size(r.convert_bytes)} to convert, {human_size(r.run_bytes)} of float32 weights to run")
+        tuning = [f"{human_size(needed)} for {paper}'s claims" + (" (more than this machine's)" if needed > machine else "")
+                  for paper, needed in fine_tuning_bytes(r.run_bytes).items()]
+        print(f"  to fine-tune: about {', '.join(tuning)}; this machine has {human_size(machine)}")

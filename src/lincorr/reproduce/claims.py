@@ -74,6 +74,11 @@ class Paper:
     def claim(self, claim_id: str) -> Claim:
         return next(c for c in self.claims if c.id == claim_id)
 
+    @property
+    def fine_tuning_peak(self) -> float | None:
+        """The memory its fine-tuning claims need, in multiples of the model's weights (None: none fine-tunes)."""
+        return max((c.fine_tuning_peak for c in self.claims if c.fine_tuning_peak is not None), default=None)
+
     def chosen(self, only: str | None) -> tuple[Claim, ...]:
         """The claims named in `only` ("peng.table2,peng.table4"; None: all); an empty, repeated or unknown id is the user's to fix."""
         if only is None:
