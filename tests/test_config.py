@@ -50,6 +50,10 @@ def test_a_group_commands_options_go_after_its_own_name(tmp_path):
     ("n_inputs: 1e400\n", "n-inputs:"),
     ("seed: -5\n", "seed:"),
     ("estimator: quantum\n", "estimator is 'quantum'; choose one of"),
+    # YAML reads these as a date, bytes and a set, values no option takes: each is named, not a traceback.
+    ("seed: 2024-01-01\n", "seed: "),
+    ("seed: !!binary aGVsbG8=\n", "!!binary is not an option's value"),
+    ("seed: !!set {1, 2}\n", "!!set is not an option's value"),
 ])
 def test_a_wrong_file_is_one_error_line_naming_it(text, message, tmp_path, capsys):
     study = tmp_path / "study.yaml"

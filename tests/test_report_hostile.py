@@ -209,6 +209,24 @@ def test_a_damaged_run_ends_in_one_error_line_naming_the_file(case, tiny_runs, t
     assert contents(tmp_path) == before, "a refused run left a file behind"
 
 
+@pytest.mark.parametrize("shape", [(), (6,), (2, 3, 1)])
+def test_a_w_that_is_no_matrix_is_named_as_such_not_as_another_runs(shape, tmp_path, capsys):
+    # Made by hand rather than from `tiny_runs`: the shape of W alone is under test.
+    run = tmp_path / "run"
+    run.mkdir()
+    result = {**{key: 1 for key in ("source", "target", "model", "n_source_domain", "n_target_domain", "n_inputs", "n_train", "n_test")},
+              "source_domain": {"words": ["Paris", "Rome"]}, "target_domain": {"words": ["France", "Italy", "Spain"]},
+              "estimator": "ols", "labelwise_r_ci95": [0.1, 0.2], "labelwise_r": {"France": 0.5},
+              **{key: 0.5 for key in ("labelwise_r_mean", "labelwise_r_std", "instancewise_r_mean", "control_labelwise_r_mean")}}
+    (run / "result.json").write_text(json.dumps(result), encoding="utf-8")
+    (run / "provenance.json").write_text(json.dumps({"study": "fit"}), encoding="utf-8")
+    np.save(run / "W.npy", np.zeros(shape))
+    assert main(["report", str(run), "--out", str(tmp_path / "report.html")]) == 2
+    line = one_error_line(capsys)
+    assert f"{run / 'W.npy'} is not what lincorr writes: it is a {len(shape)}-dimensional array, not a matrix" in line, line
+    assert not (tmp_path / "report.html").exists()
+
+
 def test_a_directory_without_a_sign_of_lincorr_is_refused_before_its_json_is_read(tmp_path):
     (tmp_path / "package.json").write_text("{ // not JSON", encoding="utf-8")
     with pytest.raises(InputError, match="is not a lincorr run directory"):

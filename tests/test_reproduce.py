@@ -171,10 +171,44 @@ def test_a_saved_reproduction_is_judged_again_by_the_current_tests(planted, llam
     (["reproduce", "peng", "--only", ","], "has an empty name"),
     (["reproduce", "nopaper"], "no claims for paper 'nopaper'"),
     (["reproduce"], "name a paper"),
+    (["reproduce", "--status", "run", "--rejudge", "run"], "--status lists stale claims and saves nothing; drop --rejudge"),
 ])
 def test_bad_arguments_give_one_error_line(arguments, message, capsys):
     assert main(arguments) == 2
     assert message in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("detail, variant, message", [
+    ({"recipe": {"test": "all_of", "arguments": {"tests": [1, 2], "what": "relations"}}}, None, "tests is not a list of tests' recipes"),
+    ({}, None, "the stored test is not one lincorr can judge: name is missing"),
+    (binomial_above(3, 5, 0.1).summary(), {"test": "t", "p_value": 0.2, "detail": "x"}, "the stored test is text, not an object"),
+])
+def test_a_saved_claim_the_current_code_cannot_judge_is_one_error_line_naming_it(detail, variant, message, tmp_path, capsys):
+    claim = runner.ClaimResult("peng.table3", "Table 3", "rows have a right word", {}, {}, "", "binomial", 0.5, 0.01, "reproduced", "",
+                               variant, detail=detail)
+    run = tmp_path / "run"
+    run.mkdir()
+    document = ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", (claim,)).summary()
+    (run / "reproduction.json").write_text(json.dumps(document), encoding="utf-8")
+    assert main(["reproduce", "--rejudge", str(run), "--out", str(tmp_path / "again")]) == 2
+    line = one_error_line(capsys)
+    assert "claim peng.table3: " in line and message in line and "measure it again with lincorr reproduce peng --model tiny" in line, line
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run"], "nothing of --out was left"
+
+
+@pytest.mark.parametrize("command", [["--status"], ["--rejudge"]])
+def test_a_saved_claim_with_a_verdict_lincorr_does_not_give_is_one_error_line(command, tmp_path, capsys):
+    """An unknown verdict would be carried into a re-judged file and left out of every count of verdicts."""
+    claim = runner.ClaimResult("peng.table1", "Table 1", "describes the prompts", {}, {}, "", "", None, None, "maybe", "")
+    run = tmp_path / "run"
+    run.mkdir()
+    document = ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", (claim,)).summary()
+    (run / "reproduction.json").write_text(json.dumps(document), encoding="utf-8")
+    out = ["--out", str(tmp_path / "again")] if command == ["--rejudge"] else []
+    assert main(["reproduce", *command, str(run), *out]) == 2
+    line = one_error_line(capsys)
+    assert "claim peng.table1 has the verdict 'maybe'" in line and "run the reproduction again" in line, line
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["run"], "nothing of --out was left"
 
 
 def test_the_precision_step_runs_on_a_tiny_model(llama_lm):

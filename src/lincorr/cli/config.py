@@ -40,7 +40,21 @@ def unique_keys(loader: ConfigLoader, node: yaml.MappingNode) -> dict:
     return loader.construct_mapping(node, deep=True)
 
 
+def as_written(loader: ConfigLoader, node: yaml.ScalarNode) -> str:
+    """A date or time (`seed: 2024-01-01`) as the text written: an option's value is what the command line would take."""
+    return loader.construct_scalar(node)
+
+
+def refused(loader: ConfigLoader, node: yaml.Node):
+    raise yaml.constructor.ConstructorError(None, None, f"!!{node.tag.rpartition(':')[2]} is not an option's value; "
+                                            "write text, a number, true or a list", node.start_mark)
+
+
 ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, unique_keys)
+ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", as_written)
+# Safe YAML's other values that are no JSON value (bytes, a set, pairs) would meet a check that knows only JSON's.
+for tag in ("binary", "set", "omap", "pairs"):
+    ConfigLoader.add_constructor(f"tag:yaml.org,2002:{tag}", refused)
 
 CONFIG_FILE = FileKind("config file", Entries((TEXT, REAL, bool, Items((TEXT, REAL)))),
                        "write one `option: value` per line, the options of the command's --help", written_by="a config file")

@@ -17,7 +17,7 @@ from lincorr.cli.options import (
     refuse_same_model,
     save_and_print,
 )
-from lincorr.errors import UsageError
+from lincorr.errors import InputError, UsageError
 
 
 def add_commands(commands) -> None:
@@ -45,6 +45,10 @@ def add_commands(commands) -> None:
 def run_reproduce(args) -> None:
     from lincorr.reproduce import load_paper
 
+    if args.status and (args.rejudge or args.out):
+        # --status only lists; said now rather than leaving the user to look for a --out that was never written.
+        raise UsageError(f"--status lists stale claims and saves nothing; drop {'--rejudge' if args.rejudge else '--out'}, "
+                         "or run --rejudge DIR --out DIR on its own")
     if args.status:
         from lincorr.reproduce import ReproductionResult
 
@@ -87,7 +91,8 @@ def rejudge(args) -> None:
     try:
         rejudged = result.rejudged()
     except ValueError as error:
-        raise UsageError(f"{args.rejudge}: {error}") from None
+        raise InputError(f"{args.rejudge}: {error}; the current code cannot judge it: measure it again with "
+                         f"lincorr reproduce {result.paper} --model {result.model_name}, or ask for the file again") from None
     save_and_print(args, rejudged)
 
 

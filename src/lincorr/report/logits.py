@@ -29,6 +29,9 @@ def read_pair(directory: Path) -> Section:
     sources, targets = result["source_domain"]["words"], result["target_domain"]["words"]
     if not sources or not targets:
         raise InputError(f"{WHAT} {path} is not what lincorr writes: it lists no source or no target words; {REMEDY}")
+    if W.ndim != 2:  # not a W of another run, whose shape would tell which: no matrix at all
+        raise InputError(f"{WHAT} {directory / 'W.npy'} is not what lincorr writes: it is a {W.ndim}-dimensional array, not a matrix of "
+                         f"source by target words; {REMEDY}")
     if W.shape != (len(sources), len(targets)):
         raise InputError(f"{directory}: W.npy is {' x '.join(map(str, W.shape))} but result.json lists {len(sources)} source and "
                          f"{len(targets)} target words; the directory mixes two runs: rerun the command that wrote it")

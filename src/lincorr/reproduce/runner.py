@@ -94,14 +94,18 @@ def step_digest(step: str) -> str:
 
 
 def retested(claim: ClaimResult) -> ClaimResult:
-    """The claim with its test (and its variant's) made again by the current code from their recipes."""
+    """The claim with its test (and its variant's) made again by the current code from their recipes; a ValueError naming
+    the claim where either cannot be (a stored claim may come from anyone)."""
     if claim.detail is None:
         return claim
-    test = Test.from_summary(claim.detail)
-    variant = claim.variant
-    if variant and variant.get("detail"):
-        beside = Test.from_summary(variant["detail"])
-        variant = {**variant, "test": beside.name, "p_value": beside.p_value, "detail": beside.summary()}
+    try:
+        test = Test.from_summary(claim.detail)
+        variant = claim.variant
+        if variant and variant.get("detail"):
+            beside = Test.from_summary(variant["detail"])
+            variant = {**variant, "test": beside.name, "p_value": beside.p_value, "detail": beside.summary()}
+    except ValueError as error:
+        raise ValueError(f"claim {claim.id}: {error}") from None
     return dataclasses.replace(claim, test=test.name, statistic=test.statistic, p_value=test.p_value, detail=test.summary(), variant=variant)
 
 
@@ -205,6 +209,10 @@ class ReproductionResult:
         """A reproduction saved by `save` (or its reproduction.json alone, as docs/reproductions/ keeps it)."""
         path = Path(directory)
         data = read_document(path / RESULT_FILE if path.is_dir() else path, REPRODUCTION)
+        unknown = next((row for row in data["claims"] if row["verdict"] not in VERDICTS), None)
+        if unknown is not None:  # it would be carried on, and left out of every count of verdicts
+            raise InputError(f"{path}: claim {unknown['id']} has the verdict {unknown['verdict']!r}, none of {', '.join(VERDICTS)}; "
+                             f"{REPRODUCTION.remedy}")
         return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
                    tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""), data.get("seconds"),
                    data.get("measured"))

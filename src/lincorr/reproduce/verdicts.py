@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 import scipy.stats
 
+from lincorr.schema import ANY, NULL, NUMBER, REAL, TEXT, Entries, Items, Maybe, described_value, mismatch
+
 ALPHA = 0.05
 TARGET_POWER = 0.8
 VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
@@ -38,6 +40,16 @@ VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
 # step function of the level, so it is read at a level of the grid, never interpolated between two (`Test.power_at`).
 POWER_ALPHAS = tuple(ALPHA / claims for claims in (*range(1, 25), 30, 40, 50, 100, 200, 500))
 Z_95 = float(scipy.stats.norm.ppf(0.975))
+# The most units the power of an exact test (McNemar, Fisher, the signed-rank simulation) is computed over exactly; above,
+# its normal approximation (`large_sample_power`). The exact cost grows with them (Fisher's over 10,000 per arm took 55 s on
+# a loaded 2-core machine, the simulation over 10,000 pairs 39 s, Fisher's over 2e9 asked for 15 GiB: a stored recipe may
+# come from anyone), while lincorr's claims count tens to hundreds and the approximation's error falls as 1/sqrt(units).
+EXACT_POWER_UNITS = 2_000
+# A test as `judge` reads it, checked wherever one is read back (`Test.from_summary`): a stored claim may come from anyone.
+STORED_TEST = {"name": TEXT, "statistic": NUMBER, "p_value": REAL, "direction_holds": bool, "effect": Maybe(NUMBER),
+               "interval": Maybe(([REAL, REAL], NULL)), "interest": Maybe(NUMBER), "power": Maybe((Items([REAL, REAL]), NULL)),
+               "units": Maybe(NUMBER), "unit": Maybe((TEXT, NULL)), "parts": Maybe(Items(Entries(ANY))),
+               "every_part": Maybe((bool, NULL)), "recipe": Maybe((dict, NULL))}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,9 +82,13 @@ class Test:
 
     @classmethod
     def from_summary(cls, row: dict) -> Test:
-        """The stored test as the current code computes it where it has a recipe (`rebuilt`), else as stored."""
-        if row.get("recipe"):
-            return rebuilt(row["recipe"])
+        """The stored test as the current code computes it where it has a recipe (`rebuilt`), else as stored; a ValueError
+        where either is not a test `judge` can read."""
+        if isinstance(row, dict) and row.get("recipe"):
+            test = rebuilt(row["recipe"])
+            readable(test.summary(), f"the test its {row['recipe']['test']} recipe makes")
+            return test
+        readable(row, "the stored test")
         fields: dict[str, Any] = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
         fields["interval"] = tuple(fields["interval"]) if fields["interval"] is not None else None
         fields["power"] = tuple(tuple(pair) for pair in fields["power"]) if fields["power"] is not None else None
@@ -88,6 +104,18 @@ class Test:
             return None
         below = [(level, power) for level, power in self.power if level <= alpha * (1 + 1e-9)]
         return float(max(below)[1]) if below else 0.0
+
+
+def readable(row: object, what: str) -> None:
+    """A ValueError naming the first field of the test `row` (what its message calls it) that `judge` could not read."""
+    if not isinstance(row, dict):
+        raise ValueError(f"{what} is {described_value(row)}, not an object")
+    problem = mismatch(row, STORED_TEST, "")
+    # NaN, an undefined p, judges as no evidence (`judge`, `holm`); a p outside [0, 1] would be evidence of nothing.
+    if not problem and not (0 <= row["p_value"] <= 1 or math.isnan(row["p_value"])):
+        problem = f"p_value is {row['p_value']}, not a probability"
+    if problem:
+        raise ValueError(f"{what} is not one lincorr can judge: {problem}")
 
 
 CONSTRUCTORS: dict[str, Callable[..., Test]] = {}
@@ -139,10 +167,27 @@ def rebuilt(recipe: dict) -> Test:
     constructor refuses, raises ValueError."""
     if not isinstance(recipe, dict) or recipe.get("test") not in CONSTRUCTORS or not isinstance(recipe.get("arguments"), dict):
         raise ValueError(f"not a recipe of a lincorr test: {str(recipe)[:200]}")
+    constructor = CONSTRUCTORS[recipe["test"]]
     try:
-        return CONSTRUCTORS[recipe["test"]](**{name: from_json(value) for name, value in recipe["arguments"].items()})
-    except (TypeError, ValueError, IndexError, ZeroDivisionError) as error:
+        arguments = {name: from_json(value) for name, value in recipe["arguments"].items()}
+        check_tests_given(constructor, arguments)
+        return constructor(**arguments)
+    # OverflowError: a count of 1e999 (infinity) made a whole number.
+    except (TypeError, ValueError, IndexError, ZeroDivisionError, OverflowError) as error:
         raise ValueError(f"the recipe of a {recipe['test']} test cannot be made again: {error}") from None
+
+
+def check_tests_given(constructor: Callable[..., Test], arguments: dict) -> None:
+    """A TypeError where an argument the constructor reads as a Test (`relabelled`), or as a list of them (`all_of`), is not
+    made from a recipe: its code would otherwise fail on a number or text where it reads a test's fields."""
+    for name, parameter in inspect.signature(constructor).parameters.items():
+        if name not in arguments:
+            continue
+        value = arguments[name]
+        if parameter.annotation == "Test" and not isinstance(value, Test):
+            raise TypeError(f"{name} is not a test's recipe")
+        if parameter.annotation == "Sequence[Test]" and not (isinstance(value, list) and value and all(isinstance(item, Test) for item in value)):
+            raise TypeError(f"{name} is not a list of tests' recipes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -209,7 +254,12 @@ def power_grid(power_of) -> tuple[tuple[float, float], ...]:
 
 def normal_power(noncentrality: float) -> tuple[tuple[float, float], ...]:
     """The power of a one-sided z-test whose statistic has mean `noncentrality` under the effect of interest."""
-    return power_grid(lambda alpha: scipy.stats.norm.sf(scipy.stats.norm.isf(alpha) - noncentrality))
+    return power_grid(lambda alpha: large_sample_power(noncentrality, alpha))
+
+
+def large_sample_power(noncentrality: float, alpha: float) -> float:
+    """The power at `alpha` of a one-sided z-test whose statistic has mean `noncentrality` under the effect of interest."""
+    return float(scipy.stats.norm.sf(scipy.stats.norm.isf(alpha) - noncentrality))
 
 
 @recorded
@@ -233,6 +283,8 @@ def mcnemar_gain(before: np.ndarray | Sequence[bool], after: np.ndarray | Sequen
     The effect is the rise in the rate right (Agresti-Min interval); `interest` a rise, its power exact given the rate of
     items turning wrong that was measured."""
     before, after = np.asarray(before, bool), np.asarray(after, bool)
+    if before.ndim != 1 or before.shape != after.shape:  # numpy would pair them by broadcasting, into rates above 1
+        raise ValueError(f"before and after are not two lists of one length ({before.shape} and {after.shape})")
     n = before.size
     gained, lost = int(np.sum(after & ~before)), int(np.sum(before & ~after))
     p = float(scipy.stats.binomtest(gained, gained + lost, 0.5, alternative="greater").pvalue) if gained + lost else 1.0
@@ -246,11 +298,14 @@ def mcnemar_gain(before: np.ndarray | Sequence[bool], after: np.ndarray | Sequen
 
 
 def mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> float:
-    """The exact power of the one-sided McNemar test on `n` items when a rate `loss_rate` turns wrong and `rise` more turn right."""
+    """The exact power of the one-sided McNemar test on `n` items when a rate `loss_rate` turns wrong and `rise` more turn right
+    (its normal approximation over more than EXACT_POWER_UNITS items: gains minus losses over the root of their sum)."""
     gain_rate = min(loss_rate + rise, 1.0 - loss_rate)
     discordant = gain_rate + loss_rate
     if discordant <= 0:
         return 0.0
+    if n > EXACT_POWER_UNITS:
+        return large_sample_power((gain_rate - loss_rate) * math.sqrt(n / discordant), alpha)
     counts = np.arange(n + 1)
     # Given d discordant items, the smallest count of gains whose p-value clears alpha, and the chance of reaching it.
     reach = scipy.stats.binom.sf(scipy.stats.binom.isf(alpha, counts, 0.5), counts, gain_rate / discordant)
@@ -286,7 +341,13 @@ def wilson_interval(successes: int, trials: int) -> tuple[float, float]:
 
 def fisher_power(n: int, control_n: int, rate: float, control_rate: float) -> tuple[tuple[float, float], ...]:
     """The chance that the one-sided Fisher exact test of Binomial(n, rate) hits against Binomial(control_n, control_rate)
-    reaches p <= alpha, at every level of POWER_ALPHAS (summed over the outcomes of probability above 1e-12)."""
+    reaches p <= alpha, at every level of POWER_ALPHAS (summed over the outcomes of probability above 1e-12); over more than
+    EXACT_POWER_UNITS units, the normal approximation of the two rates' difference."""
+    if n + control_n > EXACT_POWER_UNITS:
+        pooled = (n * rate + control_n * control_rate) / (n + control_n)
+        se = math.sqrt(max(pooled * (1 - pooled), 1e-12) * (1 / max(n, 1) + 1 / max(control_n, 1)))
+        return normal_power((rate - control_rate) / se)
+
     def likely(trials: int, p: float) -> tuple[np.ndarray, np.ndarray]:
         outcomes = np.arange(trials + 1)
         chances = scipy.stats.binom.pmf(outcomes, trials, p)
@@ -327,7 +388,10 @@ def signed_rank_power(n: int, shift: float, sd: float) -> tuple[tuple[float, flo
     """The power of the one-sided signed-rank test, as `paired_greater` runs it, on `n` normal differences of mean `shift`
     and standard deviation `sd`: simulated with a fixed seed, so a stored test is judged the same each time. With few
     pairs the exact test's p-values are coarse and cannot go below 1 / 2^n (7 pairs: 0.0078), where a normal approximation
-    of its power still promises much; there, at a smaller level, the power is 0."""
+    of its power still promises much; there, at a smaller level, the power is 0. Over more than EXACT_POWER_UNITS pairs, the
+    t-test's normal power at the signed-rank test's efficiency for normal differences, 3/pi (Pitman)."""
+    if n > EXACT_POWER_UNITS:
+        return normal_power(shift / sd * math.sqrt(3 * n / math.pi))
     samples = np.random.default_rng(0).normal(shift, sd, size=(SIMULATED_SAMPLES, n))
     p_values = scipy.stats.wilcoxon(samples, axis=1, alternative="greater").pvalue
     return power_grid(lambda alpha: float(np.mean(p_values <= alpha)))
