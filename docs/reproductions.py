@@ -21,7 +21,7 @@ from lincorr.report.reproduction import published_cell
 from lincorr.reproduce import load_paper
 from lincorr.reproduce.runner import p_text
 from lincorr.report.effects import effect_text
-from lincorr.reproduce.verdicts import VERDICTS
+from lincorr.reproduction_file import VERDICTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = {"peng": ROOT / "docs" / "results.md", "merullo": ROOT / "docs" / "mechanisms.md", "feng": ROOT / "docs" / "mechanisms.md"}

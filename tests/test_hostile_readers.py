@@ -148,7 +148,7 @@ READ_SITES = {
     "lincorr.linear:LinearMap.load": "linear map file",
     "lincorr.models:check_model_directory": "model config",
     "lincorr.relations:read_reference_file": "reference file",
-    "lincorr.reproduce.runner:ReproductionResult.load": "saved reproduction",
+    "lincorr.reproduction_file:read_reproduction_file": "saved reproduction",
     "lincorr.results:read_study": "saved result provenance",
     "lincorr.results:read_state": "saved result state",
     "lincorr.studies.logits.resilience:text_facts": "training text",

@@ -196,7 +196,7 @@ def test_a_saved_claim_the_current_code_cannot_judge_is_one_error_line_naming_it
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"], "nothing of --out was left"
 
 
-@pytest.mark.parametrize("command", [["--status"], ["--rejudge"]])
+@pytest.mark.parametrize("command", [["--status"], ["--rejudge"], ["report"]])
 def test_a_saved_claim_with_a_verdict_lincorr_does_not_give_is_one_error_line(command, tmp_path, capsys):
     """An unknown verdict would be carried into a re-judged file and left out of every count of verdicts."""
     claim = runner.ClaimResult("peng.table1", "Table 1", "describes the prompts", {}, {}, "", "", None, None, "maybe", "")
@@ -204,8 +204,10 @@ def test_a_saved_claim_with_a_verdict_lincorr_does_not_give_is_one_error_line(co
     run.mkdir()
     document = ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", (claim,)).summary()
     (run / "reproduction.json").write_text(json.dumps(document), encoding="utf-8")
-    out = ["--out", str(tmp_path / "again")] if command == ["--rejudge"] else []
-    assert main(["reproduce", *command, str(run), *out]) == 2
+    (run / "provenance.json").write_text(json.dumps({"study": "reproduce"}), encoding="utf-8")  # what the report knows a run by
+    out = ["--out", str(tmp_path / "again")] if command != ["--status"] else []
+    argv = ["report", str(run), *out] if command == ["report"] else ["reproduce", *command, str(run), *out]
+    assert main(argv) == 2
     line = one_error_line(capsys)
     assert "claim peng.table1 has the verdict 'maybe'" in line and "run the reproduction again" in line, line
     assert sorted(path.name for path in tmp_path.iterdir()) == ["run"], "nothing of --out was left"

@@ -15,7 +15,8 @@ from lincorr.reproduce import BUDGETS, load_paper, reproduce
 from lincorr.reproduce.merullo.steps import CONTROLS, TASKS, ffn_block, ordered_tests, over_control
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS
-from lincorr.reproduce.verdicts import VERDICTS, all_of, judge
+from lincorr.reproduce.verdicts import all_of, judge
+from lincorr.reproduction_file import VERDICTS
 from lincorr.studies.vectors.sources import SourceRuns
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -24,7 +24,8 @@ from lincorr.reproduce.peng.scale import SizePrecision, fig4_test
 from lincorr.reproduce.series import Member, is_member, series_members
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS
-from lincorr.reproduce.verdicts import VERDICTS, judge
+from lincorr.reproduce.verdicts import judge
+from lincorr.reproduction_file import VERDICTS
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -8,9 +8,13 @@ numbers (`paper`) and our measurement (`ours`) are shown as written, whatever th
 
 from __future__ import annotations
 
-from lincorr.schema import ANY, NULL, NUMBER, TEXT, Entries, FileKind, Items, Maybe
+from pathlib import Path
+
+from lincorr.errors import InputError
+from lincorr.schema import ANY, NULL, NUMBER, TEXT, Entries, FileKind, Items, Maybe, read_document
 
 RESULT_FILE = "reproduction.json"
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
 TEXT_OR_NULL = (TEXT, NULL)
 PUBLISHED = {"where": Maybe(TEXT), "model": Maybe(TEXT), "setting": Maybe(ANY), "rows": Maybe(Items(Entries(ANY))),
              "values": Maybe(Entries(ANY))}
@@ -27,3 +31,14 @@ REPRODUCTION = FileKind(
     {"paper": TEXT, "title": Maybe(TEXT), "model": TEXT, "model_fingerprint": Maybe(TEXT), "budget": Maybe(TEXT),
      "eval_model": Maybe(TEXT), "seconds": Maybe(NUMBER), "measured": Maybe(NUMBER), "claims": Items(CLAIM)},
     f"pass the --out directory of `lincorr reproduce` (or its {RESULT_FILE}), or run the reproduction again")
+
+
+def read_reproduction_file(path: Path) -> dict:
+    """A saved reproduction (reproduction.json) checked field by field, each claim's verdict one of VERDICTS: a word
+    lincorr does not give would be carried on and left out of every count of verdicts."""
+    document = read_document(path, REPRODUCTION)
+    unknown = next((claim for claim in document["claims"] if claim["verdict"] not in VERDICTS), None)
+    if unknown is not None:
+        raise InputError(f"{path}: claim {unknown['id']} has the verdict {unknown['verdict']!r}, none of {', '.join(VERDICTS)}; "
+                         f"{REPRODUCTION.remedy}")
+    return document

@@ -11,10 +11,8 @@ from lincorr.report import figures
 from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table
 from lincorr.report.sections import number, read_provenance
 from lincorr.report.effects import effect_text
-from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE
-from lincorr.schema import read_document
+from lincorr.reproduction_file import RESULT_FILE, VERDICTS, read_reproduction_file
 
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
 
 
 def published_cell(paper: object, shown_rows: int = 4) -> str:
@@ -110,7 +108,7 @@ def paper_beside_ours(claim: Mapping, budget: str = "") -> Figure | None:
 
 def read_reproduction(directory: Path) -> Section:
     """reproduction.json: the counts of each verdict, the claim table, and the evidence of each measured claim."""
-    run = read_document(directory / RESULT_FILE, REPRODUCTION)
+    run = read_reproduction_file(directory / RESULT_FILE)
     claims = run["claims"]
     counts = ", ".join(f"{sum(claim['verdict'] == v for claim in claims)} {v}" for v in VERDICTS)
     numbers = KeyNumbers((("paper", run.get("title") or run["paper"]), ("model", run["model"]),

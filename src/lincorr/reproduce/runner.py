@@ -33,10 +33,9 @@ from lincorr.reproduce.series import series_key
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS, step_module
 from lincorr.report.effects import effect_text
-from lincorr.reproduce.verdicts import ALPHA, VERDICTS, Test, holm, judge
-from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE
+from lincorr.reproduce.verdicts import ALPHA, Test, holm, judge
+from lincorr.reproduction_file import RESULT_FILE, VERDICTS, read_reproduction_file
 from lincorr.results import record, summary_frame
-from lincorr.schema import read_document
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,11 +207,7 @@ class ReproductionResult:
     def load(cls, directory) -> ReproductionResult:
         """A reproduction saved by `save` (or its reproduction.json alone, as docs/reproductions/ keeps it)."""
         path = Path(directory)
-        data = read_document(path / RESULT_FILE if path.is_dir() else path, REPRODUCTION)
-        unknown = next((row for row in data["claims"] if row["verdict"] not in VERDICTS), None)
-        if unknown is not None:  # it would be carried on, and left out of every count of verdicts
-            raise InputError(f"{path}: claim {unknown['id']} has the verdict {unknown['verdict']!r}, none of {', '.join(VERDICTS)}; "
-                             f"{REPRODUCTION.remedy}")
+        data = read_reproduction_file(path / RESULT_FILE if path.is_dir() else path)
         return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
                    tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""), data.get("seconds"),
                    data.get("measured"))

@@ -34,7 +34,6 @@ from lincorr.schema import ANY, NULL, NUMBER, REAL, TEXT, Entries, Items, Maybe,
 
 ALPHA = 0.05
 TARGET_POWER = 0.8
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
 # The significance levels a test's power is computed at: the level a claim is judged at, ALPHA / claims in the run, for every
 # run of up to 24 claims (a paper has 11 to 20), then coarser down to Bonferroni's over 500. An exact test's power is a
 # step function of the level, so it is read at a level of the grid, never interpolated between two (`Test.power_at`).
