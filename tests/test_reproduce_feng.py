@@ -168,9 +168,9 @@ def test_a_machine_with_too_little_memory_is_refused_the_fine_tuning_claims_with
     for claim in result.claims:
         assert claim.verdict == "not applicable" and f"fine-tuning {lm.name} needs about" in claim.reason, claim.reason
         assert "more than this machine's" in claim.reason and "8.8 times its weights" in claim.reason, claim.reason
+    assert runner.memory_reason(load_paper("merullo").claims[-1], lm) is None, "a claim that does not fine-tune is never refused"
     monkeypatch.setattr(runner, "machine_memory", lambda: needed)
     assert runner.memory_reason(load_paper("feng").claim("feng.fig2.first"), lm) is None
-    assert runner.memory_reason(load_paper("merullo").claims[-1], lm) is None, "a claim that does not fine-tune is never refused"
 
 
 def test_a_resumed_run_loads_the_hop_and_its_scores_instead_of_training_and_scoring_again(tiny, monkeypatch):

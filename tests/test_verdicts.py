@@ -331,19 +331,82 @@ def test_a_stored_test_without_a_recipe_that_judge_could_not_read_is_refused(row
     assert verdicts.judge(verdicts.Test.from_summary(STORED)).verdict == "reproduced", "a stored test of the right kinds reads"
 
 
-@pytest.mark.parametrize("power_of", [
-    lambda: verdicts.power_grid(lambda alpha: verdicts.mcnemar_power(2100, 0.05, 0.03, alpha)),
-    lambda: verdicts.fisher_power(1050, 1050, 0.3, 0.25),
-    lambda: verdicts.signed_rank_power(2100, 0.05, 1.0),
-], ids=["mcnemar", "fisher", "signed-rank"])
-def test_above_the_exact_limit_the_power_is_its_normal_approximation_close_to_the_exact_one(power_of, monkeypatch):
-    """Over 2,100 units the exact computations (their cost grows with the units) give way to the normal approximations;
-    measured, they differ by at most 0.018 at every level of the grid, and the difference falls as 1/sqrt(units)."""
-    approximated = dict(power_of())
-    monkeypatch.setattr(verdicts, "EXACT_POWER_UNITS", 10**9)
-    exact = dict(power_of())
-    assert max(abs(approximated[alpha] - exact[alpha]) for alpha in exact) < 0.03
+def plain_mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> float:
+    """Plainly: every count of discordant items, weighted by its chance, times the chance that enough of them are gains."""
+    gain_rate = min(loss_rate + rise, 1.0 - loss_rate)
+    discordant = gain_rate + loss_rate
+    total = 0.0
+    for count in range(1, n + 1):
+        needed = next((gains for gains in range(count + 1)
+                       if scipy.stats.binom.sf(gains - 1, count, 0.5) <= alpha), count + 1)
+        total += scipy.stats.binom.pmf(count, n, discordant) * scipy.stats.binom.sf(needed - 1, count, gain_rate / discordant)
+    return total
+
+
+@pytest.mark.parametrize("n, loss_rate, rise", [(300, 0.05, 0.05), (2100, 0.005, 0.005), (2100, 0.002, 0.006)])
+def test_the_mcnemar_power_sums_only_the_likely_counts_and_stays_exact(n, loss_rate, rise):
+    """The sum runs over a window of likely discordant counts, so its cost follows their spread, not the items; rare
+    discordance (where a normal approximation overstated the power by 0.07) is where it must still be exact."""
+    for alpha in (verdicts.ALPHA, verdicts.ALPHA / 20):
+        assert verdicts.mcnemar_power(n, loss_rate, rise, alpha) == pytest.approx(plain_mcnemar_power(n, loss_rate, rise, alpha), abs=1e-9)
+
+
+def plain_fisher_power(n: int, control_n: int, rate: float, control_rate: float, alpha: float) -> float:
+    """Plainly: every pair of outcomes of the two arms whose one-sided Fisher p clears `alpha`, weighted by its chance."""
+    hits, control_hits = np.arange(n + 1), np.arange(control_n + 1)
+    chances = np.outer(scipy.stats.binom.pmf(hits, n, rate), scipy.stats.binom.pmf(control_hits, control_n, control_rate))
+    p_values = scipy.stats.hypergeom.sf(hits[:, None] - 1, n + control_n, hits[:, None] + control_hits[None, :], n)
+    return float(chances[p_values <= alpha].sum())
+
+
+def test_fisher_power_stays_exact_where_one_arm_is_small_and_errs_low_where_it_approximates(monkeypatch):
+    """An arm of 100 against one of 1,950 is cheap to sum exactly (where a normal approximation said 0.80 for an exact
+    0.65); forced onto the approximation, two large arms get a power no higher than the exact one."""
+    assert dict(verdicts.fisher_power(100, 1950, 0.2, 0.1))[verdicts.ALPHA / 5] == pytest.approx(
+        plain_fisher_power(100, 1950, 0.2, 0.1, verdicts.ALPHA / 5), abs=1e-9)
+    exact = dict(verdicts.fisher_power(1500, 1500, 0.3, 0.25))
+    monkeypatch.setattr(verdicts, "FISHER_EXACT_CELLS", 0)
+    approximated = dict(verdicts.fisher_power(1500, 1500, 0.3, 0.25))
+    assert approximated != exact
+    assert all(approximated[alpha] <= exact[alpha] + 0.005 for alpha in exact), (approximated, exact)
     assert 0.2 < exact[verdicts.ALPHA / 20] < 0.9, "a level where the power is neither 0 nor 1, so the comparison says something"
+
+
+def test_above_the_simulated_limit_the_signed_rank_power_is_pitmans_approximation(monkeypatch):
+    """Over 2,000 pairs the simulation (whose cost grows with the pairs) gives way to the t-test's power at the signed-rank
+    test's efficiency 3/pi; at 2,100 pairs it differs from the simulation by no more than the simulation's own error."""
+    approximated = dict(verdicts.signed_rank_power(2100, 0.05, 1.0))
+    monkeypatch.setattr(verdicts, "SIMULATED_PAIRS", 10**9)
+    simulated = dict(verdicts.signed_rank_power(2100, 0.05, 1.0))
+    assert approximated != simulated
+    simulation_error = 4 * math.sqrt(0.25 / verdicts.SIMULATED_SAMPLES)
+    assert all(abs(approximated[alpha] - simulated[alpha]) < simulation_error for alpha in simulated)
+    assert 0.2 < simulated[verdicts.ALPHA / 20] < 0.9
+
+
+def test_every_paper_runs_its_claims_at_a_level_on_the_power_grid():
+    """A run of m measured claims is judged at ALPHA / m: for every paper, with every claim measured, that level is on
+    the grid, so each power printed is exact, not the lower bound read between levels."""
+    from lincorr.reproduce import load_paper
+
+    for paper in ("peng", "merullo", "feng"):
+        measured = sum(claim.step is not None for claim in load_paper(paper).claims)
+        assert any(math.isclose(level, verdicts.ALPHA / measured) for level in verdicts.POWER_ALPHAS), (paper, measured)
+
+
+@pytest.mark.parametrize("row, message", [
+    ({**STORED, "power": [[0.05, 7.0]]}, "no (level, power)"), ({**STORED, "power": [[-1, 0.5]]}, "no (level, power)"),
+    ({**STORED, "power": [[0.05, math.nan]]}, "no (level, power)"), ({**STORED, "p_value": True}, "not a probability"),
+])
+def test_a_stored_power_or_p_that_is_no_probability_is_refused(row, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        verdicts.Test.from_summary(row)
+
+
+def test_an_undefined_p_is_no_evidence_either_way():
+    """A NaN p (a test that could not be computed) is `inconclusive` even where the power would make a miss decisive."""
+    test = verdicts.Test("r", 0.5, math.nan, True, 0.5, (0.1, 0.9), 0.2, tuple((alpha, 1.0) for alpha in verdicts.POWER_ALPHAS), 40)
+    assert verdicts.judge(test).verdict == "inconclusive"
 
 
 def test_a_recipe_over_billions_of_units_is_judged_without_exhausting_memory():

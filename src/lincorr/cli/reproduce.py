@@ -47,8 +47,8 @@ def run_reproduce(args) -> None:
 
     if args.status and (args.rejudge or args.out):
         # --status only lists; said now rather than leaving the user to look for a --out that was never written.
-        raise UsageError(f"--status lists stale claims and saves nothing; drop {'--rejudge' if args.rejudge else '--out'}, "
-                         "or run --rejudge DIR --out DIR on its own")
+        extra = " and ".join(option for option, given in (("--rejudge", args.rejudge), ("--out", args.out)) if given)
+        raise UsageError(f"--status lists stale claims and saves nothing; drop {extra}, or run --rejudge DIR --out DIR on its own")
     if args.status:
         from lincorr.reproduce import ReproductionResult
 
@@ -87,13 +87,19 @@ def rejudge(args) -> None:
     stale = result.stale_claims()
     if stale:
         raise UsageError(f"{args.rejudge}: {len(stale)} claims were measured by code that has changed since ({', '.join(c.id for c in stale[:5])}"
-                         f"{', ...' if len(stale) > 5 else ''}); measure them again: lincorr reproduce {result.paper} --model {result.model_name}")
+                         f"{', ...' if len(stale) > 5 else ''}); measure them again: {measuring_command(result)}")
     try:
         rejudged = result.rejudged()
     except ValueError as error:
         raise InputError(f"{args.rejudge}: {error}; the current code cannot judge it: measure it again with "
-                         f"lincorr reproduce {result.paper} --model {result.model_name}, or ask for the file again") from None
+                         f"{measuring_command(result)}, or ask for the file again") from None
     save_and_print(args, rejudged)
+
+
+def measuring_command(result) -> str:
+    """The command that measures `result`'s claims again: its paper, model, budget and second checkpoint."""
+    return (f"lincorr reproduce {result.paper} --model {result.model_name}" + (f" --budget {result.budget}" if result.budget else "")
+            + (f" --eval-model {result.eval_model}" if result.eval_model else ""))
 
 
 def list_claims(args, paper) -> None:

@@ -160,7 +160,7 @@ class ReproductionResult:
         """How many claims ended in each verdict."""
         return {v: sum(c.verdict == v for c in self.claims) for v in VERDICTS}
 
-    def from_cache(self) -> int:
+    def cached_count(self) -> int:
         """The claims with a measurement that this run did not make."""
         return max(sum(bool(c.code_digest) for c in self.claims) - (self.measured or 0), 0)
 
@@ -170,7 +170,7 @@ class ReproductionResult:
         lines = [f"{self.title} on {self.model_name} (budget {self.budget}): "
                  + ", ".join(f"{n} {v}" for v, n in self.counts().items())
                  + f"; p adjusted by Holm across the {sum(c.detail is not None for c in self.claims)} measured claims"
-                 + (f"; this run took {self.seconds:.0f} s, {self.measured} claims measured, {self.from_cache()} from the cache"
+                 + (f"; this run took {self.seconds:.0f} s, {self.measured} claims measured, {self.cached_count()} from the cache"
                     if self.seconds is not None else "")]
         for c in self.claims:
             p = f"p={p_text(c.p_value)} adj {p_text(c.adjusted_p)}" if c.p_value is not None else "-"
@@ -230,11 +230,15 @@ def unmeasured_reason(claim: Claim, budget: str, *, with_eval_model: bool) -> st
 
 def memory_reason(claim: Claim, lm: LM) -> str | None:
     """Why a claim that fine-tunes is not measured on this machine (None when it is): its paper's measured peak, in
-    multiples of the model's weights, comes to more than the machine's memory. Checked for a model on the CPU only (an
-    accelerator's memory is its own) and before the cache is read: a result measured on a larger machine is not served."""
-    if claim.fine_tuning_peak is None or lm.device.type != "cpu":
+    multiples of the bytes of the model's weights as loaded, comes to more than the machine's memory. Only the weights held
+    in the machine's memory count (the CPU's, and Apple's MPS, which shares it); a CUDA device's memory is not checked. It is
+    checked before the cache is read: a result measured on a larger machine is not served."""
+    if claim.fine_tuning_peak is None:
         return None
-    weights = sum(parameter.numel() * parameter.element_size() for parameter in lm.model.parameters())
+    weights = sum(parameter.numel() * parameter.element_size() for parameter in lm.model.parameters()
+                  if parameter.device.type in ("cpu", "mps"))
+    if not weights:
+        return None
     needed, total = int(claim.fine_tuning_peak * weights), machine_memory()
     if needed <= total:
         return None
@@ -245,7 +249,8 @@ def memory_reason(claim: Claim, lm: LM) -> str | None:
 
 def claims_to_run(paper: str, only: str | None, budget: str, *, with_eval_model: bool) -> tuple[Claim, ...]:
     """The claims of `paper` named in `only` (None: all), once one of them would be measured: a choice that measures
-    nothing is refused before a model loads, not reported as a table of `not applicable` after."""
+    nothing is refused before a model loads, not reported as a table of `not applicable` after. (A claim that fine-tunes
+    on a machine without the memory for it is known only once the model is loaded: `memory_reason`.)"""
     if budget not in BUDGETS:
         raise InputError(f"unknown budget '{budget}'; use one of {', '.join(BUDGETS)}")
     chosen = load_paper(paper).chosen(only)

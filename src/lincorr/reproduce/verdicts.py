@@ -35,15 +35,20 @@ from lincorr.schema import ANY, NULL, NUMBER, REAL, TEXT, Entries, Items, Maybe,
 ALPHA = 0.05
 TARGET_POWER = 0.8
 # The significance levels a test's power is computed at: the level a claim is judged at, ALPHA / claims in the run, for every
-# run of up to 24 claims (a paper has 11 to 20), then coarser down to Bonferroni's over 500. An exact test's power is a
-# step function of the level, so it is read at a level of the grid, never interpolated between two (`Test.power_at`).
-POWER_ALPHAS = tuple(ALPHA / claims for claims in (*range(1, 25), 30, 40, 50, 100, 200, 500))
+# run of up to MOST_CLAIMS_ON_THE_GRID claims (a paper measures 12 to 26), then coarser down to Bonferroni's over 500. An
+# exact test's power is a step function of the level, so it is read at a level of the grid, never interpolated between two
+# (`Test.power_at`).
+MOST_CLAIMS_ON_THE_GRID = 30
+POWER_ALPHAS = tuple(ALPHA / claims for claims in (*range(1, MOST_CLAIMS_ON_THE_GRID + 1), 40, 50, 100, 200, 500))
 Z_95 = float(scipy.stats.norm.ppf(0.975))
-# The most units the power of an exact test (McNemar, Fisher, the signed-rank simulation) is computed over exactly; above,
-# its normal approximation (`large_sample_power`). The exact cost grows with them (Fisher's over 10,000 per arm took 55 s on
-# a loaded 2-core machine, the simulation over 10,000 pairs 39 s, Fisher's over 2e9 asked for 15 GiB: a stored recipe may
-# come from anyone), while lincorr's claims count tens to hundreds and the approximation's error falls as 1/sqrt(units).
-EXACT_POWER_UNITS = 2_000
+# Exact powers sum over the outcomes a test's arms can have; a stored recipe may come from anyone, and counts of billions
+# asked for 15 GiB. The sums run over the outcomes of probability above LIKELY (binomial windows, exact to 1e-11), Fisher's
+# over at most FISHER_EXACT_CELLS pairs of outcomes (two arms of about 40,000 at rate 0.5) before its normal approximation
+# with a continuity correction; the signed-rank power is simulated over at most SIMULATED_PAIRS pairs (39 s for 10,000 on
+# a loaded 2-core machine) before Pitman's approximation. lincorr's claims count tens to hundreds of units.
+LIKELY = 1e-12
+FISHER_EXACT_CELLS = 4_000_000
+SIMULATED_PAIRS = 2_000
 # A test as `judge` reads it, checked wherever one is read back (`Test.from_summary`): a stored claim may come from anyone.
 STORED_TEST = {"name": TEXT, "statistic": NUMBER, "p_value": REAL, "direction_holds": bool, "effect": Maybe(NUMBER),
                "interval": Maybe(([REAL, REAL], NULL)), "interest": Maybe(NUMBER), "power": Maybe((Items([REAL, REAL]), NULL)),
@@ -85,9 +90,9 @@ class Test:
         where either is not a test `judge` can read."""
         if isinstance(row, dict) and row.get("recipe"):
             test = rebuilt(row["recipe"])
-            readable(test.summary(), f"the test its {row['recipe']['test']} recipe makes")
+            check_readable(test.summary(), f"the test its {row['recipe']['test']} recipe makes")
             return test
-        readable(row, "the stored test")
+        check_readable(row, "the stored test")
         fields: dict[str, Any] = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
         fields["interval"] = tuple(fields["interval"]) if fields["interval"] is not None else None
         fields["power"] = tuple(tuple(pair) for pair in fields["power"]) if fields["power"] is not None else None
@@ -99,20 +104,25 @@ class Test:
     def power_at(self, alpha: float) -> float | None:
         """The power at significance level `alpha`: the grid's at its largest level not above `alpha` (exact on the grid, a
         lower bound between its levels, as power never falls when the level rises; 0 below the grid)."""
-        if self.power is None:
-            return None
-        below = [(level, power) for level, power in self.power if level <= alpha * (1 + 1e-9)]
-        return float(max(below)[1]) if below else 0.0
+        level = self.level_read(alpha)
+        return None if self.power is None else 0.0 if level is None else float(dict(self.power)[level])
+
+    def level_read(self, alpha: float) -> float | None:
+        """The level of the power grid `power_at(alpha)` reads: the largest not above `alpha` (None below the grid)."""
+        below = [level for level, _ in self.power or () if level <= alpha * (1 + 1e-9)]
+        return max(below) if below else None
 
 
-def readable(row: object, what: str) -> None:
+def check_readable(row: object, what: str) -> None:
     """A ValueError naming the first field of the test `row` (what its message calls it) that `judge` could not read."""
     if not isinstance(row, dict):
         raise ValueError(f"{what} is {described_value(row)}, not an object")
     problem = mismatch(row, STORED_TEST, "")
-    # NaN, an undefined p, judges as no evidence (`judge`, `holm`); a p outside [0, 1] would be evidence of nothing.
-    if not problem and not (0 <= row["p_value"] <= 1 or math.isnan(row["p_value"])):
+    # NaN, an undefined p, judges as no evidence (`judge`); a p outside [0, 1] would be evidence of nothing.
+    if not problem and (isinstance(row["p_value"], bool) or not (0 <= row["p_value"] <= 1 or math.isnan(row["p_value"]))):
         problem = f"p_value is {row['p_value']}, not a probability"
+    if not problem and any(not (0 < level <= 1 and 0 <= power <= 1) for level, power in row.get("power") or ()):
+        problem = "power holds a pair that is no (level, power) of two probabilities"
     if problem:
         raise ValueError(f"{what} is not one lincorr can judge: {problem}")
 
@@ -204,7 +214,9 @@ def judge(test: Test | None, p_value: float | None = None, alpha_for_power: floa
         return Judgement("not applicable", None, None)
     p = test.p_value if p_value is None else p_value
     power = test.power_at(alpha_for_power)
-    needed = units_needed(test, power, alpha_for_power)
+    needed = units_needed(test, power, test.level_read(alpha_for_power))
+    if math.isnan(p):  # an undefined p is no evidence either way
+        return Judgement("inconclusive", power, needed)
     significant = test.direction_holds and p < ALPHA
     if significant and interval_above_zero(test):
         return Judgement("reproduced", power, needed)
@@ -220,10 +232,11 @@ def interval_above_zero(test: Test) -> bool:
     return own and (not test.every_part or all(interval_above_zero(part) for part in test.parts))
 
 
-def units_needed(test: Test, power: float | None, alpha: float) -> int | None:
-    """About how many independent units would give TARGET_POWER at `alpha` (None once it has it): the test's noncentrality read off its power
-    (exact for a z-test, an approximation for the exact tests) grows with the square root of the units."""
-    if power is None or not test.units:
+def units_needed(test: Test, power: float | None, alpha: float | None) -> int | None:
+    """About how many independent units would give TARGET_POWER at `alpha`, the level `power` was read at (None once it has
+    it): the test's noncentrality read off its power (exact for a z-test, an approximation for the exact tests) grows with
+    the square root of the units."""
+    if power is None or alpha is None or not test.units or not math.isfinite(power):
         return None
     if power >= TARGET_POWER:
         return None
@@ -253,12 +266,7 @@ def power_grid(power_of) -> tuple[tuple[float, float], ...]:
 
 def normal_power(noncentrality: float) -> tuple[tuple[float, float], ...]:
     """The power of a one-sided z-test whose statistic has mean `noncentrality` under the effect of interest."""
-    return power_grid(lambda alpha: large_sample_power(noncentrality, alpha))
-
-
-def large_sample_power(noncentrality: float, alpha: float) -> float:
-    """The power at `alpha` of a one-sided z-test whose statistic has mean `noncentrality` under the effect of interest."""
-    return float(scipy.stats.norm.sf(scipy.stats.norm.isf(alpha) - noncentrality))
+    return power_grid(lambda alpha: scipy.stats.norm.sf(scipy.stats.norm.isf(alpha) - noncentrality))
 
 
 @recorded
@@ -297,18 +305,25 @@ def mcnemar_gain(before: np.ndarray | Sequence[bool], after: np.ndarray | Sequen
 
 
 def mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> float:
-    """The exact power of the one-sided McNemar test on `n` items when a rate `loss_rate` turns wrong and `rise` more turn right
-    (its normal approximation over more than EXACT_POWER_UNITS items: gains minus losses over the root of their sum)."""
+    """The exact power of the one-sided McNemar test on `n` items when a rate `loss_rate` turns wrong and `rise` more turn right."""
     gain_rate = min(loss_rate + rise, 1.0 - loss_rate)
     discordant = gain_rate + loss_rate
     if discordant <= 0:
         return 0.0
-    if n > EXACT_POWER_UNITS:
-        return large_sample_power((gain_rate - loss_rate) * math.sqrt(n / discordant), alpha)
-    counts = np.arange(n + 1)
+    counts, chances = likely_outcomes(n, discordant)
     # Given d discordant items, the smallest count of gains whose p-value clears alpha, and the chance of reaching it.
     reach = scipy.stats.binom.sf(scipy.stats.binom.isf(alpha, counts, 0.5), counts, gain_rate / discordant)
-    return float(np.sum(scipy.stats.binom.pmf(counts, n, discordant) * np.where(counts > 0, reach, 0.0)))
+    return float(np.sum(chances * np.where(counts > 0, reach, 0.0)))
+
+
+def likely_outcomes(trials: int, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """The counts of Binomial(trials, p) whose probability is above LIKELY, and their probabilities: found in a window
+    around the mean, so that the cost follows the spread, not the number of trials."""
+    low = int(scipy.stats.binom.ppf(LIKELY / 10, trials, p))
+    high = int(min(scipy.stats.binom.isf(LIKELY / 10, trials, p) + 1, trials))
+    outcomes = np.arange(low, high + 1)
+    chances = scipy.stats.binom.pmf(outcomes, trials, p)
+    return outcomes[chances > LIKELY], chances[chances > LIKELY]
 
 
 @recorded
@@ -340,20 +355,17 @@ def wilson_interval(successes: int, trials: int) -> tuple[float, float]:
 
 def fisher_power(n: int, control_n: int, rate: float, control_rate: float) -> tuple[tuple[float, float], ...]:
     """The chance that the one-sided Fisher exact test of Binomial(n, rate) hits against Binomial(control_n, control_rate)
-    reaches p <= alpha, at every level of POWER_ALPHAS (summed over the outcomes of probability above 1e-12); over more than
-    EXACT_POWER_UNITS units, the normal approximation of the two rates' difference."""
-    if n + control_n > EXACT_POWER_UNITS:
+    reaches p <= alpha, at every level of POWER_ALPHAS (summed over the likely outcomes of each arm); beyond
+    FISHER_EXACT_CELLS pairs of them, the normal approximation with a continuity correction, which errs low as the exact
+    test does (Casagrande, Pike and Smith)."""
+    hits, hit_chances = likely_outcomes(n, rate)
+    control_hits, control_chances = likely_outcomes(control_n, control_rate)
+    if hits.size * control_hits.size > FISHER_EXACT_CELLS:
         pooled = (n * rate + control_n * control_rate) / (n + control_n)
-        se = math.sqrt(max(pooled * (1 - pooled), 1e-12) * (1 / max(n, 1) + 1 / max(control_n, 1)))
-        return normal_power((rate - control_rate) / se)
-
-    def likely(trials: int, p: float) -> tuple[np.ndarray, np.ndarray]:
-        outcomes = np.arange(trials + 1)
-        chances = scipy.stats.binom.pmf(outcomes, trials, p)
-        return outcomes[chances > 1e-12], chances[chances > 1e-12]
-
-    hits, hit_chances = likely(n, rate)
-    control_hits, control_chances = likely(control_n, control_rate)
+        null_se = math.sqrt(pooled * (1 - pooled) * (1 / n + 1 / control_n))
+        effect_se = math.sqrt(rate * (1 - rate) / n + control_rate * (1 - control_rate) / control_n)
+        corrected = rate - control_rate - (1 / n + 1 / control_n) / 2
+        return power_grid(lambda alpha: scipy.stats.norm.cdf((corrected - scipy.stats.norm.isf(alpha) * null_se) / effect_se))
     # Fisher's one-sided p of every (hits, control hits): the hypergeometric chance of at least `hits` of the table's
     # successes in the first row.
     p_values = scipy.stats.hypergeom.sf(hits[:, None] - 1, n + control_n, hits[:, None] + control_hits[None, :], n)
@@ -387,9 +399,9 @@ def signed_rank_power(n: int, shift: float, sd: float) -> tuple[tuple[float, flo
     """The power of the one-sided signed-rank test, as `paired_greater` runs it, on `n` normal differences of mean `shift`
     and standard deviation `sd`: simulated with a fixed seed, so a stored test is judged the same each time. With few
     pairs the exact test's p-values are coarse and cannot go below 1 / 2^n (7 pairs: 0.0078), where a normal approximation
-    of its power still promises much; there, at a smaller level, the power is 0. Over more than EXACT_POWER_UNITS pairs, the
+    of its power still promises much; there, at a smaller level, the power is 0. Over more than SIMULATED_PAIRS pairs, the
     t-test's normal power at the signed-rank test's efficiency for normal differences, 3/pi (Pitman)."""
-    if n > EXACT_POWER_UNITS:
+    if n > SIMULATED_PAIRS:
         return normal_power(shift / sd * math.sqrt(3 * n / math.pi))
     samples = np.random.default_rng(0).normal(shift, sd, size=(SIMULATED_SAMPLES, n))
     p_values = scipy.stats.wilcoxon(samples, axis=1, alternative="greater").pvalue
