@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import scipy.stats
 
+import lincorr.reproduce.power as power
 import lincorr.reproduce.verdicts as verdicts
 
 from lincorr.reproduce.verdicts import (
@@ -72,8 +73,8 @@ def test_the_signed_rank_power_is_what_a_simulation_of_the_exact_test_gives():
     test = paired_greater(differences, np.zeros(40), interest=0.4)
     sd = differences.std(ddof=1)
     simulated, se = simulated_power(lambda g: scipy.stats.wilcoxon(g.normal(0.4, sd, size=40), alternative="greater").pvalue, seed=1)
-    # Two simulations of the same power, each with a binomial error (ours of verdicts.SIMULATED_SAMPLES draws, seeded 0).
-    ours = math.sqrt(max(simulated * (1 - simulated), 1e-4) / verdicts.SIMULATED_SAMPLES)
+    # Two simulations of the same power, each with a binomial error (ours of power.SIMULATED_SAMPLES draws, seeded 0).
+    ours = math.sqrt(max(simulated * (1 - simulated), 1e-4) / power.SIMULATED_SAMPLES)
     assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * math.hypot(se, ours))
 
 
@@ -86,7 +87,7 @@ def test_with_few_pairs_the_signed_rank_power_is_the_chance_that_every_pair_gain
     differences = rng.normal(0.2, 1.0, size=n)
     test = paired_greater(differences, np.zeros(n), interest=1.0)
     exact = scipy.stats.norm.cdf(1.0 / differences.std(ddof=1)) ** 8 if n == 8 else 0.0
-    se = math.sqrt(max(exact * (1 - exact), 1e-4) / verdicts.SIMULATED_SAMPLES)  # ours is a simulation
+    se = math.sqrt(max(exact * (1 - exact), 1e-4) / power.SIMULATED_SAMPLES)  # ours is a simulation
     assert test.power_at(0.005) == pytest.approx(exact, abs=4 * se)
 
 
@@ -348,7 +349,7 @@ def test_the_mcnemar_power_sums_only_the_likely_counts_and_stays_exact(n, loss_r
     """The sum runs over a window of likely discordant counts, so its cost follows their spread, not the items; rare
     discordance (where a normal approximation overstated the power by 0.07) is where it must still be exact."""
     for alpha in (verdicts.ALPHA, verdicts.ALPHA / 20):
-        assert verdicts.mcnemar_power(n, loss_rate, rise, alpha) == pytest.approx(plain_mcnemar_power(n, loss_rate, rise, alpha), abs=1e-9)
+        assert power.mcnemar_power(n, loss_rate, rise, alpha) == pytest.approx(plain_mcnemar_power(n, loss_rate, rise, alpha), abs=1e-9)
 
 
 def plain_fisher_power(n: int, control_n: int, rate: float, control_rate: float, alpha: float) -> float:
@@ -362,11 +363,11 @@ def plain_fisher_power(n: int, control_n: int, rate: float, control_rate: float,
 def test_fisher_power_stays_exact_where_one_arm_is_small_and_errs_low_where_it_approximates(monkeypatch):
     """An arm of 100 against one of 1,950 is cheap to sum exactly (where a normal approximation said 0.80 for an exact
     0.65); forced onto the approximation, two large arms get a power no higher than the exact one."""
-    assert dict(verdicts.fisher_power(100, 1950, 0.2, 0.1))[verdicts.ALPHA / 5] == pytest.approx(
+    assert dict(power.fisher_power(100, 1950, 0.2, 0.1))[verdicts.ALPHA / 5] == pytest.approx(
         plain_fisher_power(100, 1950, 0.2, 0.1, verdicts.ALPHA / 5), abs=1e-9)
-    exact = dict(verdicts.fisher_power(1500, 1500, 0.3, 0.25))
-    monkeypatch.setattr(verdicts, "FISHER_EXACT_CELLS", 0)
-    approximated = dict(verdicts.fisher_power(1500, 1500, 0.3, 0.25))
+    exact = dict(power.fisher_power(1500, 1500, 0.3, 0.25))
+    monkeypatch.setattr(power, "FISHER_EXACT_CELLS", 0)
+    approximated = dict(power.fisher_power(1500, 1500, 0.3, 0.25))
     assert approximated != exact
     assert all(approximated[alpha] <= exact[alpha] + 0.005 for alpha in exact), (approximated, exact)
     assert 0.2 < exact[verdicts.ALPHA / 20] < 0.9, "a level where the power is neither 0 nor 1, so the comparison says something"
@@ -375,11 +376,11 @@ def test_fisher_power_stays_exact_where_one_arm_is_small_and_errs_low_where_it_a
 def test_above_the_simulated_limit_the_signed_rank_power_is_pitmans_approximation(monkeypatch):
     """Over 2,000 pairs the simulation (whose cost grows with the pairs) gives way to the t-test's power at the signed-rank
     test's efficiency 3/pi; at 2,100 pairs it differs from the simulation by no more than the simulation's own error."""
-    approximated = dict(verdicts.signed_rank_power(2100, 0.05, 1.0))
-    monkeypatch.setattr(verdicts, "SIMULATED_PAIRS", 10**9)
-    simulated = dict(verdicts.signed_rank_power(2100, 0.05, 1.0))
+    approximated = dict(power.signed_rank_power(2100, 0.05, 1.0))
+    monkeypatch.setattr(power, "SIMULATED_PAIRS", 10**9)
+    simulated = dict(power.signed_rank_power(2100, 0.05, 1.0))
     assert approximated != simulated
-    simulation_error = 4 * math.sqrt(0.25 / verdicts.SIMULATED_SAMPLES)
+    simulation_error = 4 * math.sqrt(0.25 / power.SIMULATED_SAMPLES)
     assert all(abs(approximated[alpha] - simulated[alpha]) < simulation_error for alpha in simulated)
     assert 0.2 < simulated[verdicts.ALPHA / 20] < 0.9
 
@@ -391,7 +392,7 @@ def test_every_paper_runs_its_claims_at_a_level_on_the_power_grid():
 
     for paper in ("peng", "merullo", "feng"):
         measured = sum(claim.step is not None for claim in load_paper(paper).claims)
-        assert any(math.isclose(level, verdicts.ALPHA / measured) for level in verdicts.POWER_ALPHAS), (paper, measured)
+        assert any(math.isclose(level, verdicts.ALPHA / measured) for level in power.POWER_ALPHAS), (paper, measured)
 
 
 @pytest.mark.parametrize("row, message", [
@@ -405,7 +406,7 @@ def test_a_stored_power_or_p_that_is_no_probability_is_refused(row, message):
 
 def test_an_undefined_p_is_no_evidence_either_way():
     """A NaN p (a test that could not be computed) is `inconclusive` even where the power would make a miss decisive."""
-    test = verdicts.Test("r", 0.5, math.nan, True, 0.5, (0.1, 0.9), 0.2, tuple((alpha, 1.0) for alpha in verdicts.POWER_ALPHAS), 40)
+    test = verdicts.Test("r", 0.5, math.nan, True, 0.5, (0.1, 0.9), 0.2, tuple((alpha, 1.0) for alpha in power.POWER_ALPHAS), 40)
     assert verdicts.judge(test).verdict == "inconclusive"
 
 

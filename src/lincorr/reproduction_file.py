@@ -34,15 +34,11 @@ REPRODUCTION = FileKind(
 
 
 def read_reproduction_file(path: Path) -> dict:
-    """A saved reproduction (reproduction.json) checked field by field, each claim's verdict one of VERDICTS (a word lincorr
-    does not give would be carried on and left out of every count of verdicts) and `not applicable` where it has no test."""
+    """A saved reproduction (reproduction.json) checked field by field, each claim's verdict one of VERDICTS: a word lincorr
+    does not give would be carried on and left out of every count of verdicts."""
     document = read_document(path, REPRODUCTION)
     unknown = next((claim for claim in document["claims"] if claim["verdict"] not in VERDICTS), None)
     if unknown is not None:
         raise InputError(f"{path}: claim {unknown['id']} has the verdict {unknown['verdict']!r}, none of {', '.join(VERDICTS)}; "
                          f"{REPRODUCTION.remedy}")
-    # Only a test is judged again; a verdict with none behind it would be carried on as if one had earned it.
-    untested = next((claim for claim in document["claims"] if claim["detail"] is None and claim["verdict"] != "not applicable"), None)
-    if untested is not None:
-        raise InputError(f"{path}: claim {untested['id']} is {untested['verdict']!r} with no test behind it; {REPRODUCTION.remedy}")
     return document

@@ -83,8 +83,9 @@ class ClaimResult:
 
 
 # A claim's test is made again from its recipe by the current code whenever the claim is judged (`verdicts.recorded`), so
-# the step's code digest leaves the tests' module out: a change there re-judges every stored claim without measuring it.
-REJUDGED = ("lincorr.reproduce.verdicts",)
+# the step's code digest leaves the tests' modules out (their powers too): a change there re-judges every stored claim
+# without measuring it.
+REJUDGED = ("lincorr.reproduce.verdicts", "lincorr.reproduce.power")
 
 
 def step_digest(step: str) -> str:
@@ -95,6 +96,8 @@ def step_digest(step: str) -> str:
 def retested(claim: ClaimResult) -> ClaimResult:
     """The claim with its test (and its variant's) made again by the current code from their recipes; a ValueError naming
     the claim where either cannot be (a stored claim may come from anyone)."""
+    if claim.detail is None and claim.verdict != "not applicable":  # carried on, it would pass for a verdict the code gave
+        raise ValueError(f"claim {claim.id} is {claim.verdict!r} with no test behind it to judge again")
     if claim.detail is None:
         return claim
     try:
