@@ -338,9 +338,9 @@ def plain_mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> 
     discordant = gain_rate + loss_rate
     total = 0.0
     for count in range(1, n + 1):
-        needed = next((gains for gains in range(count + 1)
-                       if scipy.stats.binom.sf(gains - 1, count, 0.5) <= alpha), count + 1)
-        total += scipy.stats.binom.pmf(count, n, discordant) * scipy.stats.binom.sf(needed - 1, count, gain_rate / discordant)
+        gains = np.arange(count + 1)
+        clears = scipy.stats.binom.sf(gains - 1, count, 0.5) <= alpha  # each count of gains' one-sided p, at or below alpha
+        total += scipy.stats.binom.pmf(count, n, discordant) * scipy.stats.binom.pmf(gains[clears], count, gain_rate / discordant).sum()
     return total
 
 
