@@ -18,12 +18,12 @@ def packages_text(bundle) -> str:
     return f"{first} .. {last} =={bundle.version} ({len(bundle.chunks)} packages, each a chunk of the GGUF file)"
 
 
-def fine_tuning_bytes(run_bytes: int) -> dict[str, int]:
-    """Memory each paper's fine-tuning claims need for a model of `run_bytes` float32 weights (its `fine_tuning_memory`)."""
+def fine_tuning_peaks() -> dict[str, float]:
+    """Each paper's fine-tuning peak in multiples of the model's weights (its claims.yaml `fine_tuning_memory`), where it has one."""
     from lincorr.reproduce.claims import known_papers, load_paper
 
     peaks = {paper: load_paper(paper).fine_tuning_peak for paper in known_papers()}
-    return {paper: int(peak * run_bytes) for paper, peak in peaks.items() if peak is not None}
+    return {paper: peak for paper, peak in peaks.items() if peak is not None}
 
 
 def run_models(args) -> None:
@@ -31,7 +31,11 @@ def run_models(args) -> None:
     from lincorr.reading import human_size
 
     rows = bundled_status()
-    machine = machine_memory()
+    machine, peaks = machine_memory(), fine_tuning_peaks()
+
+    def fine_tuning_bytes(run_bytes: int) -> dict[str, int]:
+        return {paper: int(peak * run_bytes) for paper, peak in peaks.items()}
+
     if args.json:
         print_json([{"alias": r.model.alias, "formerly": r.model.formerly, "family": r.model.family, "size": r.model.size,
                      "tuning": r.model.tuning, "quantisation": r.model.quantisation, "tensors": r.model.tensors,
