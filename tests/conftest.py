@@ -15,6 +15,7 @@ run slower than one.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -104,12 +105,22 @@ def bundled(session_cache) -> BundledModels:
 
 @pytest.fixture(scope="session")
 def tiny_runs(tmp_path_factory) -> dict:
-    """Every study's run directory on a tiny Llama, written once per session for the report tests (text and browser)."""
-    from helpers.runs import write_tiny_runs
+    """Every study's run directory on a tiny Llama, written once per run for the report tests (text and browser); under
+    pytest-xdist the first worker to ask writes them beside the workers' directories, under a lock the others wait on.
+    Read-only: a test that changes a run copies it first."""
+    from helpers.runs import FIGURES, write_tiny_runs
 
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-        return write_tiny_runs(tmp_path_factory.mktemp("runs"))
+    shared = tmp_path_factory.getbasetemp().parent if XDIST_WORKERS > 1 else tmp_path_factory.getbasetemp()
+    root, done = shared / "tiny-runs", shared / "tiny-runs.done"
+    with FileLock(shared / "tiny-runs.lock"):
+        if not done.exists():
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv("LINCORR_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+                shutil.rmtree(root, ignore_errors=True)  # what a failed writer left
+                root.mkdir()
+                write_tiny_runs(root)
+            done.touch()
+    return {name: root / name for name in FIGURES}
 
 
 @pytest.fixture(scope="module")
@@ -154,9 +165,13 @@ def origins(bundled, session_cache) -> Context:
 
 # pytest-xdist (--dist loadfile) hands the files to its workers in collection order: the longest go first, so that they
 # run beside each other and the short ones fill in around them, rather than one of them starting last on its own.
-# Measured in `make test` on the 2-core machine (commit 414e20a): 451 s, 420 s, then the notebooks 290 s, the rest 160 s or less.
+# Measured in `make test` on the 2-core machine (commit 414e20a): 451 s, 420 s, then the notebooks 290 s, the rest 160 s or
+# less; then the longest files of `make test-fast` (commit 930ee1a: 20 s, 16 s, then 9 s to 6 s), which would otherwise
+# start last in alphabetical order.
 LONGEST_FILES_FIRST = ("test_extractive_ordering_integration.py", "test_extractive_grafting_integration.py", "test_notebook.py",
-                       "test_integration.py", "test_readme.py", "test_extractive_integration.py", "test_distributed.py")
+                       "test_integration.py", "test_readme.py", "test_extractive_integration.py", "test_distributed.py",
+                       "test_hostile_readers.py", "test_verdicts.py", "test_extractive.py", "test_report_hostile.py",
+                       "test_paper_tables.py", "test_internals.py", "test_collect.py", "test_docs.py")
 
 
 def pytest_collection_modifyitems(items):

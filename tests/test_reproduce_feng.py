@@ -157,13 +157,15 @@ def test_the_whole_paper_runs_on_a_tiny_model(tiny, monkeypatch):
 
 def test_a_machine_with_too_little_memory_is_refused_the_fine_tuning_claims_with_the_figure(tiny, monkeypatch):
     """On a machine whose memory is below the paper's measured peak times the model's weights, every claim that fine-tunes
-    is `not applicable` with the memory it needs and the machine's, and nothing is trained; with one byte more it runs."""
+    is `not applicable` with the memory it needs and the machine's, nothing is trained and nothing is stored; with one byte
+    more it runs; and once measured there, the smaller machine is served the stored result."""
     lm, registry = tiny
     weights = sum(p.numel() * p.element_size() for p in lm.model.parameters())
     needed = int(load_paper("feng").claim("feng.fig2.first").fine_tuning_peak * weights)
     monkeypatch.setattr(runner, "load_paper", lambda name: tiny_paper())
     monkeypatch.setattr(runner, "machine_memory", lambda: needed - 1)
-    monkeypatch.setattr(runner, "stored_result", lambda *args, **kwargs: pytest.fail("a refused claim was measured or read"))
+    real_measure = runner.measure_claim
+    monkeypatch.setattr(runner, "measure_claim", lambda *args: pytest.fail("a refused claim was measured"))
     result = reproduce("feng", lm, registry=registry, only="feng.fig2.first,feng.fig4")
     for claim in result.claims:
         assert claim.verdict == "not applicable" and f"fine-tuning {lm.name} needs about" in claim.reason, claim.reason
@@ -171,6 +173,13 @@ def test_a_machine_with_too_little_memory_is_refused_the_fine_tuning_claims_with
     assert runner.memory_reason(load_paper("merullo").claims[-1], lm) is None, "a claim that does not fine-tune is never refused"
     monkeypatch.setattr(runner, "machine_memory", lambda: needed)
     assert runner.memory_reason(load_paper("feng").claim("feng.fig2.first"), lm) is None
+    monkeypatch.setattr(runner, "measure_claim", real_measure)
+    measured = reproduce("feng", lm, registry=registry, only="feng.fig2.first")
+    assert measured.claims[0].verdict != "not applicable" and measured.measured == 1, measured.text()
+    monkeypatch.setattr(runner, "machine_memory", lambda: needed - 1)
+    monkeypatch.setattr(runner, "measure_claim", lambda *args: pytest.fail("a stored claim was measured again"))
+    served = reproduce("feng", lm, registry=registry, only="feng.fig2.first")
+    assert served.claims == measured.claims and served.cached_count() == 1
 
 
 def test_a_resumed_run_loads_the_hop_and_its_scores_instead_of_training_and_scoring_again(tiny, monkeypatch):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -28,6 +29,7 @@ from lincorr.reproduce.verdicts import (
     paired_greater,
     ranks_greater,
     relabelled,
+    units_needed,
     untestable,
 )
 
@@ -108,6 +110,17 @@ def test_the_units_needed_follow_the_square_root_law_of_a_z_test():
     z = scipy.stats.norm.isf(ALPHA) + scipy.stats.norm.ppf(0.8)
     expected = 50 * (z / (0.1 / resampled.std(ddof=1))) ** 2
     assert judgement.units_needed == pytest.approx(expected, rel=0.01)
+
+
+@pytest.mark.parametrize("alpha", [0.05, 0.05 / 13, 0.05 / 26])
+def test_no_budget_is_read_off_a_power_within_a_few_times_the_level(alpha):
+    test = mcnemar_gain([False] * 20, [True] * 5 + [False] * 15, interest=0.38, unit="facts")
+    z_alpha, z_target = scipy.stats.norm.isf(alpha), scipy.stats.norm.ppf(0.8)
+    # the power at which the noncentrality is a tenth of the one TARGET_POWER needs: 100 times the units
+    edge = scipy.stats.norm.cdf((z_alpha + z_target) / math.sqrt(verdicts.MOST_UNITS_FACTOR) - z_alpha)
+    assert units_needed(test, edge * 1.001, alpha) <= verdicts.MOST_UNITS_FACTOR * 20
+    assert units_needed(test, edge * 0.999, alpha) is None
+    assert units_needed(test, alpha, alpha) is None and units_needed(test, alpha / 2, alpha) is None
 
 
 def test_a_planted_effect_of_the_papers_size_is_reproduced_and_at_a_tiny_budget_inconclusive():
@@ -315,6 +328,19 @@ def test_every_test_is_made_again_from_its_stored_recipe():
 def test_a_recipe_that_names_no_test_or_wrong_arguments_is_refused(recipe):
     with pytest.raises(ValueError):
         verdicts.Test.from_summary({"recipe": recipe})
+
+
+def test_the_tests_a_constructor_takes_are_read_from_its_type_hints_and_any_other_form_is_refused():
+    assert {name: taken for name, taken in verdicts.TESTS_TAKEN.items() if taken} == {
+        "relabelled": {"test": False}, "all_of": {"tests": True}, "any_of": {"tests": True}}
+
+    def listed(tests: list[verdicts.Test], weights: Sequence[float]) -> verdicts.Test: ...
+
+    def optional(test: verdicts.Test | None) -> verdicts.Test: ...
+
+    assert verdicts.tests_taken(listed) == {"tests": True}
+    with pytest.raises(TypeError, match="takes tests as"):
+        verdicts.tests_taken(optional)
 
 
 STORED = {"name": "binomial", "statistic": 0.5, "p_value": 0.01, "direction_holds": True}

@@ -231,11 +231,15 @@ def unmeasured_reason(claim: Claim, budget: str, *, with_eval_model: bool) -> st
     return None
 
 
+class NotMeasuredHere(Exception):
+    """A claim this machine cannot measure (`memory_reason`), raised where the cache holds no result for it."""
+
+
 def memory_reason(claim: Claim, lm: LM) -> str | None:
     """Why a claim that fine-tunes is not measured on this machine (None when it is): its paper's measured peak, in
     multiples of the bytes of the model's weights as loaded, comes to more than the machine's memory. Only the weights held
-    in the machine's memory count (the CPU's, and Apple's MPS, which shares it); a CUDA device's memory is not checked. It is
-    checked before the cache is read: a result measured on a larger machine is not served."""
+    in the machine's memory count (the CPU's, and Apple's MPS, which shares it); a CUDA device's memory is not checked. It
+    stops only the measuring: a result the cache holds, measured on a machine with the memory, is served."""
     if claim.fine_tuning_peak is None:
         return None
     weights = sum(parameter.numel() * parameter.element_size() for parameter in lm.model.parameters()
@@ -309,7 +313,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     shared: dict = {EVAL_LM: second} if second is not None else {}
     results, measured = [], []
     for claim in progress_bar(chosen, desc=f"reproduce {paper}", unit="claim"):
-        reason = unmeasured_reason(claim, budget, with_eval_model=second is not None) or memory_reason(claim, lm)
+        reason = unmeasured_reason(claim, budget, with_eval_model=second is not None)
         if reason is not None:
             results.append(unmeasured(claim, reason))
             continue
@@ -319,11 +323,19 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
                "interest": claim.interest, **series_key(claim_settings),
                **({"eval_model": second.fingerprint} if claim.eval_model and second is not None else {})}
 
-        def measure() -> dict:  # stored_result calls it at once, within this claim's turn
+        refusal = memory_reason(claim, lm)
+
+        def measure() -> dict:  # stored_result calls it at once, within this claim's turn, where nothing is stored
+            if refusal is not None:
+                raise NotMeasuredHere(refusal)  # and nothing is stored: a machine with the memory measures it
             measured.append(claim.id)
             return measure_claim(claim, ctx)
 
-        row = stored_result("reproduce", key, measure, code=step_module(claim.step), leaving_out=REJUDGED, use_cache=settings.use_cache)
-        results.append(ClaimResult.from_summary(row))
+        try:
+            row = stored_result("reproduce", key, measure, code=step_module(claim.step), leaving_out=REJUDGED, use_cache=settings.use_cache)
+        except NotMeasuredHere as refused:
+            results.append(unmeasured(claim, str(refused)))
+        else:
+            results.append(ClaimResult.from_summary(row))
     return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "",
                               round(time.perf_counter() - started, 1), len(measured))

@@ -20,10 +20,12 @@ interval, unadjusted for the claims of the run, and power already says what the 
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import inspect
 import math
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +36,9 @@ from lincorr.reproduce.power import ALPHA, POWER_ALPHAS, fisher_power, mcnemar_p
 from lincorr.schema import ANY, NULL, NUMBER, REAL, TEXT, Entries, Items, Maybe, described_value, mismatch
 
 TARGET_POWER = 0.8
+# The most units, in multiples of a test's own, that `units_needed` reads off its power: it takes a power of 1.6 times
+# the level at 0.05, 2.7 times at 0.05/13, 3.1 times at 0.05/26.
+MOST_UNITS_FACTOR = 100
 Z_95 = float(scipy.stats.norm.ppf(0.975))
 # A test as `judge` reads it, checked wherever one is read back (`Test.from_summary`): a stored claim may come from anyone.
 STORED_TEST = {"name": TEXT, "statistic": NUMBER, "p_value": REAL, "direction_holds": bool, "effect": Maybe(NUMBER),
@@ -114,6 +119,7 @@ def check_readable(row: object, what: str) -> None:
 
 
 CONSTRUCTORS: dict[str, Callable[..., Test]] = {}
+TESTS_TAKEN: dict[str, dict[str, bool]] = {}  # constructor -> `tests_taken`
 
 
 def recorded(constructor: Callable[..., Test]) -> Callable[..., Test]:
@@ -121,6 +127,7 @@ def recorded(constructor: Callable[..., Test]) -> Callable[..., Test]:
     made again by the current code whenever it is judged, so a change to how tests compute (an interval, a power) reaches
     cached and committed claims without measuring them again, and the claims' code digests leave this module out."""
     signature = inspect.signature(constructor)
+    TESTS_TAKEN[constructor.__name__] = tests_taken(constructor)
 
     @functools.wraps(constructor)
     def make(*args, **kwargs) -> Test:
@@ -131,6 +138,17 @@ def recorded(constructor: Callable[..., Test]) -> Callable[..., Test]:
 
     CONSTRUCTORS[constructor.__name__] = make
     return make
+
+
+def tests_taken(constructor: Callable[..., Test]) -> dict[str, bool]:
+    """The parameters of `constructor` that take tests, read from its type hints: {name: whether it takes a list of them}.
+    A hint that holds Test in any other way is refused where the constructor is defined, so no argument escapes
+    `check_tests_given`."""
+    hints = {name: hint for name, hint in typing.get_type_hints(constructor).items() if name != "return" and "Test" in str(hint)}
+    for name, hint in hints.items():
+        if hint is not Test and not (typing.get_origin(hint) in (list, collections.abc.Sequence) and typing.get_args(hint) == (Test,)):
+            raise TypeError(f"{constructor.__name__}'s {name} takes tests as {hint}; take a Test or a Sequence[Test]")
+    return {name: hint is not Test for name, hint in hints.items()}
 
 
 def as_json(value: Any) -> Any:
@@ -165,23 +183,21 @@ def rebuilt(recipe: dict) -> Test:
     constructor = CONSTRUCTORS[recipe["test"]]
     try:
         arguments = {name: from_json(value) for name, value in recipe["arguments"].items()}
-        check_tests_given(constructor, arguments)
+        check_tests_given(recipe["test"], arguments)
         return constructor(**arguments)
     # OverflowError: a count of 1e999 (infinity) made a whole number.
     except (TypeError, ValueError, IndexError, ZeroDivisionError, OverflowError) as error:
         raise ValueError(f"the recipe of a {recipe['test']} test cannot be made again: {error}") from None
 
 
-def check_tests_given(constructor: Callable[..., Test], arguments: dict) -> None:
+def check_tests_given(constructor_name: str, arguments: dict) -> None:
     """A TypeError where an argument the constructor reads as a Test (`relabelled`), or as a list of them (`all_of`), is not
     made from a recipe: its code would otherwise fail on a number or text where it reads a test's fields."""
-    for name, parameter in inspect.signature(constructor).parameters.items():
-        if name not in arguments:
-            continue
-        value = arguments[name]
-        if parameter.annotation == "Test" and not isinstance(value, Test):
+    for name, many in TESTS_TAKEN[constructor_name].items():
+        value = arguments.get(name)
+        if name in arguments and not many and not isinstance(value, Test):
             raise TypeError(f"{name} is not a test's recipe")
-        if parameter.annotation == "Sequence[Test]" and not (isinstance(value, list) and value and all(isinstance(item, Test) for item in value)):
+        if name in arguments and many and not (isinstance(value, list) and value and all(isinstance(item, Test) for item in value)):
             raise TypeError(f"{name} is not a list of tests' recipes")
 
 
@@ -219,18 +235,22 @@ def interval_above_zero(test: Test) -> bool:
 
 
 def units_needed(test: Test, power: float | None, alpha: float | None) -> int | None:
-    """About how many independent units would give TARGET_POWER at `alpha`, the level `power` was read at (None once it has
-    it): the test's noncentrality read off its power (exact for a z-test, an approximation for the exact tests) grows with
-    the square root of the units."""
+    """About how many independent units would give TARGET_POWER at `alpha`, the level `power` was read at: the test's
+    noncentrality read off its power (exact for a z-test, an approximation for the exact tests) grows with the square root
+    of the units. None once it has TARGET_POWER, and None where the budget would be more than MOST_UNITS_FACTOR times its
+    units: there the power is within a few times `alpha`, and the noncentrality read off it is near 0 and swings with
+    the steps of an exact test's power, so the budget would be a number of no meaning (thousands of units, or tens of
+    thousands, for one count more or less)."""
     if power is None or alpha is None or not test.units or not math.isfinite(power):
         return None
     if power >= TARGET_POWER:
         return None
     z_alpha = scipy.stats.norm.isf(alpha)
     noncentrality = z_alpha + scipy.stats.norm.ppf(min(max(power, 1e-12), 1 - 1e-12))
-    if noncentrality <= 0.05:
-        return None  # the test has no sight of the effect at all: no finite budget can be read off it
-    return int(math.ceil(test.units * ((z_alpha + scipy.stats.norm.ppf(TARGET_POWER)) / noncentrality) ** 2))
+    factor = ((z_alpha + scipy.stats.norm.ppf(TARGET_POWER)) / noncentrality) ** 2 if noncentrality > 0 else math.inf
+    if factor > MOST_UNITS_FACTOR:
+        return None
+    return int(math.ceil(test.units * factor))
 
 
 def holm(p_values: Sequence[float]) -> list[float]:
