@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -26,11 +27,12 @@ if XDIST_WORKERS > 1:
     os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // XDIST_WORKERS))  # read by torch on import, and by children
 
 from filelock import FileLock  # noqa: E402
-from helpers.tiny import MODEL_WORDS, one_thread, tiny_gemma3, tiny_gpt2, tiny_llama, tiny_tokenizer  # noqa: E402
 
-from lincorr.knowledge import load_registry  # noqa: E402
-from lincorr.models import load_model, wrap_model  # noqa: E402
-from lincorr.reproduce.step import Context  # noqa: E402
+if TYPE_CHECKING:
+    from lincorr.reproduce.step import Context
+
+# torch, transformers and lincorr are imported by the fixtures that use them, not here: pytest-xdist's controller loads
+# this file before it starts the workers, and loading those first kept both cores idle for about 4 s.
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -93,6 +95,8 @@ class BundledModels:
         if name not in self.loaded:
             with pytest.MonkeyPatch.context() as patch, FileLock(self.cache / "models" / ".conversion.lock"):
                 patch.setenv("LINCORR_CACHE_DIR", str(self.cache))
+                from lincorr.models import load_model
+
                 self.loaded[name] = load_model(name)
         return self.loaded[name]
 
@@ -126,6 +130,8 @@ def tiny_runs(tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def single_thread():
     """Torch on one thread for a module of tiny-model training: hand-offs cost more than the arithmetic."""
+    from helpers.tiny import one_thread
+
     with one_thread():
         yield
 
@@ -133,21 +139,28 @@ def single_thread():
 @pytest.fixture(scope="session")
 def tokenizer():
     """Word-level tokenizer over the prompt words, cities, countries and 120 input names."""
+    from helpers.tiny import MODEL_WORDS, tiny_tokenizer
+
     return tiny_tokenizer(MODEL_WORDS)
 
 
-MODEL_BUILDERS = {"llama": tiny_llama, "gpt2": tiny_gpt2, "gemma3": tiny_gemma3}
-
-
-@pytest.fixture(params=sorted(MODEL_BUILDERS))
+@pytest.fixture(params=["gemma3", "gpt2", "llama"])
 def tiny_lm(request, tokenizer):
     """Each tiny architecture wrapped as an LM (GPT-2: absolute positions; Gemma 3: soft-capped head)."""
-    model = MODEL_BUILDERS[request.param](len(tokenizer))
+    import helpers.tiny
+
+    from lincorr.models import wrap_model
+
+    model = getattr(helpers.tiny, f"tiny_{request.param}")(len(tokenizer))
     return wrap_model(model, tokenizer, name=f"tiny-{request.param}")
 
 
 @pytest.fixture
 def llama_lm(tokenizer):
+    from helpers.tiny import tiny_llama
+
+    from lincorr.models import wrap_model
+
     return wrap_model(tiny_llama(len(tokenizer)), tokenizer, name="tiny-llama")
 
 
@@ -160,18 +173,18 @@ def origins(bundled, session_cache) -> Context:
     ranks, p = 0.21, and over seeds 1 and 2 gaps of 1.05 and 1.1 ranks, p = 0.055 and 0.26), so the tests train at the
     claims' sizes, each in a file of its own that pytest-xdist runs on a worker of its own.
     """
+    from lincorr.knowledge import load_registry
+    from lincorr.reproduce.step import Context
+
     return Context(bundled("gemma-3-270m-q4km"), load_registry(), {"n_train": 80, "n_test": 20, "n_cities": 20, "seed": 0})
 
 
 # pytest-xdist (--dist loadfile) hands the files to its workers in collection order: the longest go first, so that they
 # run beside each other and the short ones fill in around them, rather than one of them starting last on its own.
-# Measured in `make test` on the 2-core machine (commit 414e20a): 451 s, 420 s, then the notebooks 290 s, the rest 160 s or
-# less; then the longest files of `make test-fast` (commit 930ee1a: 20 s, 16 s, then 9 s to 6 s), which would otherwise
-# start last in alphabetical order.
+# Measured in `make test` on the 2-core machine (commit 414e20a): 451 s, 420 s, then the notebooks 290 s, the rest 160 s or less.
+# (`make test-fast` hands out single tests, and an idle worker takes queued ones: no order is needed there.)
 LONGEST_FILES_FIRST = ("test_extractive_ordering_integration.py", "test_extractive_grafting_integration.py", "test_notebook.py",
-                       "test_integration.py", "test_readme.py", "test_extractive_integration.py", "test_distributed.py",
-                       "test_hostile_readers.py", "test_verdicts.py", "test_extractive.py", "test_report_hostile.py",
-                       "test_paper_tables.py", "test_internals.py", "test_collect.py", "test_docs.py")
+                       "test_integration.py", "test_readme.py", "test_extractive_integration.py", "test_distributed.py")
 
 
 def pytest_collection_modifyitems(items):
