@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 import dataclasses
+import importlib.util
 import inspect
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -113,6 +114,17 @@ def test_verdicts_and_resume_on_a_tiny_model(planted, llama_lm, tmp_path):
     loaded = ReproductionResult.load(tmp_path / "run")
     assert loaded.summary() == result.summary() and loaded.study == "reproduce"
     assert "peng.strong" in loaded.text() and "| peng.weak |" in loaded.markdown()
+
+
+def test_each_finished_claim_is_one_log_line_saying_where_its_result_came_from(planted, llama_lm, caplog):
+    with caplog.at_level(logging.INFO, logger="lincorr.reproduce.runner"):
+        first = reproduce("peng", llama_lm, registry=load_registry())
+        reproduce("peng", llama_lm, registry=load_registry())
+    lines = [record.getMessage() for record in caplog.records]
+    strong, weak = (f"p {claim.p_value:.2g} before the run's adjustment" for claim in first.claims[:2])
+    assert lines == [f"peng.strong (1 of 3): measured in {first.claims[0].seconds:.0f} s, {strong}",
+                     f"peng.weak (2 of 3): measured in {first.claims[1].seconds:.0f} s, {weak}",
+                     f"peng.strong (1 of 3): from the cache, {strong}", f"peng.weak (2 of 3): from the cache, {weak}"], lines
 
 
 def test_the_command_measures_saves_and_prints_the_claim_table(planted, llama_lm, tmp_path, monkeypatch, capsys):

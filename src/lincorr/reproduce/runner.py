@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -36,6 +37,9 @@ from lincorr.report.effects import effect_text
 from lincorr.reproduce.verdicts import ALPHA, Test, holm, judge
 from lincorr.reproduction_file import RESULT_FILE, VERDICTS, read_reproduction_file
 from lincorr.results import record, summary_frame
+
+# One line per finished claim at INFO (`lincorr -v`): the progress of a run whose output is a log, where no bar is drawn.
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,6 +258,15 @@ def memory_reason(claim: Claim, lm: LM) -> str | None:
             "run this claim on a machine with more memory")
 
 
+def finished_note(claim: ClaimResult, measured_now: bool) -> str:
+    """Where a finished claim's result came from, and its p before the run's adjustment (the verdict waits for it)."""
+    where = (f"measured in {claim.seconds:.0f} s" if measured_now and claim.seconds is not None
+             else "from the cache" if claim.code_digest else "not measured here")
+    if claim.verdict == "not applicable":
+        return f"{where}, not applicable"
+    return f"{where}, p {claim.p_value:.2g} before the run's adjustment" if claim.p_value is not None else where
+
+
 def claims_to_run(paper: str, only: str | None, budget: str, *, with_eval_model: bool) -> tuple[Claim, ...]:
     """The claims of `paper` named in `only` (None: all), once one of them would be measured: a choice that measures
     nothing is refused before a model loads, not reported as a table of `not applicable` after. (A claim that fine-tunes
@@ -331,11 +344,13 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
             measured.append(claim.id)
             return measure_claim(claim, ctx)
 
+        was_measured = len(measured)
         try:
             row = stored_result("reproduce", key, measure, code=step_module(claim.step), leaving_out=REJUDGED, use_cache=settings.use_cache)
         except NotMeasuredHere as refused:
             results.append(unmeasured(claim, str(refused)))
         else:
             results.append(ClaimResult.from_summary(row))
+        log.info("%s (%d of %d): %s", claim.id, len(results), len(chosen), finished_note(results[-1], len(measured) > was_measured))
     return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "",
                               round(time.perf_counter() - started, 1), len(measured))
