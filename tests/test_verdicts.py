@@ -7,6 +7,7 @@ import json
 import math
 import re
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -338,7 +339,9 @@ def test_the_tests_a_constructor_takes_are_read_from_its_type_hints_and_any_othe
 
     def optional(test: verdicts.Test | None) -> verdicts.Test: ...
 
-    assert verdicts.tests_taken(listed) == {"tests": True}
+    def named(kind: Literal["Test"], tests_run: int) -> verdicts.Test: ...
+
+    assert verdicts.tests_taken(listed) == {"tests": True} and verdicts.tests_taken(named) == {}
     with pytest.raises(TypeError, match="takes tests as"):
         verdicts.tests_taken(optional)
 

@@ -38,7 +38,8 @@ class Claim:
     not_applicable: str | None = None  # why no step measures it (when `step` is None)
     eval_model: bool = False  # its step also reads a second checkpoint of the model (`--eval-model`)
     # A step that fine-tunes: the peak memory its paper's fine-tuning reached, in multiples of the model's weights, and
-    # where that was measured (the paper's `fine_tuning_memory`); a machine with less is refused the claim.
+    # where that was measured (the paper's `fine_tuning_memory`); a machine with less does not measure the claim (one
+    # the cache holds is served).
     fine_tuning_peak: float | None = None
     fine_tuning_measured: str | None = None
     # The effect the claim is judged against, in its test's units (the paper's own effect where it gives one), and why

@@ -329,6 +329,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
         reason = unmeasured_reason(claim, budget, with_eval_model=second is not None)
         if reason is not None:
             results.append(unmeasured(claim, reason))
+            log.info("%s (%d of %d): %s", claim.id, len(results), len(chosen), finished_note(results[-1], False))
             continue
         claim_settings = claim.settings_for(budget)
         ctx = Context(lm, registry, claim_settings, settings, shared, claim.interest)
@@ -350,7 +351,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
         except NotMeasuredHere as refused:
             results.append(unmeasured(claim, str(refused)))
         else:
-            results.append(ClaimResult.from_summary(row))
+            results.append(retested(ClaimResult.from_summary(row)))  # the p the table will adjust, by the current tests
         log.info("%s (%d of %d): %s", claim.id, len(results), len(chosen), finished_note(results[-1], len(measured) > was_measured))
     return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "",
                               round(time.perf_counter() - started, 1), len(measured))

@@ -14,7 +14,7 @@ units that includes no effect; for a claim about each of its parts, every part's
 significant p beside such an interval is `inconclusive`; `not reproduced` only when the
 test could have seen the effect of interest (power at least TARGET_POWER at the level the claim is
 judged at); otherwise `inconclusive`, with the number of independent units that would reach
-TARGET_POWER. An interval that excludes the effect of interest is shown, not counted: it is a 95%
+TARGET_POWER where it can be read off (`units_needed`). An interval that excludes the effect of interest is shown, not counted: it is a 95%
 interval, unadjusted for the claims of the run, and power already says what the test could see.
 """
 
@@ -142,9 +142,12 @@ def recorded(constructor: Callable[..., Test]) -> Callable[..., Test]:
 
 def tests_taken(constructor: Callable[..., Test]) -> dict[str, bool]:
     """The parameters of `constructor` that take tests, read from its type hints: {name: whether it takes a list of them}.
-    A hint that holds Test in any other way is refused where the constructor is defined, so no argument escapes
-    `check_tests_given`."""
-    hints = {name: hint for name, hint in typing.get_type_hints(constructor).items() if name != "return" and "Test" in str(hint)}
+    A hint that holds Test in any other way is refused where the constructor is defined, so no parameter typed with tests
+    escapes `check_tests_given`."""
+    def holds_test(hint) -> bool:
+        return hint is Test or any(holds_test(argument) for argument in typing.get_args(hint))
+
+    hints = {name: hint for name, hint in typing.get_type_hints(constructor).items() if name != "return" and holds_test(hint)}
     for name, hint in hints.items():
         if hint is not Test and not (typing.get_origin(hint) in (list, collections.abc.Sequence) and typing.get_args(hint) == (Test,)):
             raise TypeError(f"{constructor.__name__}'s {name} takes tests as {hint}; take a Test or a Sequence[Test]")
@@ -237,10 +240,10 @@ def interval_above_zero(test: Test) -> bool:
 def units_needed(test: Test, power: float | None, alpha: float | None) -> int | None:
     """About how many independent units would give TARGET_POWER at `alpha`, the level `power` was read at: the test's
     noncentrality read off its power (exact for a z-test, an approximation for the exact tests) grows with the square root
-    of the units. None once it has TARGET_POWER, and None where the budget would be more than MOST_UNITS_FACTOR times its
-    units: there the power is within a few times `alpha`, and the noncentrality read off it is near 0 and swings with
-    the steps of an exact test's power, so the budget would be a number of no meaning (thousands of units, or tens of
-    thousands, for one count more or less)."""
+    of the units. None once it has TARGET_POWER, and None past MOST_UNITS_FACTOR times its units, a reporting limit:
+    there the power is within a few times `alpha`, the budget is an extrapolation a hundredfold past what was measured,
+    and for an exact test the noncentrality read off its stepped power is near 0 and swings by thousands of units for
+    one count more or less."""
     if power is None or alpha is None or not test.units or not math.isfinite(power):
         return None
     if power >= TARGET_POWER:
