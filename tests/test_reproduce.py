@@ -122,7 +122,7 @@ def test_each_finished_claim_is_one_log_line_saying_where_its_result_came_from(p
         reproduce("peng", llama_lm, registry=load_registry())
     lines = [record.getMessage() for record in caplog.records if record.name == "lincorr.reproduce.runner"]
     strong, weak = (f"p {claim.p_value:.2g} before the run's adjustment" for claim in first.claims[:2])
-    diagram = "peng.na (3 of 3): not measured here, not applicable"
+    diagram = "peng.na (3 of 3): not applicable: a diagram"
     assert lines == [f"peng.strong (1 of 3): measured in {first.claims[0].seconds:.0f} s, {strong}",
                      f"peng.weak (2 of 3): measured in {first.claims[1].seconds:.0f} s, {weak}", diagram,
                      f"peng.strong (1 of 3): from the cache, {strong}", f"peng.weak (2 of 3): from the cache, {weak}", diagram], lines

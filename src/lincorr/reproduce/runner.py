@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import logging
 import math
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -259,12 +260,15 @@ def memory_reason(claim: Claim, lm: LM) -> str | None:
 
 
 def finished_note(claim: ClaimResult, measured_now: bool) -> str:
-    """Where a finished claim's result came from, and its p before the run's adjustment (the verdict waits for it)."""
+    """Where a finished claim's result came from, and its p before the run's adjustment (the verdict waits for it), or
+    why it is not applicable."""
     where = (f"measured in {claim.seconds:.0f} s" if measured_now and claim.seconds is not None
-             else "from the cache" if claim.code_digest else "not measured here")
+             else "from the cache" if claim.code_digest else "")
     if claim.verdict == "not applicable":
-        return f"{where}, not applicable"
-    return f"{where}, p {claim.p_value:.2g} before the run's adjustment" if claim.p_value is not None else where
+        what = f"not applicable: {textwrap.shorten(claim.reason, 120, placeholder=' ...')}"
+    else:
+        what = f"p {claim.p_value:.2g} before the run's adjustment" if claim.p_value is not None else ""
+    return ", ".join(part for part in (where, what) if part)
 
 
 def claims_to_run(paper: str, only: str | None, budget: str, *, with_eval_model: bool) -> tuple[Claim, ...]:
