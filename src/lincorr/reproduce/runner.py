@@ -117,10 +117,9 @@ def retested(claim: ClaimResult) -> ClaimResult:
 
 
 def judged(claims: Sequence[ClaimResult]) -> tuple[ClaimResult, ...]:
-    """The claims of one run judged together, each test made again by the current code (`retested`): Holm's adjustment
+    """The claims of one run, their tests made by the current code (`retested`), judged together: Holm's adjustment
     across the measured claims (variants outside the family, judged on their Bonferroni p), power read at ALPHA over the
     number of measured claims, and each claim's verdict."""
-    claims = [retested(claim) for claim in claims]
     measured = [i for i, c in enumerate(claims) if c.detail is not None]
     adjusted = dict(zip(measured, holm(cast(list[float], [claims[i].p_value for i in measured]))))  # a measured claim has its p
     level = ALPHA / max(len(measured), 1)
@@ -198,7 +197,7 @@ class ReproductionResult:
     def rejudged(self) -> ReproductionResult:
         """The same measurements judged by the current code (`judged`): tests made again from their recipes, Holm, power,
         verdicts. A test whose recipe the current code cannot make raises ValueError."""
-        return dataclasses.replace(self, claims=judged(self.claims))
+        return dataclasses.replace(self, claims=judged([retested(claim) for claim in self.claims]))
 
     def stale_claims(self) -> list[ClaimResult]:
         """Measured claims whose step's code (with all it imports from lincorr) differs from what measured them."""
@@ -328,12 +327,17 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     if second is not None:
         require_other_checkpoint(lm, second, "--eval-model")
     shared: dict = {EVAL_LM: second} if second is not None else {}
-    results, measured = [], []
+    results: list[ClaimResult] = []
+    measured: list[str] = []
+
+    def finished(result: ClaimResult) -> None:
+        results.append(result)
+        log.info("%s (%d of %d): %s", result.id, len(results), len(chosen), finished_note(result, result.id in measured))
+
     for claim in progress_bar(chosen, desc=f"reproduce {paper}", unit="claim"):
         reason = unmeasured_reason(claim, budget, with_eval_model=second is not None)
         if reason is not None:
-            results.append(unmeasured(claim, reason))
-            log.info("%s (%d of %d): %s", claim.id, len(results), len(chosen), finished_note(results[-1], False))
+            finished(unmeasured(claim, reason))
             continue
         claim_settings = claim.settings_for(budget)
         ctx = Context(lm, registry, claim_settings, settings, shared, claim.interest)
@@ -349,13 +353,11 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
             measured.append(claim.id)
             return measure_claim(claim, ctx)
 
-        was_measured = len(measured)
         try:
             row = stored_result("reproduce", key, measure, code=step_module(claim.step), leaving_out=REJUDGED, use_cache=settings.use_cache)
         except NotMeasuredHere as refused:
-            results.append(unmeasured(claim, str(refused)))
+            finished(unmeasured(claim, str(refused)))
         else:
-            results.append(retested(ClaimResult.from_summary(row)))  # the p the table will adjust, by the current tests
-        log.info("%s (%d of %d): %s", claim.id, len(results), len(chosen), finished_note(results[-1], len(measured) > was_measured))
+            finished(retested(ClaimResult.from_summary(row)))  # the test the table judges, by the current code
     return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "",
                               round(time.perf_counter() - started, 1), len(measured))

@@ -196,11 +196,11 @@ def rebuilt(recipe: dict) -> Test:
 def check_tests_given(constructor_name: str, arguments: dict) -> None:
     """A TypeError where an argument the constructor reads as a Test (`relabelled`), or as a list of them (`all_of`), is not
     made from a recipe: its code would otherwise fail on a number or text where it reads a test's fields."""
-    for name, many in TESTS_TAKEN[constructor_name].items():
-        value = arguments.get(name)
-        if name in arguments and not many and not isinstance(value, Test):
+    taken = TESTS_TAKEN[constructor_name]
+    for name, value in ((name, arguments[name]) for name in taken.keys() & arguments.keys()):
+        if not taken[name] and not isinstance(value, Test):
             raise TypeError(f"{name} is not a test's recipe")
-        if name in arguments and many and not (isinstance(value, list) and value and all(isinstance(item, Test) for item in value)):
+        if taken[name] and not (isinstance(value, list) and value and all(isinstance(item, Test) for item in value)):
             raise TypeError(f"{name} is not a list of tests' recipes")
 
 
