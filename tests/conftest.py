@@ -171,7 +171,8 @@ def origins(bundled, session_cache) -> Context:
 
     At 40 training names neither phenomenon is seen (seed 0: grafting's paired tests p = 0.065; the ordering's gap 0.5
     ranks, p = 0.21, and over seeds 1 and 2 gaps of 1.05 and 1.1 ranks, p = 0.055 and 0.26), so the tests train at the
-    claims' sizes, each in a file of its own that pytest-xdist runs on a worker of its own.
+    claims' sizes (the ordering's at half its training, calibrated in its file), each in a file of its own that
+    pytest-xdist runs on a worker of its own.
     """
     from lincorr.knowledge import load_registry
     from lincorr.reproduce.step import Context
@@ -181,9 +182,10 @@ def origins(bundled, session_cache) -> Context:
 
 # pytest-xdist (--dist loadfile) hands the files to its workers in collection order: the longest go first, so that they
 # run beside each other and the short ones fill in around them, rather than one of them starting last on its own.
-# Measured in `make test` on the 2-core machine (commit 414e20a): 451 s, 420 s, then the notebooks 290 s, the rest 160 s or less.
-# (`make test-fast` hands out single tests, and an idle worker takes queued ones: no order is needed there.)
-LONGEST_FILES_FIRST = ("test_extractive_ordering_integration.py", "test_extractive_grafting_integration.py", "test_notebook.py",
+# Measured on the 2-core machine on 2026-11-27: grafting about 380 s, the notebooks 230 s, the ordering about 210 s (half
+# its claim's training), the rest 100 s or less. (`make test-fast` hands out single tests, and an idle worker takes
+# queued ones: no order is needed there.)
+LONGEST_FILES_FIRST = ("test_extractive_grafting_integration.py", "test_notebook.py", "test_extractive_ordering_integration.py",
                        "test_integration.py", "test_readme.py", "test_extractive_integration.py", "test_distributed.py")
 
 

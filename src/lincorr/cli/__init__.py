@@ -15,6 +15,7 @@ import time
 
 from collections.abc import Collection
 from importlib import import_module
+from typing import NoReturn
 
 from lincorr import __version__
 from lincorr.cli.config import with_config
@@ -77,23 +78,22 @@ def main(argv: list[str] | None = None) -> int:
     from lincorr.provenance import record_command
 
     record_command(argv)  # saved results name the command that wrote them
-    team, finished = None, False
+    team, finished, status, met = None, False, 0, False
     try:
         team = join_run(args)
         if team is not None and not team.is_main:
             serve_run(args, team)
-            finished = True
-            return 0
-        apply_preset(args)
-        check_output_directories(args)
-        check_tracking(args)
-        check_user_files(args)
-        with quiet(getattr(args, "quiet", False)):  # progress bars are decided here, once
-            args.handler(args)
+        else:
+            apply_preset(args)
+            check_output_directories(args)
+            check_tracking(args)
+            check_user_files(args)
+            with quiet(getattr(args, "quiet", False)):  # progress bars are decided here, once
+                args.handler(args)
         finished = True
     except LincorrError as error:
         finished = True
-        return report_error(error, rank=team.rank if team is not None and not team.is_main else None)
+        status = report_error(error, rank=team.rank if team is not None and not team.is_main else None)
     except BrokenPipeError:
         # The reader went away (`| head`): the command is over; `lincorr.__main__` ends the process quietly.
         finished = True
@@ -103,12 +103,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         finished = True
         # Raised while writing: staged outputs and cache temporaries were removed on the way out.
-        return report_error(StorageError(f"{error.strerror}: {error.filename or 'while writing'}; nothing half-written was left; "
-                                         "free space or choose another location"))
+        status = report_error(StorageError(f"{error.strerror}: {error.filename or 'while writing'}; nothing half-written was left; "
+                                           "free space or choose another location"))
     finally:
         record_command(None)  # what this process saves later (as a library) was not written by this command
-        end_run(team, finished)
-    return 0
+        met = end_run(team, finished)
+    if met:
+        end_rank_process(status)
+    return status
 
 
 def join_run(args):
@@ -131,10 +133,13 @@ def serve_run(args, team) -> None:
     serve_collection(team, lambda spec: load_lm(args, spec))
 
 
-def end_run(team, finished: bool) -> None:
-    """Rank 0 tells the others to stop once its command is over; an interrupted or crashed run is ended by the launcher."""
+def end_run(team, finished: bool) -> bool:
+    """Rank 0 tells the others to stop once its command is over; an interrupted or crashed run is ended by the launcher.
+
+    Whether every rank got here normally and met the others: then this process ends through `end_rank_process`.
+    """
     if team is None:
-        return
+        return False
     from lincorr.distributed import leave_team
 
     if team.is_main and finished:
@@ -142,6 +147,29 @@ def end_run(team, finished: bool) -> None:
     if finished:
         wait_for_every_rank()
     leave_team(together=False)
+    return finished
+
+
+def end_rank_process(status: int) -> NoReturn:
+    """End a torchrun rank whose ranks have all met at the end of the command, skipping the interpreter's shutdown.
+
+    `destroy_process_group` leaves gloo's threads running (its I/O loop and its two workers stop only with the process), so
+    they would still run while the interpreter and the C++ runtime tear down around them; under load one of them can meet
+    that teardown and abort the rank ("terminate called without an active exception", SIGABRT), and torchrun then stops
+    every other rank, rank 0 included, before it has finished. No rank needs another any more, so the process ends here as
+    a normal exit would for Python code (other threads joined, atexit handlers run, stdout and stderr flushed) and then
+    at once, with `status`, before any of that teardown starts.
+    """
+    import atexit
+    import threading
+
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def wait_for_every_rank() -> None:
