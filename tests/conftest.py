@@ -180,13 +180,17 @@ def origins(bundled, session_cache) -> Context:
     return Context(bundled("gemma-3-270m-q4km"), load_registry(), {"n_train": 80, "n_test": 20, "n_cities": 20, "seed": 0})
 
 
-# pytest-xdist (--dist loadfile) hands the files to its workers in collection order: the longest go first, so that they
-# run beside each other and the short ones fill in around them, rather than one of them starting last on its own.
-# Measured on the 2-core machine on 2026-11-27: grafting about 380 s, the notebooks 230 s, the ordering about 210 s (half
-# its claim's training), the rest 100 s or less. (`make test-fast` hands out single tests, and an idle worker takes
-# queued ones: no order is needed there.)
-LONGEST_FILES_FIRST = ("test_extractive_grafting_integration.py", "test_notebook.py", "test_extractive_ordering_integration.py",
-                       "test_integration.py", "test_readme.py", "test_extractive_integration.py", "test_distributed.py")
+# pytest-xdist (--dist loadfile) hands the files to its workers in collection order, two to each at the start (the
+# first and third to one, the second and fourth to the other), then one to whichever runs short. The longest go first,
+# so that they run beside each other and the short ones fill in around them, rather than one of them starting last on
+# its own; the other worker starts on files that need no bundled model (mypy, the compiled forward) while the first
+# converts gemma-3-270m-q4km, which every model file waits for. Measured in `make test` on the 2-core machine at 2aff548:
+# grafting 267 s, the notebooks 210 s, the ordering 170 s (half its claim's training), the rest 100 s or less.
+# `make test-fast` hands out single tests and lets an idle worker take queued ones; the long ones going first keeps one
+# of them from being the last test left.
+LONGEST_FILES_FIRST = ("test_extractive_grafting_integration.py", "test_types.py", "test_notebook.py", "test_collect.py",
+                       "test_extractive_ordering_integration.py", "test_integration.py", "test_readme.py",
+                       "test_extractive_integration.py", "test_distributed.py")
 
 
 def pytest_collection_modifyitems(items):
