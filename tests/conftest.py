@@ -3,11 +3,15 @@
 No test reads or writes the user's own cache (~/.cache/lincorr or LINCORR_CACHE_DIR): the whole session runs with
 LINCORR_CACHE_DIR pointing into pytest's temporary directory. Unit tests get a fresh cache each; tests of the real
 bundled models (marker `integration`) share one session cache whose `models/` holds the conversions, made on first use
-and kept for the run, and tests that need a cache of their own (another process, a notebook kernel) get one whose
-`models/` links to the same conversions.
+and kept for the run, and whose `logits/` holds the logit tables they collect; tests that need a cache of their own
+(another process) get one whose `models/` links to the same conversions, and its `logits/` to the same tables where
+the test asks for them.
 
 Under pytest-xdist (`make test` runs `-n auto`) each worker has a session cache of its own, but the conversions are made
-once for all workers, under a file lock, in one directory beside theirs; each worker's torch gets its share of the cores,
+once for all workers, under a file lock, in one directory beside theirs, and the tables are kept in another, so a table
+one worker collected (the quickstarts' City->Country on gemma-3-270m-q4km: four tests, about 30 s each to collect) is
+read by the other (tables are keyed by what computed them, the torch threads included, and written whole by a rename,
+so two workers collecting one table at once both write the same file); each worker's torch gets its share of the cores,
 and so do the processes it starts (kernels, torchrun ranks, the CLI), since several processes each spinning on every core
 run slower than one.
 """
@@ -43,12 +47,13 @@ def session_cache(tmp_path_factory) -> Path:
     back on the user's cache.
     """
     root = tmp_path_factory.mktemp("lincorr-cache")
-    if XDIST_WORKERS > 1:  # the workers' base directories share a parent, made for this run
-        models = tmp_path_factory.getbasetemp().parent / "lincorr-models"
-        models.mkdir(exist_ok=True)
-        (root / "models").symlink_to(models, target_is_directory=True)
-    else:
-        (root / "models").mkdir()
+    for section in ("models", "logits"):
+        if XDIST_WORKERS > 1:  # the workers' base directories share a parent, made for this run
+            shared = tmp_path_factory.getbasetemp().parent / f"lincorr-{section}"
+            shared.mkdir(exist_ok=True)
+            (root / section).symlink_to(shared, target_is_directory=True)
+        else:
+            (root / section).mkdir()
     previous = os.environ.get("LINCORR_CACHE_DIR")
     os.environ["LINCORR_CACHE_DIR"] = str(root)
     yield root
@@ -71,10 +76,12 @@ def isolated_cache(request, session_cache, tmp_path_factory, monkeypatch) -> Pat
 
 @pytest.fixture
 def bundled_cache(session_cache, tmp_path_factory):
-    """Make a new, empty cache whose `models/` is the session's converted models: `bundled_cache()` -> its path."""
-    def make() -> Path:
+    """Make a new cache whose `models/` is the session's converted models, empty but for them (or, `tables=True`, for
+    them and the logit tables the run's tests collected): `bundled_cache()` -> its path."""
+    def make(tables: bool = False) -> Path:
         root = tmp_path_factory.mktemp("own-cache")
-        (root / "models").symlink_to(session_cache / "models", target_is_directory=True)
+        for section in ("models", "logits") if tables else ("models",):
+            (root / section).symlink_to(session_cache / section, target_is_directory=True)
         return root
 
     return make

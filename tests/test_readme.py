@@ -53,11 +53,13 @@ def test_version_and_citation_agree_everywhere():
 
 @pytest.fixture
 def fresh_user(tmp_path, bundled_cache, bundled) -> dict:
-    """A new user's environment: an empty home, nothing cached but the bundled models' conversions (made once per run)."""
+    """A new user's environment: an empty home, nothing cached but the bundled models' conversions (made once per run) and
+    the logit tables the run's tests collected: collecting is the integration tests' to check, in this process and in
+    others (tests/test_distributed.py), and the quickstarts' tables cost about 30 s a test to collect again."""
     bundled("gemma-3-270m-q4km")  # converted into the session's cache before the user's cache links to it
     home = tmp_path / "home"
     home.mkdir()
-    return {**os.environ, "HOME": str(home), "LINCORR_CACHE_DIR": str(bundled_cache()), "HF_HUB_OFFLINE": "1"}
+    return {**os.environ, "HOME": str(home), "LINCORR_CACHE_DIR": str(bundled_cache(tables=True)), "HF_HUB_OFFLINE": "1"}
 
 
 @pytest.mark.integration
