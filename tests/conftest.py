@@ -188,15 +188,15 @@ def origins(bundled, session_cache) -> Context:
 
 
 # pytest-xdist (--dist loadfile) hands the files to its workers in collection order, two to each at the start (the
-# first and third to one, the second and fourth to the other), then one to whichever runs short. The longest go first,
-# so that they run beside each other and the short ones fill in around them, rather than one of them starting last on
-# its own; the other worker starts on files that need no bundled model (mypy, the compiled forward) while the first
-# converts gemma-3-270m-q4km, which every model file waits for. Measured in `make test` on the 2-core machine at 2aff548:
-# grafting 267 s, the notebooks 210 s, the ordering 170 s (half its claim's training), the rest 100 s or less.
-# `make test-fast` hands out single tests and lets an idle worker take queued ones; the long ones going first keeps one
-# of them from being the last test left.
-LONGEST_FILES_FIRST = ("test_extractive_grafting_integration.py", "test_types.py", "test_notebook.py", "test_collect.py",
-                       "test_extractive_ordering_integration.py", "test_integration.py", "test_readme.py",
+# first and third to one, the second and fourth to the other), then one to whichever runs short. The two longest go to
+# one worker, which also converts gemma-3-270m-q4km; the other starts on files that need no bundled model (mypy, the
+# compiled forward) while it converts, then takes the rest as it runs short, so that no long file is the last one left.
+# Measured in `make test` on the 2-core machine at 5e97814: grafting 294 s, the ordering 153 s (half its claim's
+# training), the notebooks 213 s, the rest 100 s or less; with the notebooks handed out at the start beside grafting, the
+# other worker ran out of work about 3 minutes before the first. `make test-fast` hands out single tests and lets an
+# idle worker take queued ones; the long ones going first keeps one of them from being the last test left.
+LONGEST_FILES_FIRST = ("test_extractive_grafting_integration.py", "test_types.py", "test_extractive_ordering_integration.py",
+                       "test_collect.py", "test_notebook.py", "test_integration.py", "test_readme.py",
                        "test_extractive_integration.py", "test_distributed.py")
 
 
