@@ -37,7 +37,7 @@ PYTEST_WORKERS ?= auto
 PYTEST := HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS)
 
 test: setup chromium
-	$(PYTEST) --dist loadfile --durations=20
+	$(PYTEST) --dist loadfile --no-loadscope-reorder --durations=20
 
 # No real model, no other process, no browser: the unit tests alone.
 test-fast: setup

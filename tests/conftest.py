@@ -187,7 +187,8 @@ def origins(bundled, session_cache) -> Context:
     return Context(bundled("gemma-3-270m-q4km"), load_registry(), {"n_train": 80, "n_test": 20, "n_cities": 20, "seed": 0})
 
 
-# pytest-xdist (--dist loadfile) hands the files to its workers in collection order, two to each at the start (the
+# pytest-xdist (--dist loadfile --no-loadscope-reorder; by default it puts the files with the most tests first, which
+# left these single-test files for the end) hands the files to its workers in collection order, two to each at the start (the
 # first and third to one, the second and fourth to the other), then one to whichever runs short. The two longest go to
 # one worker, which also converts gemma-3-270m-q4km; the other starts on files that need no bundled model (mypy, the
 # compiled forward) while it converts, then takes the rest as it runs short, so that no long file is the last one left.
