@@ -193,8 +193,7 @@ def origins(bundled, session_cache) -> Context:
 # one worker, which also converts gemma-3-270m-q4km; the other starts on files that need no bundled model (mypy, the
 # compiled forward) while it converts, then takes the rest as it runs short, so that no long file is the last one left.
 # Measured in `make test` on the 2-core machine at 5e97814: grafting 294 s, the ordering 153 s (half its claim's
-# training), the notebooks 213 s, the rest 100 s or less; with the notebooks handed out at the start beside grafting, the
-# other worker ran out of work about 3 minutes before the first. `make test-fast` hands out single tests and lets an
+# training), the notebooks 213 s, the rest 100 s or less. `make test-fast` hands out single tests and lets an
 # idle worker take queued ones; the long ones going first keeps one of them from being the last test left.
 LONGEST_FILES_FIRST = ("test_extractive_grafting_integration.py", "test_types.py", "test_extractive_ordering_integration.py",
                        "test_collect.py", "test_notebook.py", "test_integration.py", "test_readme.py",
