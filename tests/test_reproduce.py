@@ -14,7 +14,7 @@ import pytest
 
 import lincorr.reproduce.runner as runner
 import lincorr.reproduce.verdicts as verdicts
-from lincorr import cache
+from lincorr import cache, strict_json
 from lincorr.bundled import find_bundled
 from lincorr.cli import main
 from lincorr.knowledge import load_registry
@@ -22,7 +22,8 @@ from lincorr.reproduce import BUDGETS, ReproductionResult, load_paper, reproduce
 from lincorr.reproduce.claims import Claim, Paper
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.steps import STEPS
-from lincorr.reproduce.verdicts import TARGET_POWER, binomial_above, fisher_greater, judge, mcnemar_gain, paired_greater, ranks_greater
+from lincorr.reproduce.verdicts import (TARGET_POWER, binomial_above, correlation_above, fisher_greater, judge, mcnemar_gain, paired_greater,
+                                        ranks_greater)
 from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -350,3 +351,15 @@ def test_no_committed_claim_is_not_reproduced_without_the_power_to_see_its_effec
             if claim.verdict == "not reproduced":
                 interval, interest = claim.detail["interval"], claim.detail["interest"]
                 assert claim.power >= TARGET_POWER or interval[1] < interest, f"{name}: power {claim.power}, interval {interval}"
+
+
+def test_a_test_over_non_finite_numbers_is_made_again_from_its_saved_json():
+    """JSON has no NaN or infinity, and saving writes null for them: a recipe tags them instead, so a correlation over
+    constant data (r and p undefined) or values with an infinity are made again as measured, not refused for a null."""
+    tests = [correlation_above("r", float("nan"), float("nan"), 10, "items", 0.3),
+             paired_greater([1.0, float("nan"), 3.0, float("inf"), 5.0, 6.0], [0.0, 1.0, 1.0, 2.0, float("-inf"), 1.0], interest=0.1)]
+    for test in tests:
+        saved = strict_json.dumps(test.summary())
+        again = verdicts.Test.from_summary(json.loads(saved))
+        assert strict_json.dumps(again.summary()) == saved and judge(again) == judge(test)
+    assert tests[0].recipe["arguments"]["r"] == {"float": "nan"} and tests[1].recipe["arguments"]["controls"][4] == {"float": "-inf"}

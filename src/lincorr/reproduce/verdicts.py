@@ -13,9 +13,9 @@ one, lies above 0 (a p-value from a permutation of one thing does not outweigh a
 units that includes no effect; for a claim about each of its parts, every part's interval); a
 significant p beside such an interval is `inconclusive`; `not reproduced` only when the
 test could have seen the effect of interest (power at least TARGET_POWER at the level the claim is
-judged at); otherwise `inconclusive`, with the number of independent units that would reach
-TARGET_POWER where it can be read off (`units_needed`). An interval that excludes the effect of interest is shown, not counted: it is a 95%
-interval, unadjusted for the claims of the run, and power already says what the test could see.
+judged at); otherwise `inconclusive`, with the number of independent units that would reach TARGET_POWER where it can
+be read off (`units_needed`). An interval that excludes the effect of interest is shown, not counted: it is a 95% interval,
+unadjusted for the claims of the run, and power already says what the test could see.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import inspect
 import math
 import typing
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import scipy.stats
@@ -84,12 +83,11 @@ class Test:
             check_readable(test.summary(), f"the test its {row['recipe']['test']} recipe makes")
             return test
         check_readable(row, "the stored test")
-        fields: dict[str, Any] = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
+        fields: dict[str, typing.Any] = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
         fields["interval"] = tuple(fields["interval"]) if fields["interval"] is not None else None
         fields["power"] = tuple(tuple(pair) for pair in fields["power"]) if fields["power"] is not None else None
         fields["parts"] = tuple(cls.from_summary(part) for part in row.get("parts") or ())
-        fields["unit"] = fields["unit"] or ""
-        fields["every_part"] = bool(fields["every_part"])
+        fields["unit"], fields["every_part"] = fields["unit"] or "", bool(fields["every_part"])
         return cls(**fields)
 
     def power_at(self, alpha: float) -> float | None:
@@ -154,25 +152,27 @@ def tests_taken(constructor: Callable[..., Test]) -> dict[str, bool]:
     return {name: hint is not Test for name, hint in hints.items()}
 
 
-def as_json(value: Any) -> Any:
-    """An argument of a test constructor as JSON: arrays and tuples as lists, numpy scalars as numbers, a Test as its recipe."""
+NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # JSON has none (null is no number to a constructor)
+
+
+def as_json(value: typing.Any) -> typing.Any:
+    """An argument of a test constructor as JSON: lists for arrays and tuples, {"float": "nan"} and so on (NON_FINITE), recipes."""
     if isinstance(value, Test):
         if value.recipe is None:
             raise ValueError(f"the test {value.name!r} has no recipe: make it with a constructor of lincorr.reproduce.verdicts")
         return {"recipe": value.recipe}
-    if isinstance(value, np.ndarray):
-        return value.tolist()
+    value = value.tolist() if isinstance(value, (np.ndarray, np.generic)) else value
     if isinstance(value, (list, tuple)):
         return [as_json(item) for item in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
+    return {"float": str(value)} if isinstance(value, float) and not math.isfinite(value) else value
 
 
-def from_json(value: Any) -> Any:
-    """`as_json` undone: a recipe becomes its Test again; lists stay lists (every constructor reads them as arrays)."""
+def from_json(value: typing.Any) -> typing.Any:
+    """`as_json` undone: a recipe becomes its Test, a tagged number a float; lists stay lists (constructors read them as arrays)."""
     if isinstance(value, dict) and set(value) == {"recipe"}:
         return rebuilt(value["recipe"])
+    if isinstance(value, dict) and set(value) == {"float"} and value["float"] in NON_FINITE:
+        return NON_FINITE[value["float"]]
     if isinstance(value, list):
         return [from_json(item) for item in value]
     return value
@@ -240,10 +240,10 @@ def interval_above_zero(test: Test) -> bool:
 def units_needed(test: Test, power: float | None, alpha: float | None) -> int | None:
     """About how many independent units would give TARGET_POWER at `alpha`, the level `power` was read at: the test's
     noncentrality read off its power (exact for a z-test, an approximation for the exact tests) grows with the square root
-    of the units. None once it has TARGET_POWER, and None past MOST_UNITS_FACTOR times its units, a reporting limit:
-    there the power is within a few times `alpha`, the budget is an extrapolation a hundredfold past what was measured,
-    and for an exact test the noncentrality read off its stepped power is near 0 and swings by thousands of units for
-    one count more or less."""
+    of the units. None once it has TARGET_POWER, and None past MOST_UNITS_FACTOR times its units, a reporting limit: there
+    the power is within a few times `alpha`, the budget is an extrapolation a hundredfold past what was measured, and for an
+    exact test the noncentrality read off its stepped power is near 0 and swings by thousands of units for one count more or
+    less."""
     if power is None or alpha is None or not test.units or not math.isfinite(power):
         return None
     if power >= TARGET_POWER:
