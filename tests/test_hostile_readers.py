@@ -391,6 +391,10 @@ STATUS_CASES = {
     "no-paper": (edited_reproduction(lambda d: d.pop("paper")), "paper is missing"),
     "step-a-list": (edited_reproduction(lambda d: d["claims"][0].__setitem__("step", ["peng_logits"])),
                     "claims[0].step is a list of 1, not text or null"),
+    # a claim twice, or another paper's, would join the run's family of p-values
+    "a-claim-twice": (edited_reproduction(lambda d: d["claims"].append(d["claims"][0])), "the claim peng.table2 is there twice"),
+    "another-papers-claims": (edited_reproduction(lambda d: d.__setitem__("paper", "feng")), "the claim peng.table2 is not one of feng's"),
+    "no-such-paper": (edited_reproduction(lambda d: d.__setitem__("paper", "smith")), "the paper 'smith' is none of feng, merullo, peng"),
     "nested-100000": (b"[" * 100_000, f"lincorr reads structures up to {MAX_NESTING} levels"),
     "fifo": ("fifo", "is a FIFO (named pipe), not a file"),
     "link-to-dev-zero": ("/dev/zero", "is a character device, not a file"),
@@ -434,8 +438,8 @@ def test_the_report_shows_any_json_number_and_any_published_rows(tmp_path):
 
     document = reproduction_document()
     claim = document["claims"][0]
-    claims = [{**claim, "id": f"c{i}", "p_value": p} for i, p in enumerate((HUGE, float("nan"), float("inf"), float("-inf"), -0.5, 2.0))]
-    claims.append({**claim, "id": "row-value-an-object", "paper": {**claim["paper"], "rows": [{"label": "A->B", "hit": {"r": [HUGE]}}]},
+    claims = [{**claim, "id": f"peng.c{i}", "p_value": p} for i, p in enumerate((HUGE, float("nan"), float("inf"), float("-inf"), -0.5, 2.0))]
+    claims.append({**claim, "id": "peng.row-value-an-object", "paper": {**claim["paper"], "rows": [{"label": "A->B", "hit": {"r": [HUGE]}}]},
                    "ours": {"relations": {"A->B": {"hit": {"r": -HUGE}}}}})
     run = tmp_path / "run"
     run.mkdir()

@@ -178,6 +178,8 @@ def test_a_saved_reproduction_is_judged_again_by_the_current_tests(planted, llam
     (tmp_path / "run" / "reproduction.json").write_text(json.dumps(saved))
     assert main(["reproduce", "--rejudge", str(tmp_path / "run"), "--out", str(tmp_path / "third")]) == 2
     assert "cannot be made again" in one_error_line(capsys) and not (tmp_path / "third").exists()
+    assert main(["reproduce", "--rejudge", str(tmp_path / "run"), "--out", str(tmp_path / "run" / "again")]) == 2
+    assert "inside the reproduction it judges" in one_error_line(capsys) and not (tmp_path / "run" / "again").exists()
 
 
 @pytest.mark.parametrize("arguments, message", [

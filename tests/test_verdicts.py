@@ -15,6 +15,7 @@ import scipy.stats
 
 import lincorr.reproduce.power as power
 import lincorr.reproduce.verdicts as verdicts
+from lincorr.reproduce.runner import holm
 
 from lincorr.reproduce.verdicts import (
     ALPHA,
@@ -24,7 +25,6 @@ from lincorr.reproduce.verdicts import (
     bootstrap_greater,
     correlation_above,
     fisher_greater,
-    holm,
     judge,
     mcnemar_gain,
     paired_greater,
@@ -325,7 +325,13 @@ def test_every_test_is_made_again_from_its_stored_recipe():
                                     {"test": "untestable", "arguments": {"name": [1]}},
                                     {"test": "mcnemar_gain", "arguments": {"before": [True], "after": [True, False], "interest": 0.2}},
                                     {"test": "correlation_above", "arguments": {"name": "r", "r": 0.5, "p_value": None, "units": 10,
-                                                                                "unit": "items", "interest": 0.1}}])
+                                                                                "unit": "items", "interest": 0.1}},
+                                    # a name that is no text; counts past 2**53 (scipy's quantile never returned) or not whole
+                                    {"test": ["binomial_above"], "arguments": {}},
+                                    {"test": "binomial_above", "arguments": {"successes": 3, "trials": 10**18, "chance": 0.1, "interest": 0.5}},
+                                    {"test": "fisher_greater", "arguments": {"hits": 3.7, "n": 10, "control_hits": 1, "control_n": 10}},
+                                    {"test": "bootstrap_greater", "arguments": {"estimate": 0.1, "resampled": [0.1, 0.2], "what": "x",
+                                                                                "units": {"float": "inf"}}}])
 def test_a_recipe_that_names_no_test_or_wrong_arguments_is_refused(recipe):
     with pytest.raises(ValueError):
         verdicts.Test.from_summary({"recipe": recipe})
@@ -354,6 +360,7 @@ STORED = {"name": "binomial", "statistic": 0.5, "p_value": 0.01, "direction_hold
     ({**STORED, "p_value": None}, "p_value is null"), ({**STORED, "p_value": 2}, "p_value is 2, not a probability"),
     ({**STORED, "interval": "ab"}, "interval is text"), ({**STORED, "power": [1, 2]}, "power is a list of 2"),
     ({**STORED, "parts": "ab"}, "parts is text"), ({**STORED, "parts": [{}]}, "name is missing"),
+    ({**STORED, "units": float("inf"), "power": [[0.05, 0.5]]}, "units is inf, not a count"),
 ])
 def test_a_stored_test_without_a_recipe_that_judge_could_not_read_is_refused(row, message):
     with pytest.raises(ValueError, match=re.escape(message)):

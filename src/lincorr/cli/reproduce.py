@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from lincorr.cli.options import (
     add_collect_settings,
     add_command,
@@ -84,6 +87,10 @@ def rejudge(args) -> None:
     from lincorr.reproduce import ReproductionResult
 
     result = ReproductionResult.load(args.rejudge)
+    source = Path(args.rejudge).resolve()  # it was read, so it resolves
+    if args.out and source.is_dir() and (source == (out := Path(os.path.realpath(args.out))) or source in out.parents):
+        raise UsageError(f"--out {args.out} lies inside the reproduction it judges ({args.rejudge}); write it elsewhere, "
+                         f"e.g. --out {source.parent / (source.name + '-rejudged')}")
     stale = result.stale_claims()
     if stale:
         raise UsageError(f"{args.rejudge}: {len(stale)} claims were measured by code that has changed since ({', '.join(c.id for c in stale[:5])}"

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
+import numpy as np
+
 from lincorr.bundled import machine_memory
 from lincorr.cache import stored_result
 from lincorr.collection import CollectSettings
@@ -35,7 +37,7 @@ from lincorr.reproduce.series import series_key
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS, step_module
 from lincorr.report.effects import effect_text
-from lincorr.reproduce.verdicts import ALPHA, Test, holm, judge
+from lincorr.reproduce.verdicts import ALPHA, Test, judge
 from lincorr.reproduction_file import RESULT_FILE, VERDICTS, read_reproduction_file
 from lincorr.results import record, summary_frame
 
@@ -114,6 +116,18 @@ def retested(claim: ClaimResult) -> ClaimResult:
     except ValueError as error:
         raise ValueError(f"claim {claim.id}: {error}") from None
     return dataclasses.replace(claim, test=test.name, statistic=test.statistic, p_value=test.p_value, detail=test.summary(), variant=variant)
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjustment: the k-th smallest p times (m - k + 1), kept monotone, capped at 1."""
+    order = np.argsort(p_values, kind="stable")
+    m = len(order)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(p_values[index])))
+        adjusted[index] = running
+    return adjusted
 
 
 def judged(claims: Sequence[ClaimResult]) -> tuple[ClaimResult, ...]:

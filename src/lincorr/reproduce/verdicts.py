@@ -8,7 +8,7 @@ that effect at this budget, over a grid of significance levels (`power`), so the
 it at the level a claim is judged at once it knows how many claims share the run.
 
 `judge` is the only rule that reads a test: `reproduced` when the effect points the paper's way,
-the p-value adjusted across the run (`holm`) is below ALPHA and the effect's interval, where it has
+the p-value adjusted across the run (`runner.holm`) is below ALPHA and the effect's interval, where it has
 one, lies above 0 (a p-value from a permutation of one thing does not outweigh an interval over the
 units that includes no effect; for a claim about each of its parts, every part's interval); a
 significant p beside such an interval is `inconclusive`; `not reproduced` only when the
@@ -38,6 +38,7 @@ TARGET_POWER = 0.8
 # The most units, in multiples of a test's own, that `units_needed` reads off its power: it takes a power of 1.6 times
 # the level at 0.05, 2.7 times at 0.05/13, 3.1 times at 0.05/26.
 MOST_UNITS_FACTOR = 100
+MOST_EXACT_COUNT = 2**53  # the largest count a float64 holds exactly; past it scipy's binomial quantiles never converge
 Z_95 = float(scipy.stats.norm.ppf(0.975))
 # A test as `judge` reads it, checked wherever one is read back (`Test.from_summary`): a stored claim may come from anyone.
 STORED_TEST = {"name": TEXT, "statistic": NUMBER, "p_value": REAL, "direction_holds": bool, "effect": Maybe(NUMBER),
@@ -112,6 +113,8 @@ def check_readable(row: object, what: str) -> None:
         problem = f"p_value is {row['p_value']}, not a probability"
     if not problem and any(not (0 < level <= 1 and 0 <= power <= 1) for level, power in row.get("power") or ()):
         problem = "power holds a pair that is no (level, power) of two probabilities"
+    if not problem and row.get("units") is not None and not 0 <= row["units"] <= MOST_EXACT_COUNT:
+        problem = f"units is {row['units']}, not a count of independent units"
     if problem:
         raise ValueError(f"{what} is not one lincorr can judge: {problem}")
 
@@ -181,7 +184,7 @@ def from_json(value: typing.Any) -> typing.Any:
 def rebuilt(recipe: dict) -> Test:
     """The Test a recipe makes with the current code; a recipe that names no constructor, or whose arguments the
     constructor refuses, raises ValueError."""
-    if not isinstance(recipe, dict) or recipe.get("test") not in CONSTRUCTORS or not isinstance(recipe.get("arguments"), dict):
+    if not isinstance(recipe, dict) or str(recipe.get("test")) not in CONSTRUCTORS or not isinstance(recipe.get("arguments"), dict):
         raise ValueError(f"not a recipe of a lincorr test: {str(recipe)[:200]}")
     constructor = CONSTRUCTORS[recipe["test"]]
     try:
@@ -256,24 +259,13 @@ def units_needed(test: Test, power: float | None, alpha: float | None) -> int | 
     return int(math.ceil(test.units * factor))
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment: the k-th smallest p times (m - k + 1), kept monotone, capped at 1."""
-    order = np.argsort(p_values, kind="stable")
-    m = len(order)
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * float(p_values[index])))
-        adjusted[index] = running
-    return adjusted
-
-
 @recorded
 def binomial_above(successes: int, trials: int, chance: float, what: str = "hits", interest: float | None = None) -> Test:
     """More `successes` out of `trials` than a rate of `chance` gives (exact binomial, one-sided). The effect is the rate
     above chance with its Clopper-Pearson interval; `interest` a rate above chance, its power exact."""
-    result = scipy.stats.binomtest(int(successes), int(trials), float(chance), alternative="greater")
-    ci = scipy.stats.binomtest(int(successes), int(trials), float(chance)).proportion_ci(0.95)  # two-sided: both ends say something
+    successes, trials = count(successes, "successes"), count(trials, "trials")
+    result = scipy.stats.binomtest(successes, trials, float(chance), alternative="greater")
+    ci = scipy.stats.binomtest(successes, trials, float(chance)).proportion_ci(0.95)  # two-sided: both ends say something
     power = None
     if interest is not None:
         alternative = min(chance + interest, 1.0)
@@ -309,6 +301,8 @@ def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: s
     The effect is the difference of rates with Newcombe's hybrid score interval (Wilson's for each rate: sound where an
     arm is small or its rate 0 or 1); the power, at `interest` above the control's rate, is exact: both arms drawn as
     binomials at those rates, the share of outcomes whose Fisher p clears each level."""
+    hits, n = count(hits, "hits"), count(n, "n")
+    control_hits, control_n = count(control_hits, "control hits"), count(control_n, "control n")
     table = [[hits, n - hits], [control_hits, control_n - control_hits]]
     odds, p = scipy.stats.fisher_exact(table, alternative="greater")
     rate, control_rate = hits / max(n, 1), control_hits / max(control_n, 1)
@@ -318,6 +312,13 @@ def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: s
     power = fisher_power(n, control_n, min(control_rate + interest, 1.0), control_rate) if interest is not None else None
     return Test(f"Fisher exact: {what} {hits}/{n} vs {control_hits}/{control_n}", float(odds), float(p), rate > control_rate,
                 difference, interval, interest, power, n + control_n)
+
+
+def count(value: float, name: str) -> int:
+    """`value` as a count: a whole number from 0 to MOST_EXACT_COUNT (a stored recipe may hold 3.7 or 10**18), else ValueError."""
+    if isinstance(value, bool) or not (float(value).is_integer() and 0 <= value <= MOST_EXACT_COUNT):
+        raise ValueError(f"{name} is {value}, not a whole number from 0 to 2**53")
+    return int(value)
 
 
 def wilson_interval(successes: int, trials: int) -> tuple[float, float]:
@@ -394,8 +395,7 @@ def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Seq
     result = scipy.stats.mannwhitneyu(ours, theirs, alternative="greater")
     auc = float(result.statistic) / (ours.size * theirs.size)
     n1, n2 = ours.size, theirs.size
-    # Hanley-McNeil's variance vanishes at complete separation (0 or 1), where the interval would shrink to a point:
-    # it is read half a pair inside.
+    # Hanley-McNeil's variance vanishes at complete separation (0 or 1), shrinking the interval to a point: read half a pair inside.
     spread = min(max(auc, 0.5 / (n1 * n2)), 1 - 0.5 / (n1 * n2))
     q1, q2 = spread / (2 - spread), 2 * spread**2 / (1 + spread)
     se = math.sqrt(max(spread * (1 - spread) + (n1 - 1) * (q1 - spread**2) + (n2 - 1) * (q2 - spread**2), 1e-12) / (n1 * n2))
