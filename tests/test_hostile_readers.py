@@ -394,7 +394,8 @@ STATUS_CASES = {
     # a claim twice, or another paper's, would join the run's family of p-values
     "a-claim-twice": (edited_reproduction(lambda d: d["claims"].append(d["claims"][0])), "the claim peng.table2 is there twice"),
     "another-papers-claims": (edited_reproduction(lambda d: d.__setitem__("paper", "feng")), "the claim peng.table2 is not one of feng's"),
-    "no-such-paper": (edited_reproduction(lambda d: d.__setitem__("paper", "smith")), "the paper 'smith' is none of feng, merullo, peng"),
+    "no-such-paper": (edited_reproduction(lambda d: d.update(paper="smith", claims=[{**c, "id": "smith." + c["id"]} for c in d["claims"]])),
+                      "the paper 'smith' is none of feng, merullo, peng"),
     "nested-100000": (b"[" * 100_000, f"lincorr reads structures up to {MAX_NESTING} levels"),
     "fifo": ("fifo", "is a FIFO (named pipe), not a file"),
     "link-to-dev-zero": ("/dev/zero", "is a character device, not a file"),

@@ -31,14 +31,14 @@ from lincorr.outputs import staged_directory, write_json, write_text_atomic
 from lincorr.progress import progress_bar
 from lincorr.reading import human_size
 from lincorr.provenance import code_digest
-from lincorr.reproduce.claims import BUDGETS, Claim, load_paper
+from lincorr.reproduce.claims import BUDGETS, Claim, known_papers, load_paper
 from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
 from lincorr.reproduce.series import series_key
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS, step_module
 from lincorr.report.effects import effect_text
 from lincorr.reproduce.verdicts import ALPHA, Test, judge
-from lincorr.reproduction_file import RESULT_FILE, VERDICTS, read_reproduction_file
+from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE, VERDICTS, read_reproduction_file
 from lincorr.results import record, summary_frame
 
 # One line per finished claim at INFO (`lincorr -v`): the progress of a run whose output is a log, where no bar is drawn.
@@ -228,7 +228,10 @@ class ReproductionResult:
     def load(cls, directory) -> ReproductionResult:
         """A reproduction saved by `save` (or its reproduction.json alone, as docs/reproductions/ keeps it)."""
         path = Path(directory)
-        data = read_reproduction_file(path / RESULT_FILE if path.is_dir() else path)
+        file = path / RESULT_FILE if path.is_dir() else path
+        data = read_reproduction_file(file)
+        if data["paper"] not in known_papers():  # its claims would be judged as if they were one of these papers'
+            raise InputError(f"{file}: the paper {data['paper']!r} is none of {', '.join(known_papers())}; {REPRODUCTION.remedy}")
         return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
                    tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""), data.get("seconds"),
                    data.get("measured"))
