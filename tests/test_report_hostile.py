@@ -20,7 +20,7 @@ from helpers.cli_errors import one_error_line, spy_on_errors
 from helpers.strangers import rewrite_json, write_runs_with_strangers_words
 
 from lincorr.cli import main
-from lincorr.errors import InputError, OutputError, StorageError
+from lincorr.errors import InputError, OutputError, StorageError, UsageError
 from lincorr.filesystem import OUTPUT_MARKER
 from lincorr.reading import MAX_NESTING
 from lincorr.report import build_report, read_run
@@ -192,6 +192,7 @@ DAMAGES = {
                             "layers[0] is an object, not text or a number"),
     "fifo-beside-the-run": ("lens", "other.json", lambda path: os.mkfifo(path), "is a FIFO (named pipe), not a file"),
     "png-a-directory": ("lens", "lens.png", left_only_its_png, "is a directory, not a file"),
+    "scale-note-a-number": ("scale", "scale.json", edited(lambda s: s.__setitem__("note", 5)), "note is a whole number, not text or null"),
 }
 
 
@@ -245,3 +246,13 @@ def test_what_a_stranger_states_sizes_nothing_and_links_no_word_outside_the_doma
     cases, = read_run(runs["cases"])
     tables = [block for block in cases.blocks if isinstance(block, Table)]
     assert [len(table.columns) for table in tables] == [1 + 3] and tables[0].title.startswith(f"tiny_city -> tiny_country: top-{10**12} ")
+
+
+def test_a_scale_note_without_its_series_reads_and_a_run_named_twice_is_refused(tiny_runs, tmp_path):
+    run = Path(shutil.copytree(tiny_runs["scale"], tmp_path / "run"))
+    edited(lambda s: (s.pop("size_series", None), s.__setitem__("note", "a stranger's note")))(run / "scale.json")
+    assert "a stranger" in build_report([run]).html()
+    (tmp_path / "link").symlink_to(run)
+    for twice in ([run, f"{run}/"], [str(tmp_path / "link"), run]):  # spelt apart, one directory: it would show twice
+        with pytest.raises(UsageError, match="are the same run directory; name it once"):
+            build_report(twice)

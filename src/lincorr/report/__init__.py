@@ -11,9 +11,10 @@ The static PNGs stay what the studies write for papers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
-from lincorr.errors import LincorrError
+from lincorr.errors import LincorrError, UsageError
 from lincorr.report.page import Report, Section, check_report_file
 from lincorr.report.runs import read_run
 
@@ -27,5 +28,10 @@ def build_report(run_dirs: Sequence, *, title: str = "lincorr report") -> Report
     """
     if not run_dirs:
         raise LincorrError("name at least one run directory (the --out of a lincorr command)")
+    named: dict[str, int] = {}
+    for index, directory in enumerate(run_dirs):  # however each is spelt (a trailing slash, a link): a run shown twice
+        first = named.setdefault(os.path.realpath(directory), index)
+        if first != index:
+            raise UsageError(f"{directory} and {run_dirs[first]} are the same run directory; name it once")
     sections = [section for directory in run_dirs for section in read_run(directory)]
     return Report(title, tuple(sorted(sections, key=lambda section: section.study != "reproduce")))

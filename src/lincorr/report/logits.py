@@ -206,7 +206,8 @@ def read_lre(directory: Path) -> Section:
     return Section(f"LRE precision on {table['model']}", "lre", str(directory), read_provenance(directory, table), tuple(blocks))
 
 
-SCALE = {"models": Items({"model": TEXT, "n_parameters": REAL}), "rows": Items(PRECISION_ROW | {"model": TEXT})}
+SCALE = {"models": Items({"model": TEXT, "n_parameters": REAL}), "rows": Items(PRECISION_ROW | {"model": TEXT}),
+         "size_series": Maybe((TEXT, NULL)), "note": Maybe((TEXT, NULL))}
 
 
 def read_scale(directory: Path) -> Section:
@@ -228,7 +229,7 @@ def read_scale(directory: Path) -> Section:
                                                  x_name="model", y_name="r / Hit@N", y_range=(0, 1.02))))
     blocks.append(hit_table([{**row, "label": f"{row['label']} on {row['model']}"} for row in scale["rows"]], "every model, relation and estimator"))
     if scale.get("note"):
-        blocks.append(KeyNumbers((("size series", f"{scale['size_series']}: {scale['note']}"),)))
+        blocks.append(KeyNumbers((("size series", ": ".join(filter(None, (scale.get("size_series"), scale["note"])))),)))
     return Section(f"scale: {', '.join(m['model'] for m in scale['models'])}", "scale", str(directory),
                    read_provenance(directory, scale, model=", ".join(models)), tuple(blocks))
 
