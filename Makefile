@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # build, which includes CUDA. Bring your own build by installing torch first.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup chromium demo test test-fast test-isa bench clean
+.PHONY: setup chromium demo test test-fast test-isa bench reproductions clean
 
 setup: $(VENV)/.installed
 
@@ -54,6 +54,12 @@ test-isa: setup
 bench: setup
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_core.py
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/bench_training.py
+
+# The committed reproductions measured again where code their claims ran has changed (`lincorr reproduce --status
+# docs/reproductions` lists them first), then the documents' claim tables made again from them. Resumes after a stop.
+reproductions: setup
+	HF_HUB_OFFLINE=1 $(BIN)/lincorr reproduce --refresh docs/reproductions
+	$(BIN)/python docs/reproductions.py --write
 
 clean:
 	rm -rf $(VENV) lincorr-out .isa-cache

@@ -36,8 +36,17 @@ def cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def code_cell(record: dict | None) -> str:
+    """How much code a claim's record names: the units it ran, or the whole modules of a claim measured before lincorr
+    recorded what ran (any edit to one of them makes it stale)."""
+    if not record:
+        return ""
+    whole = all(unit.endswith(":*") for unit in record)
+    return f"{len(record)} whole modules" if whole else f"{len(record)} units"
+
+
 def block(path: Path) -> str:
-    """One reproduction's claim table, with its budget, and the code digest and date of each claim."""
+    """One reproduction's claim table, with its budget, and what each claim's record of code holds and when it was measured."""
     run = json.loads(path.read_text(encoding="utf-8"))
     provenance = path.with_suffix(".provenance.json")
     counts = {v: sum(c["verdict"] == v for c in run["claims"]) for v in VERDICTS}
@@ -61,7 +70,7 @@ def block(path: Path) -> str:
         lines[0] += f" Claims added to the paper's list since this run, not in it: {', '.join(added)}."
     for c in run["claims"]:
         ours = c["ours_text"] if c["verdict"] != "not applicable" else c["reason"]
-        code = f"`{c['code_digest'][:10]}`" if c["code_digest"] else ""
+        code = code_cell(c["code"])
         measured = (c["measured_at"] or "")[:10]
         effect = effect_text(c.get("detail"), c.get("power"), c.get("units_needed"))
         lines.append(f"| {c['id']} | {cell(c['where'])} | {cell(published_cell(c['paper']))} | {cell(ours)} | {cell(c['test'])} "

@@ -75,7 +75,7 @@ def reproduction_document() -> dict:
                  "rows": [{"label": "A->B", "source": "a", "target": "b", "hit": [0.4, 0.5]}], "values": {"r": 0.9}}
     claims = (ClaimResult("peng.table2", "Table 2", "W is precise", published, {"relations": {"A->B": {"ols": {"hit": [0.3]}}}},
                           "0.3", "binomial", 2.5, 0.01, "reproduced", "", {"test": "t", "p_value": 0.2}, "peng_logits.table2",
-                          "abc", "2026-01-01T00:00:00+00:00", 1.5,
+                          {"lincorr.reproduce.steps:STEPS": "abc"}, "2026-01-01T00:00:00+00:00", 1.5,
                           binomial_above(12, 40, 0.1, "hits", interest=0.3).summary(), 0.02, 0.7, 60, "the paper's Hit@1"),
               ClaimResult("peng.fig2", "Fig. 2", "a diagram", {}, {}, "", "", None, None, "not applicable", "a diagram"))
     return ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", claims).summary()
@@ -161,11 +161,13 @@ OWN_FILES = {
     "lincorr.cli.values": "--model-kwargs, JSON typed on the command line, not a file",
     "lincorr.bundled": "bundled.yaml, shipped in the package, and the chunk packages' data files, each checked by its sha256",
     "lincorr.cache": "cache entries lincorr wrote; an unreadable one is recomputed",
+    "lincorr.checkpoints": "fine-tuned checkpoints lincorr wrote in the cache; an unreadable one is trained again",
     "lincorr.distributed": "messages between lincorr's own ranks",
     "lincorr.filesystem": "the cache's own JSON and /proc/self/status",
     "lincorr.paper": "paper.yaml, shipped in the package",
     "lincorr.reproduce.claims": "the claims files shipped in the package (tests/test_reproduce.py reads every one)",
-    "lincorr.provenance": "lincorr's own source, for the code digest",
+    "lincorr.provenance": "lincorr's own source, for what its code computes",
+    "lincorr.recording": "lincorr's own source and the package's data files, for the records of the code a result ran",
     "lincorr.models": "a GGUF's header, read by models.check_gguf_file against the file's size",
     "lincorr.outputs": "writing a CSV",
     "lincorr.cli": "/dev/null for stdout",
@@ -430,7 +432,8 @@ def test_reproduce_status_reads_a_reproduction_behind_a_byte_order_mark(tmp_path
 
     (tmp_path / "reproduction.json").write_bytes(codecs.BOM_UTF8 + json.dumps(reproduction_document()).encode("utf-8"))
     assert main(["reproduce", "--status", str(tmp_path), "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"paper": "peng", "model": "tiny", "stale": ["peng.table2"]}
+    assert json.loads(capsys.readouterr().out) == {"file": str(tmp_path / "reproduction.json"), "paper": "peng", "model": "tiny",
+                                                   "stale": ["peng.table2"], "changed": {"peng.table2": ["its step peng_logits.table2 (gone)"]}}
 
 
 def test_the_report_shows_any_json_number_and_any_published_rows(tmp_path):
@@ -470,3 +473,44 @@ def test_a_wrong_kind_of_value_in_a_linear_maps_header_is_named(tmp_path):
         damaged = replaced(header, tuple(field.split(".")), value)
         path.write_bytes(save(arrays, metadata={"lincorr": json.dumps(damaged)}))
         refused(READERS["linear map file"], path, f"{field} = {value!r}", field)
+
+
+@pytest.mark.parametrize("shape", [(2**40, 2**40), (2**62, 4), (10**30,)])
+def test_an_array_whose_header_declares_more_than_the_file_holds_is_refused_without_a_warning(tmp_path, shape):
+    """The declared size is counted in Python's integers: numpy's count overflows int64 and warns before it refuses."""
+    import io
+    import warnings
+
+    from lincorr.reading import read_array
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    path = tmp_path / "W.npy"
+    path.write_bytes(header.getvalue() + b"\0" * 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match="its header declares .* bytes of values but the file holds"):
+            read_array(path, "linear map file", "fit it again")
+
+
+@pytest.mark.parametrize(("path", "inside"), [("run", True), ("run/x/report.html", True), ("elsewhere/../run/r.html", True),
+                                              ("link/r.html", True), ("runs/r.html", False), ("r.html", False)])
+def test_a_path_lies_within_a_directory_however_it_is_spelt(tmp_path, monkeypatch, path, inside):
+    from lincorr.filesystem import lies_within
+
+    (tmp_path / "run").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "run")
+    monkeypatch.chdir(tmp_path)
+    assert lies_within(path, "run", "a path") is inside
+    assert lies_within(tmp_path / path, tmp_path / "link", "a path") is inside
+
+
+def test_a_path_through_a_link_loop_is_one_output_error(tmp_path):
+    from lincorr.errors import OutputError
+    from lincorr.filesystem import lies_within
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(OutputError, match="cannot be resolved"):
+        lies_within(tmp_path / "a" / "report.html", tmp_path, "the report")

@@ -14,7 +14,7 @@ import pytest
 
 import lincorr.reproduce.runner as runner
 import lincorr.reproduce.verdicts as verdicts
-from lincorr import cache, strict_json
+from lincorr import recording, strict_json
 from lincorr.bundled import find_bundled
 from lincorr.cli import main
 from lincorr.knowledge import load_registry
@@ -145,8 +145,7 @@ def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypat
     reproduce("peng", llama_lm, registry=load_registry()).save(tmp_path / "run")
     assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stale"] == []
-    monkeypatch.setattr(runner, "code_digest", lambda module, leaving_out=(): "changed")
-    monkeypatch.setattr(cache, "code_digest", lambda module, leaving_out=(): "changed")  # what the cache keys finished claims by
+    monkeypatch.setattr(recording, "unit_hash", lambda unit: "changed")  # every unit of lincorr's code edited
     assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stale"] == ["peng.strong", "peng.weak"]
     before = list(planted)
@@ -162,7 +161,7 @@ def test_a_change_to_how_tests_compute_rejudges_cached_claims_without_measuring_
     again = reproduce("peng", llama_lm, registry=load_registry())
     assert planted == [35, 4] and again.measured == 0, "the claims came from the cache"
     assert again.claims[0].p_value == 1.0 and again.claims[0].verdict != "reproduced"
-    assert again.stale_claims() == [], "a test's module is left out of the claims' code digests"
+    assert again.stale_claims() == [], "a test's module is left out of the claims' code records"
 
 
 def test_a_saved_reproduction_is_judged_again_by_the_current_tests(planted, llama_lm, tmp_path, monkeypatch, capsys):

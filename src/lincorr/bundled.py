@@ -9,7 +9,6 @@ ends in one error naming the package to install, and nothing is left in the cach
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import importlib.metadata
 import logging
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import yaml
 
+from lincorr import recording
 from lincorr.cache import MODELS, cache_directory, conversion_state, converted_model_directory, file_sha256
 from lincorr.errors import ModelError
 from lincorr.filesystem import atomic_file
@@ -82,7 +82,7 @@ class BundledModel:
         return tuple(f"{chunk.package}=={self.version}" for chunk in self.chunks)
 
 
-@functools.cache
+@recording.cache
 def catalogue() -> dict[str, BundledModel]:
     """The bundled models by alias, as bundled.yaml records them."""
     text = resources.files("lincorr").joinpath("bundled.yaml").read_text(encoding="utf-8")
@@ -105,7 +105,7 @@ def find_bundled(spec: str) -> BundledModel | None:
     return None
 
 
-@functools.cache
+@recording.cache
 def renamed_note(old: str, alias: str, quantisation: str) -> None:
     """Says once per process that a model's old name still works (the tokenizer and the model may both look it up)."""
     log.warning("model '%s' is now called '%s' (%s weights); the old name still works", old, alias, quantisation)

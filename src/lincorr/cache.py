@@ -4,9 +4,10 @@ Sections: `models/` (GGUF files converted to safetensors, with `hashes.json`, th
 sha256 of GGUF files), `logits/` (logit tables and the finished pieces of unfinished ones),
 `results/` (finished rows of the training studies' tables) and `checkpoints/` (models fine-tuned
 on facts, the parameters training changed, as safetensors; written and read by `checkpoints.py`). Every entry is named by
-`key_digest` of its key, a dict that holds everything its content depends on; tables and rows
-also hold `provenance.code_digest` of the code computing them (`code_key`). Every write goes
-through `filesystem` (whole or not at all); everything in the cache can be recomputed.
+`key_digest` of its key, a dict that holds everything its content depends on in data; tables, their pieces, rows and
+checkpoints are stored with the record of the code that computed them (`recording`), served only while none of that code
+has changed, and replayed into the record of whatever reuses them. Every write goes through `filesystem` (whole or not at
+all); everything in the cache can be recomputed.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import numpy as np
 
 from lincorr.errors import CacheError, LincorrError
 from lincorr.filesystem import atomic_file, check_writable, link_trouble, read_json, ready_directory, write_json_atomic
-from lincorr.provenance import code_digest
+from lincorr import recording
 
 MODELS, HASHES, TABLES, RESULTS, CHECKPOINTS = "models", "hashes.json", "logits", "results", "checkpoints"
 SECTIONS = {"models": (MODELS, HASHES), "tables": (TABLES,), "results": (RESULTS,), "checkpoints": (CHECKPOINTS,)}
@@ -147,16 +148,6 @@ def key_digest(key: Mapping) -> str:
     return hashlib.sha256(canonical_json(key).encode()).hexdigest()[:32]
 
 
-def code_key(data: Mapping, code: str, leaving_out: tuple[str, ...] = ()) -> dict:
-    """`data` with `provenance.code_digest(code)` (the module computing from it, with all it imports from lincorr but
-    `leaving_out`) under "code".
-
-    So a change to the code behind a number can never serve an old one. Returned as JSON reads it
-    back (tuples become lists), so it compares equal to the key stored beside an entry.
-    """
-    return json.loads(canonical_json({**data, "code": code_digest(code, leaving_out)}))
-
-
 # ---- logit tables ----
 
 def array_sha256(values: np.ndarray) -> str:
@@ -195,21 +186,21 @@ class TableStore:
         return base.with_suffix(".json"), base.with_suffix(".npz")
 
     def load(self, key: dict) -> np.ndarray | None:
-        """A finished table whose header and checksum both match; anything else is ignored (and so recomputed)."""
+        """A finished table whose header, checksum and code all match; anything else is ignored (and so recomputed)."""
         header_path, values_path = self.paths(key)
         header = read_json(header_path)
         arrays = load_arrays(values_path)
         if not header or arrays is None or header.get("key") != key or "values" not in arrays:
             return None
-        if header.get("sha256") != array_sha256(arrays["values"]):
+        if header.get("sha256") != array_sha256(arrays["values"]) or not recording.reused(header.get("code")):
             return None
         return arrays["values"]
 
-    def store(self, key: dict, values: np.ndarray) -> None:
-        """The finished table (its pieces are removed: the table holds them)."""
+    def store(self, key: dict, values: np.ndarray, record: Mapping[str, str]) -> None:
+        """The finished table, computed by the code of `record` (its pieces are removed: the table holds them)."""
         header_path, values_path = self.paths(key)
         save_arrays_atomic(values_path, values=values)
-        write_json_atomic(header_path, {"key": key, "sha256": array_sha256(values), "shape": list(values.shape)})
+        write_json_atomic(header_path, {"key": key, "sha256": array_sha256(values), "shape": list(values.shape), "code": dict(record)})
         for piece in self.directory.glob(f"{key_digest(key)}.piece*.npz"):
             piece.unlink(missing_ok=True)
 
@@ -217,41 +208,55 @@ class TableStore:
         return self.directory / f"{key_digest(key)}.piece{index}.npz"
 
     def load_piece(self, key: dict, index: int, rows: np.ndarray) -> np.ndarray | None:
-        """Scores of a finished piece `[len(rows), n_domain]`, if one was stored for exactly these rows of this table."""
+        """Scores of a finished piece `[len(rows), n_domain]`, if one was stored for exactly these rows of this table by
+        code that has not changed since."""
         arrays = load_arrays(self.piece_path(key, index))
-        if arrays is None or not {"values", "rows", "key"} <= arrays.keys():
+        if arrays is None or not {"values", "rows", "key", "code"} <= arrays.keys():
             return None
         if str(arrays["key"]) != canonical_json(key) or not np.array_equal(arrays["rows"], rows):
             return None
-        return arrays["values"]
+        try:
+            record = json.loads(str(arrays["code"]))
+        except ValueError:
+            return None
+        return arrays["values"] if recording.reused(record) else None
 
-    def store_piece(self, key: dict, index: int, rows: np.ndarray, values: np.ndarray) -> None:
-        save_arrays_atomic(self.piece_path(key, index), values=values, rows=rows, key=np.array(canonical_json(key)))
+    def store_piece(self, key: dict, index: int, rows: np.ndarray, values: np.ndarray, record: Mapping[str, str]) -> None:
+        save_arrays_atomic(self.piece_path(key, index), values=values, rows=rows, key=np.array(canonical_json(key)),
+                           code=np.array(canonical_json(record)))
 
 
 # ---- study rows ----
 
-def stored_result(section: str, key: Mapping, compute: Callable[[], dict], *, code: str, leaving_out: tuple[str, ...] = (),
-                  use_cache: bool = True) -> dict:
+def stored_result(section: str, key: Mapping, compute: Callable[[], dict], *, use_cache: bool = True) -> dict:
     """The stored JSON result for `key`, or `compute()` stored under it: finished rows of a long table survive an interruption.
 
-    `key` must name everything the result depends on in data (model fingerprint, prompts, settings);
-    the code it depends on is added from `code` (`code_key`, without `leaving_out`). Studies are seeded and deterministic,
-    so a stored row is what a rerun would compute. Without `use_cache` nothing is read or stored.
+    `key` must name everything the result depends on in data (model fingerprint, prompts, settings); the code is checked
+    by the record stored beside the result (`recorded_result`). Studies are seeded and deterministic, so a stored row is
+    what a rerun would compute. Without `use_cache` nothing is read or stored.
     """
-    if not use_cache:
-        return compute()
-    key = code_key(key, code, leaving_out)
-    path = cache_directory(RESULTS, section) / f"{key_digest(key)}.json"
-    stored = read_json(path)
-    if stored is not None and stored.get("key") == key:
-        return stored["result"]
-    result = compute()
-    write_json_atomic(path, {"key": key, "result": result})
-    return result
+    return recorded_result(section, key, compute, use_cache=use_cache)[0]
 
 
-def stored_row(section: str, key: Mapping, label: str, compute: Callable[[], dict], *, code: str, use_cache: bool = True) -> dict:
+def recorded_result(section: str, key: Mapping, compute: Callable[[], dict], *, leaving_out: tuple[str, ...] = (),
+                    use_cache: bool = True) -> tuple[dict, dict[str, str]]:
+    """`stored_result` with the record of the code behind the result: the stored one while none of it has changed, else
+    `compute()`'s, recorded as it runs. `leaving_out` names modules whose part of a result is computed again whenever it
+    is read (the reproduction's tests): their units are left out of the record."""
+    key = json.loads(canonical_json(key))  # as JSON reads it back (tuples become lists), to compare with the stored key
+    path = cache_directory(RESULTS, section) / f"{key_digest(key)}.json" if use_cache else None
+    stored = read_json(path) if path is not None else None
+    if stored is not None and stored.get("key") == key and isinstance(stored.get("result"), dict) and recording.reused(stored.get("code")):
+        return stored["result"], stored["code"]
+    with recording.window() as ran:
+        result = compute()
+    record = {unit: digest for unit, digest in ran.record.items() if unit.partition(":")[0] not in leaving_out}
+    if path is not None and ran.complete:
+        write_json_atomic(path, {"key": key, "code": record, "result": result})
+    return result, record
+
+
+def stored_row(section: str, key: Mapping, label: str, compute: Callable[[], dict], *, use_cache: bool = True) -> dict:
     """`stored_result` for one relation of a table; a LincorrError becomes a row {"relation": label, "skipped": reason}."""
 
     def guarded() -> dict:
@@ -260,7 +265,7 @@ def stored_row(section: str, key: Mapping, label: str, compute: Callable[[], dic
         except LincorrError as error:
             return {"relation": label, "skipped": str(error)}
 
-    return stored_result(section, key, guarded, code=code, use_cache=use_cache)
+    return stored_result(section, key, guarded, use_cache=use_cache)
 
 
 # ---- converted models ----

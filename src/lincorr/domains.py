@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 from collections.abc import Sequence
 from typing import Literal
 
+from lincorr import recording
 from lincorr.errors import InputError, LincorrError
 from lincorr.reading import read_lines
 
@@ -47,7 +47,7 @@ class Domain:
     def __len__(self) -> int:
         return len(self.words)
 
-    @functools.cached_property
+    @recording.cached_property
     def lookups(self) -> tuple[dict[str, int], ...]:
         """The columns by word, by decoded token, and both ignoring case (each name's first column): `find` in one look-up
         per table, so matching a reference is linear in its pairs, not pairs x domain."""
@@ -65,7 +65,7 @@ class Domain:
                 return table[key]
         return None
 
-    @functools.cached_property
+    @recording.cached_property
     def dropped_reasons(self) -> dict[str, str]:
         """Why each dropped word (lower-cased) was left out of the domain: the first reason given for it."""
         reasons: dict[str, str] = {}

@@ -166,6 +166,21 @@ def replaced_directory(target):
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def resolved(path, what: str) -> Path:
+    """`path` with its links and `..` resolved, also where it does not exist yet; an OutputError for a link loop or a path
+    the system cannot resolve."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as error:
+        raise OutputError(f"{what} cannot be resolved ({error}); remove the link loop or name another path") from None
+
+
+def lies_within(path, directory, what: str) -> bool:
+    """Whether `path` is `directory` or inside it, however either is spelt (links and `..` resolved)."""
+    target, root = resolved(path, what), resolved(directory, what)
+    return target == root or root in target.parents
+
+
 def nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent

@@ -7,13 +7,13 @@ number always says which model it belongs to. Algorithms never read this module.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from typing import Any
 from importlib import resources
 
 import yaml
 
+from lincorr import recording
 from lincorr.errors import LincorrError
 from lincorr.relations import RelationSpec
 
@@ -68,7 +68,7 @@ class PublishedValues:
     values: Mapping[str, Any]  # as paper.yaml holds them
 
 
-@functools.cache
+@recording.cache
 def paper_data() -> dict:
     return yaml.safe_load(resources.files("lincorr").joinpath("paper.yaml").read_text(encoding="utf-8"))
 
@@ -80,7 +80,7 @@ def paper_entry(name: str) -> dict:
     return data[name]
 
 
-@functools.cache
+@recording.cache
 def published_values(name: str) -> PublishedValues:
     """A table keyed by settings ("feng_table2", "feng_table3"), lists read as tuples."""
     entry = paper_entry(name)
@@ -93,7 +93,7 @@ def published_values(name: str) -> PublishedValues:
     return PublishedValues(name, entry["where"], entry["model"], entry["setting"], frozen(entry["values"]))
 
 
-@functools.cache
+@recording.cache
 def paper_table(name: str) -> PaperTable:
     """A table of Peng et al. in paper.yaml by name ("table2", "table4", "table5", "table7", "table18", "cases")."""
     entry = paper_entry(name)

@@ -1,9 +1,8 @@
-"""Where a result comes from: the digest of the lincorr code behind a cached number, the command line that is running, and the
-environment that computed it.
+"""Where a result comes from: what of lincorr's code computes (`computation`, behind every record of `recording`), the
+command line that is running, and the environment that computed it.
 
-Cache keys (logit tables, stored study rows) carry `code_digest(module)`, so any change to what the code behind a
-result computes — not only a change someone remembered to mark — makes it recompute; comments, docstrings and type
-annotations of functions are not computation (`computation`).
+A change to what the code behind a result computes — not only a change someone remembered to mark — makes it stale;
+comments, docstrings and type annotations of functions are not computation (`computation`).
 Saved results name the `lincorr` command that wrote them (`running_command`, recorded by the CLI), or the Python call when
 none is running, and the environment (`environment`): versions, threads, and the dtype, device and batch size this process
 used, noted where they are decided (`note`), since batch size and threads change the logits in their last digits.
@@ -12,14 +11,9 @@ used, noted where they are decided (`note`), since batch size and threads change
 from __future__ import annotations
 
 import ast
-import functools
-import hashlib
-import importlib.util
+import copy
 import shlex
 from collections.abc import Sequence
-from pathlib import Path
-
-PACKAGE = "lincorr"
 
 # The arguments of the `lincorr` command this process is running; None while lincorr is used as a library.
 _running_arguments: tuple[str, ...] | None = None
@@ -72,69 +66,20 @@ def running_command() -> str | None:
     return None if _running_arguments is None else shlex.join(("lincorr", *_running_arguments))
 
 
-def module_path(name: str) -> Path:
-    """The source file of a lincorr module ("lincorr.collection.tables")."""
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(name)
-    return Path(spec.origin)
-
-
 def _is_type_checking_block(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-
-
-def top_level_source(name: str) -> list[str]:
-    """The module behind `lincorr.<name>`: the one it is exported from; none for `__version__`, which every digest holds,
-    or for the list of exports itself. (The package's own file only lists its exports, so a new export leaves every
-    digest as it was.)"""
-    from lincorr import _EXPORTS
-
-    return [_EXPORTS[name]] if name in _EXPORTS else [] if name in ("__version__", "_EXPORTS") else [PACKAGE]
-
-
-def internal_imports(name: str) -> tuple[str, ...]:
-    """The lincorr modules `name` imports at run time, at any depth of its code (imports only for type checkers left out)."""
-    tree = ast.parse(module_path(name).read_text(encoding="utf-8"))
-    found: list[str] = []
-    stack: list[ast.AST] = [tree]
-    while stack:
-        node = stack.pop()
-        if _is_type_checking_block(node):
-            continue
-        if isinstance(node, ast.Import):
-            found += [alias.name for alias in node.names if alias.name.split(".")[0] == PACKAGE]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == PACKAGE and node.level == 0:
-            parent = importlib.util.find_spec(node.module)
-            for alias in node.names:
-                submodule = f"{node.module}.{alias.name}"
-                if parent is not None and parent.submodule_search_locations is not None and importlib.util.find_spec(submodule) is not None:
-                    found.append(submodule)
-                elif node.module == PACKAGE:
-                    found += top_level_source(alias.name)
-                else:
-                    found.append(node.module)
-        stack.extend(ast.iter_child_nodes(node))
-    return tuple(sorted(set(found) - {name}))
-
-
-@functools.cache
-def dependencies(name: str, leaving_out: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """`name` and every lincorr module it reaches through run-time imports, sorted; not through the modules `leaving_out`."""
-    seen, todo = set(), [name]
-    while todo:
-        module = todo.pop()
-        if module not in seen and module not in leaving_out:
-            seen.add(module)
-            todo.extend(internal_imports(module))
-    return tuple(sorted(seen))
 
 
 def computation(source: str) -> str:
     """What of a module's `source` can change a result: its syntax tree without comments, docstrings, the annotations of
     function arguments and returns, and imports for type checkers alone. Class-level annotations stay: they make a
     dataclass's fields, and `typing.get_type_hints` reads them."""
-    tree = ast.parse(source)
+    return computation_of(ast.parse(source))
+
+
+def computation_of(tree: ast.AST) -> str:
+    """`computation` of one parsed node (a module, a function, a class, a statement), which is left as it was."""
+    tree = copy.deepcopy(tree)
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             body = [statement for statement in node.body if not _is_type_checking_block(statement)]
@@ -178,17 +123,3 @@ def _joined_literals(values: list[ast.expr]) -> list[ast.expr]:
         elif not literal or value.value:  # type: ignore[attr-defined]
             joined.append(value)
     return joined
-
-
-@functools.cache
-def code_digest(name: str, leaving_out: tuple[str, ...] = ()) -> str:
-    """sha256 of lincorr's version and the computation (`computation`) of `name` and all of its lincorr dependencies: an
-    edit to a comment, a docstring or a type annotation leaves a cached result valid; any other edit recomputes it.
-    `leaving_out` names modules whose part of a result is computed again whenever it is read (the reproduction's tests)."""
-    from lincorr import __version__
-
-    digest = hashlib.sha256(__version__.encode())
-    for module in dependencies(name, leaving_out):
-        digest.update(module.encode())
-        digest.update(computation(module_path(module).read_text(encoding="utf-8")).encode())
-    return digest.hexdigest()

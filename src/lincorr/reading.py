@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import json
+import math
 import re
 import stat
 from pathlib import Path
@@ -97,18 +98,39 @@ def json_int(digits: str) -> int | float:
 
 def read_array(path, what: str, fix: str) -> np.ndarray:
     """A numeric array saved with `np.save`, never unpickled; an InputError naming the file for objects or anything else."""
-    regular_file_size(path, what)
+    size = regular_file_size(path, what)
     try:
-        # Memory-mapped first: a header that claims more than the file holds is refused by the file's size, not by an allocation.
-        values = np.load(path, mmap_mode="r", allow_pickle=False)
-        if isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
-            return np.array(values)
-        problem = f"it holds {values.dtype} values, not numbers" if isinstance(values, np.ndarray) else "it is an archive of arrays"
+        # Counted in Python's integers before numpy reads the header: numpy's own count of a huge declared shape overflows
+        # (with a RuntimeWarning). Memory-mapped then, so nothing is allocated by what the header claims.
+        declared = declared_array_bytes(path)
+        if declared is not None and declared > size:
+            problem = f"its header declares {declared:,} bytes of values but the file holds {size:,}"
+        else:
+            values = np.load(path, mmap_mode="r", allow_pickle=False)
+            if isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
+                return np.array(values)
+            problem = f"it holds {values.dtype} values, not numbers" if isinstance(values, np.ndarray) else "it is an archive of arrays"
     except (OSError, ValueError, EOFError) as error:
         # numpy's first sentence says what it found (pickled objects, too little data); its second, how to
         # unpickle the file anyway, is no advice for a file from someone else.
         problem = f"numpy cannot load it as an array ({str(error).partition('. ')[0].rstrip('.')})"
     raise InputError(f"{what} {path} is not what lincorr writes: {problem}; {fix}")
+
+
+def declared_array_bytes(path) -> int | None:
+    """How many bytes of values an `.npy` file's header declares (shape times item size, in Python's integers); None for a
+    file that is no `.npy` or a header version without a public reader, which np.load then checks. A malformed header is a
+    ValueError."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    with open(path, "rb") as handle:
+        try:
+            reader = readers.get(np.lib.format.read_magic(handle))
+        except ValueError:
+            return None  # not an .npy file at all: np.load says what it is
+        if reader is None:
+            return None
+        shape, _, dtype = reader(handle)
+    return math.prod(int(n) for n in shape) * dtype.itemsize
 
 
 def check_nesting(path, what: str, depth: int) -> None:

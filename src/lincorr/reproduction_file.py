@@ -22,7 +22,7 @@ PUBLISHED = {"where": Maybe(TEXT), "model": Maybe(TEXT), "setting": Maybe(ANY), 
 CLAIM = {"id": TEXT, "where": TEXT, "statement": TEXT, "paper": PUBLISHED, "ours": Maybe((Entries(ANY), NULL)),
          "ours_text": Maybe(TEXT_OR_NULL), "test": TEXT, "statistic": Maybe(NUMBER), "p_value": NUMBER, "verdict": TEXT,
          "reason": Maybe(TEXT_OR_NULL), "variant": Maybe((Entries(ANY), NULL)), "step": Maybe(TEXT_OR_NULL),
-         "code_digest": Maybe(TEXT_OR_NULL), "measured_at": Maybe(TEXT_OR_NULL), "seconds": Maybe(NUMBER),
+         "code": Maybe((Entries(TEXT), NULL)), "measured_at": Maybe(TEXT_OR_NULL), "seconds": Maybe(NUMBER),
          # The test in full (effect, interval, interest, power grid, parts): shown through `report.effects.effect_text`,
          # which leaves out any field of the wrong kind.
          "detail": Maybe((Entries(ANY), NULL)), "adjusted_p": Maybe(NUMBER), "power": Maybe(NUMBER), "units_needed": Maybe(NUMBER),

@@ -173,7 +173,7 @@ def write_reproduction_run(root) -> None:
     measured = ClaimResult("peng.table2", "Table 2", "W ranks the right target first", {"model": "llama-3-8b", "rows": [
         {"label": "City->Country", "source": "city", "target": "country", "hit_influenced": [0.42, 0.6, 0.7]}]},
         {"City->Country": {"ols": {"hit_influenced": [0.3, 0.5, 0.6]}}}, "City->Country Hit@1 ols 0.30 (chance 0.010)",
-        "binomial: 6/20 hits vs chance 0.01", 0.3, 1e-8, "reproduced", "", step="precision", code_digest="planted",
+        "binomial: 6/20 hits vs chance 0.01", 0.3, 1e-8, "reproduced", "", step="precision", code={"lincorr.reproduce.steps:STEPS": "planted"},
         measured_at="2026-01-01T00:00:00+00:00", seconds=1.0)
     diagram = ClaimResult("peng.fig2", "Figure 2", "the hypothesis", {}, {}, "", "", None, None, "not applicable",
                           "a diagram of the hypothesis, nothing measured")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from lincorr.cli.options import (
@@ -21,6 +20,7 @@ from lincorr.cli.options import (
     save_and_print,
 )
 from lincorr.errors import InputError, UsageError
+from lincorr.filesystem import lies_within
 
 
 def add_commands(commands) -> None:
@@ -32,7 +32,12 @@ def add_commands(commands) -> None:
                         help="quick: small N and few relations, a first look (3 to 15 minutes a paper for "
                              "gemma-3-270m-q4km on a 2-core CPU, docs/benchmarks.md); paper: the paper's N, relations and training")
     parser.add_argument("--list", action="store_true", help="list the paper's claims and exit")
-    parser.add_argument("--status", default=None, metavar="DIR", help="list the claims of a saved reproduction whose code has changed since")
+    parser.add_argument("--status", default=None, metavar="DIR",
+                        help="list the claims of saved reproductions (a --out directory, or a tree of MODEL/PAPER.json such as "
+                             "docs/reproductions) that code they ran has changed since, and what changed")
+    parser.add_argument("--refresh", default=None, metavar="DIR",
+                        help="measure again the stale claims of the saved reproductions under DIR (as --status finds them), "
+                             "model by model, and rewrite their files; resumes where a stopped refresh left off")
     parser.add_argument("--rejudge", default=None, metavar="DIR",
                         help="judge a saved reproduction again with the current tests and verdict rules (nothing is measured) and save it to --out")
     parser.add_argument("--eval-model", type=model_spec, default=None, metavar="MODEL",
@@ -48,20 +53,20 @@ def add_commands(commands) -> None:
 def run_reproduce(args) -> None:
     from lincorr.reproduce import load_paper
 
-    if args.status and (args.rejudge or args.out):
+    if args.status and (args.rejudge or args.out or args.refresh):
         # --status only lists; said now rather than leaving the user to look for a --out that was never written.
-        extra = " and ".join(option for option, given in (("--rejudge", args.rejudge), ("--out", args.out)) if given)
+        extra = " and ".join(option for option, given in (("--rejudge", args.rejudge), ("--out", args.out), ("--refresh", args.refresh))
+                             if given)
         raise UsageError(f"--status lists stale claims and saves nothing; drop {extra}, or run --rejudge DIR --out DIR on its own")
+    if args.refresh and (args.rejudge or args.out or args.paper):
+        raise UsageError("--refresh rewrites the files under its DIR and takes no paper, --rejudge or --out; run it on its own")
     if args.status:
-        from lincorr.reproduce import ReproductionResult
+        status(args)
+        return
+    if args.refresh:
+        from lincorr.reproduce.refresh import refresh
 
-        result = ReproductionResult.load(args.status)
-        stale = result.stale_claims()
-        if args.json:
-            print_json({"paper": result.paper, "model": result.model_name, "stale": [c.id for c in stale]})
-            return
-        print("\n".join([f"{c.id}: measured {c.measured_at}, its code has changed since" for c in stale]
-                        or [f"no stale claim: every measured claim of {args.status} matches the code"]))
+        refresh(args.refresh, lambda name: load_lm(args, name), collect_settings(args))
         return
     if args.rejudge:
         rejudge(args)
@@ -81,6 +86,25 @@ def run_reproduce(args) -> None:
     save_and_print(args, result)
 
 
+def status(args) -> None:
+    """The stale claims of every reproduction under --status, each with the units of code that changed."""
+    from lincorr.reproduce.refresh import plan_text, saved_reproductions
+    from lincorr.reproduce.runner import changed_code
+
+    saved = saved_reproductions(args.status)
+    if args.json:
+        rows = [{"file": str(s.path), "paper": s.result.paper, "model": s.result.model_name, "stale": [c.id for c in s.stale],
+                 "changed": {c.id: changed_code(c) for c in s.stale}} for s in saved]
+        print_json(rows[0] if len(rows) == 1 else {"reproductions": rows})
+        return
+    for entry in saved:
+        for claim in entry.stale:
+            changed = changed_code(claim)
+            print(f"{claim.id} ({entry.path}): measured {claim.measured_at}; changed since: {', '.join(changed[:4])}"
+                  + (f" and {len(changed) - 4} more" if len(changed) > 4 else ""))
+    print(plan_text(saved))
+
+
 def rejudge(args) -> None:
     """A saved reproduction judged again: every claim's test made again from its recipe by the current code, then Holm's
     adjustment, power and verdicts; refused while a claim's measuring code has changed (that needs a new measurement)."""
@@ -88,7 +112,7 @@ def rejudge(args) -> None:
 
     result = ReproductionResult.load(args.rejudge)
     source = Path(args.rejudge).resolve()  # it was read, so it resolves
-    if args.out and source.is_dir() and (source == (out := Path(os.path.realpath(args.out))) or source in out.parents):
+    if args.out and source.is_dir() and lies_within(args.out, source, f"--out {args.out}"):
         raise UsageError(f"--out {args.out} lies inside the reproduction it judges ({args.rejudge}); write it elsewhere, "
                          f"e.g. --out {source.parent / (source.name + '-rejudged')}")
     stale = result.stale_claims()

@@ -6,13 +6,9 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from lincorr.cache import code_key
 from lincorr.collection.settings import CPU_BATCH_SIZE, MAX_BATCH_TOKENS
 from lincorr.errors import DeviceError, ModelError
 from lincorr.models import LM, left_pad, tokenize_prompts
-
-# The code behind a table's numbers: its digest is in every table's key (`forward_key`).
-COLLECTING_CODE = "lincorr.collection.tables"
 
 
 @torch.inference_mode()
@@ -46,19 +42,20 @@ def verify_head(lm: LM, prompt: str, token_ids: torch.Tensor) -> None:
 
 
 def forward_key(lm: LM) -> dict:
-    """The part of a table's key that says which code and which forward computed it (two ranks must agree on it).
+    """The part of a table's key that says which model and which forward computed it (two ranks must agree on it; the
+    code is checked by the record stored with each table and piece).
 
     On a CPU the number of torch threads is part of it: some float32 matmuls of a real model
     round differently with 1 thread than with 2 (r moves by ~1e-8), and a table must never mix
     pieces computed both ways. torchrun gives each CPU process one thread, so a run over K
     processes equals a one-process run with `OMP_NUM_THREADS=1` bit for bit.
     """
-    return code_key({
+    return {
         "model": lm.fingerprint,
         "dtype": str(lm.head_weight.dtype),
         "forward": "compiled" if lm.compiled_body is not None else "eager",
         **({"cpu_threads": torch.get_num_threads()} if lm.device.type == "cpu" else {}),
-    }, COLLECTING_CODE)
+    }
 
 
 def largest_batch(fits: Callable[[int], bool], longest: int, max_tokens: int = MAX_BATCH_TOKENS) -> int:

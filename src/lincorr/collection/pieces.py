@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from lincorr import recording
 from lincorr.cache import TableStore
 from lincorr.collection.forward import domain_scores, forward_key, verify_head
 from lincorr.distributed import Team, balanced_assignment, current_team
@@ -125,9 +126,10 @@ class Collection:
         with progress_bar(total=sum(len(self.plans[j].piece_rows(p)) for j, p in mine), desc=description, unit="prompt") as bar:
             for j, piece in mine:
                 rows = self.plans[j].piece_rows(piece)
-                self.values[j][rows] = run_piece(lm, self.jobs[j], self.plans[j], piece, bar.update)
-                if store is not None:
-                    store.store_piece(self.jobs[j].key, piece, rows, self.values[j][rows])
+                with recording.window() as ran:
+                    self.values[j][rows] = run_piece(lm, self.jobs[j], self.plans[j], piece, bar.update)
+                if store is not None and ran.complete:
+                    store.store_piece(self.jobs[j].key, piece, rows, self.values[j][rows], ran.record)
 
 
 def collect_jobs(lm: LM, jobs: Sequence[CollectionJob], store: TableStore | None, description: str) -> list[np.ndarray]:
@@ -204,10 +206,13 @@ def serve_share(team: Team, lm: LM, message: dict) -> None:
         compile_forward(lm)
     ours = forward_key(lm)
     if any(job.key[field] != value for job in jobs for field, value in ours.items()):
-        raise LincorrError(f"rank {team.rank} does not compute what rank 0 asked for (its code, model or forward differ: {ours})")
+        raise LincorrError(f"rank {team.rank} does not compute what rank 0 asked for (its model or forward differ: {ours})")
     store = TableStore(Path(message["cache"]))
     plans: dict[int, JobPlan] = {}
     for j, piece in message["shares"][team.rank]:
         plan = plans.setdefault(j, plan_job(lm.tokenizer, jobs[j]))
         jobs[j].verify_head(lm)
-        store.store_piece(jobs[j].key, piece, plan.piece_rows(piece), run_piece(lm, jobs[j], plan, piece))
+        with recording.window() as ran:
+            values = run_piece(lm, jobs[j], plan, piece)
+        if ran.complete:
+            store.store_piece(jobs[j].key, piece, plan.piece_rows(piece), values, ran.record)

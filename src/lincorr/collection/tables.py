@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from lincorr import recording
 from lincorr.cache import TableStore, key_digest
 from lincorr.collection.forward import auto_batch_size, forward_key
 from lincorr.collection.pieces import CollectionJob, collect_jobs
@@ -59,10 +60,12 @@ def collect(lm: LM, prompts: Mapping[str, Prompt], inputs: Sequence[str], settin
     collected: dict[str, np.ndarray] = {}
     if missing:
         description = f"{len(missing)} table{'s' if len(missing) > 1 else ''} ({', '.join(missing)})"[:60]
-        for name, values in zip(missing, collect_jobs(lm, [jobs[name] for name in missing], store, description)):
+        with recording.window() as ran:
+            computed = collect_jobs(lm, [jobs[name] for name in missing], store, description)
+        for name, values in zip(missing, computed):
             collected[key_digest(jobs[name].key)] = checked_values(jobs[name], values)
-            if store is not None:
-                store.store(jobs[name].key, collected[key_digest(jobs[name].key)])
+            if store is not None and ran.complete:
+                store.store(jobs[name].key, collected[key_digest(jobs[name].key)], ran.record)
     tables = {name: values if values is not None else collected[key_digest(jobs[name].key)] for name, values in found.items()}
     return {name: LogitTable(tables[name], jobs[name].inputs, prompt.template, prompt.domain, settings.kind, lm.fingerprint)
             for name, prompt in prompts.items()}

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 
+from lincorr import recording
 from lincorr.knowledge.files import merge, read_registry_file
 from lincorr.knowledge.registry import FAMILIES, PromptSpec, Reference, Registry, TaskSpec
 
@@ -20,7 +20,7 @@ def load_registry(extra_files: Sequence[str | Path] = ()) -> Registry:
     return merge([*bundled_files(), *extra])
 
 
-@functools.cache
+@recording.cache
 def bundled_files() -> tuple:
     """The bundled registry files, parsed once per process: they ship with the package and never change under it."""
     return tuple((read_registry_file(path), 0) for path in sorted(DATA_DIR.glob("*.yaml")))

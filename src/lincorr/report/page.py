@@ -28,7 +28,7 @@ from markupsafe import Markup
 from plotly.offline import get_plotlyjs
 
 from lincorr.errors import OutputError
-from lincorr.filesystem import check_writable
+from lincorr.filesystem import check_writable, lies_within, resolved
 from lincorr.outputs import write_text_atomic
 from lincorr.report import figures
 
@@ -147,12 +147,10 @@ def check_report_file(path, run_dirs: Sequence = ()) -> Path:
     holds is the run. So are a directory and a place nothing can be written.
     """
     path = Path(path)
-    target = resolved(path, f"the report {path}")
     for run_dir in run_dirs:
-        run = resolved(Path(run_dir), f"the run directory {run_dir}")
-        if target == run or run in target.parents:
+        if lies_within(path, run_dir, f"the report {path} or the run directory {run_dir}"):
             raise OutputError(f"the report {path} would be written inside the run directory {run_dir}, which it reads; "
-                              f"write it outside every run directory, e.g. {run.parent / 'report.html'}")
+                              f"write it outside every run directory, e.g. {resolved(run_dir, str(run_dir)).parent / 'report.html'}")
     if path.is_dir():
         raise OutputError(f"{path} is a directory; name the HTML file to write, e.g. {path / 'report.html'}")
     if path.is_symlink() or (path.exists() and not path.is_file()):
@@ -161,14 +159,6 @@ def check_report_file(path, run_dirs: Sequence = ()) -> Path:
         raise OutputError(f"{path} is {kind}; a report replaces only a regular file: name a new HTML file, e.g. report.html")
     check_writable(path.absolute().parent, f"the report {path}")
     return path
-
-
-def resolved(path: Path, what: str) -> Path:
-    """`path` with its links and `..` resolved; an OutputError for a link loop or a path the system cannot resolve."""
-    try:
-        return path.resolve()
-    except (RuntimeError, OSError) as error:
-        raise OutputError(f"{what} cannot be resolved ({error}); remove the link loop or name another path") from None
 
 
 def unique_anchors(titles: Sequence[str]) -> list[str]:

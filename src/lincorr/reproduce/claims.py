@@ -9,12 +9,12 @@ step measures, why it is not applicable. Nothing here runs a model.
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Mapping
 from importlib import resources
 
 import yaml
 
+from lincorr import recording
 from lincorr.choices import split_names
 from lincorr.errors import LincorrError, UsageError
 from lincorr.paper import paper_entry
@@ -123,7 +123,7 @@ def known_papers() -> tuple[str, ...]:
     return tuple(sorted(p.name for p in resources.files("lincorr.reproduce").iterdir() if p.joinpath("claims.yaml").is_file()))
 
 
-@functools.cache
+@recording.cache
 def load_paper(name: str) -> Paper:
     """The claims of paper `name` ("peng") from `lincorr/reproduce/<name>/claims.yaml`; a paper is a name, never a path."""
     if name not in known_papers():

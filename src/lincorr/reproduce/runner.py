@@ -22,7 +22,8 @@ from typing import Any, ClassVar, cast
 import numpy as np
 
 from lincorr.bundled import machine_memory
-from lincorr.cache import stored_result
+from lincorr import recording
+from lincorr.cache import recorded_result
 from lincorr.collection import CollectSettings
 from lincorr.errors import InputError, LincorrError, UsageError
 from lincorr.knowledge import load_registry
@@ -30,12 +31,11 @@ from lincorr.models import LM, load_model, require_other_checkpoint
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
 from lincorr.progress import progress_bar
 from lincorr.reading import human_size
-from lincorr.provenance import code_digest
 from lincorr.reproduce.claims import BUDGETS, Claim, known_papers, load_paper
 from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
 from lincorr.reproduce.series import series_key
 from lincorr.reproduce.step import Context
-from lincorr.reproduce.steps import STEPS, step_module
+from lincorr.reproduce.steps import STEPS
 from lincorr.report.effects import effect_text
 from lincorr.reproduce.verdicts import ALPHA, Test, judge
 from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE, VERDICTS, read_reproduction_file
@@ -63,7 +63,7 @@ class ClaimResult:
     reason: str
     variant: dict | None = None  # lincorr's way beside the paper's: its test and verdict, outside the run's family
     step: str | None = None
-    code_digest: str | None = None  # of the step's module when measured; None for a claim no step measured
+    code: dict | None = None  # the record of the code that measured it (`recording`); None for a claim no step measured
     measured_at: str | None = None
     seconds: float | None = None
     detail: dict | None = None  # the paper's-way test in full (`Test.summary()`: effect, interval, interest, power grid, parts)
@@ -90,14 +90,21 @@ class ClaimResult:
 
 
 # A claim's test is made again from its recipe by the current code whenever the claim is judged (`verdicts.recorded`), so
-# the step's code digest leaves the tests' modules out (their powers too): a change there re-judges every stored claim
-# without measuring it.
+# a claim's record leaves the tests' modules out (their powers too): a change there re-judges every stored claim without
+# measuring it.
 REJUDGED = ("lincorr.reproduce.verdicts", "lincorr.reproduce.power")
 
 
-def step_digest(step: str) -> str:
-    """The code digest a claim measured by `step` is stored under: the step's module and all it imports but REJUDGED."""
-    return code_digest(step_module(step), REJUDGED)
+def changed_code(claim: ClaimResult) -> list[str]:
+    """What of the code that measured `claim` has changed since: the units of its record whose source differs, or why
+    its record cannot be trusted (no record, a step that is gone); empty for a current claim or one never measured."""
+    if claim.step is None or (claim.detail is None and not claim.code):
+        return []
+    if claim.step not in STEPS:
+        return [f"its step {claim.step} (gone)"]
+    if not isinstance(claim.code, dict) or not claim.code:
+        return ["its record of the code it ran (missing: measured before lincorr kept one)"]
+    return recording.changed(claim.code)
 
 
 def retested(claim: ClaimResult) -> ClaimResult:
@@ -183,7 +190,7 @@ class ReproductionResult:
 
     def cached_count(self) -> int:
         """The claims with a measurement that this run did not make."""
-        return max(sum(bool(c.code_digest) for c in self.claims) - (self.measured or 0), 0)
+        return max(sum(bool(c.code) for c in self.claims) - (self.measured or 0), 0)
 
     def text(self) -> str:
         """One line per claim: id, verdict, raw and adjusted p, effect and power, and our numbers or the reason."""
@@ -214,8 +221,8 @@ class ReproductionResult:
         return dataclasses.replace(self, claims=judged([retested(claim) for claim in self.claims]))
 
     def stale_claims(self) -> list[ClaimResult]:
-        """Measured claims whose step's code (with all it imports from lincorr) differs from what measured them."""
-        return [c for c in self.claims if c.code_digest is not None and (c.step not in STEPS or step_digest(c.step) != c.code_digest)]
+        """Measured claims that some code they ran has changed since (`changed_code`)."""
+        return [c for c in self.claims if changed_code(c)]
 
     def save(self, directory) -> None:
         """reproduction.json (the summary), claims.md and provenance.json."""
@@ -279,7 +286,7 @@ def finished_note(claim: ClaimResult, measured_now: bool) -> str:
     """Where a finished claim's result came from, and its p before the run's adjustment (the verdict waits for it), or
     why it is not applicable."""
     where = (f"measured in {claim.seconds:.0f} s" if measured_now and claim.seconds is not None
-             else "from the cache" if claim.code_digest else "")
+             else "from the cache" if claim.code else "")
     if claim.verdict == "not applicable":
         what = f"not applicable: {textwrap.shorten(claim.reason, 120, placeholder=' ...')}"
     else:
@@ -322,7 +329,7 @@ def measure_claim(claim: Claim, ctx: Context) -> dict:
             test.name if test else claim.test, test.statistic if test else None, test.p_value if test else None, judge(test).verdict,
             measured.reason, {"test": beside.name, "p_value": beside.p_value, "detail": beside.summary(), "verdict": judge(beside).verdict}
             if beside else None, claim.step, detail=test.summary() if test else None, interest_reason=claim.interest_reason)
-    return dataclasses.replace(result, code_digest=step_digest(claim.step), seconds=round(time.perf_counter() - started, 1),
+    return dataclasses.replace(result, seconds=round(time.perf_counter() - started, 1),
                                measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")).summary()
 
 
@@ -371,10 +378,11 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
             return measure_claim(claim, ctx)
 
         try:
-            row = stored_result("reproduce", key, measure, code=step_module(claim.step), leaving_out=REJUDGED, use_cache=settings.use_cache)
+            row, code = recorded_result("reproduce", key, measure, leaving_out=REJUDGED, use_cache=settings.use_cache)
         except NotMeasuredHere as refused:
             finished(unmeasured(claim, str(refused)))
         else:
-            finished(retested(ClaimResult.from_summary(row)))  # the test the table judges, by the current code
+            # the test the table judges, by the current code
+            finished(retested(dataclasses.replace(ClaimResult.from_summary(row), code=code if claim.step else None)))
     return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "",
                               round(time.perf_counter() - started, 1), len(measured))

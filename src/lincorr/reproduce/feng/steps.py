@@ -87,7 +87,7 @@ def hop_scores(ctx: Context, hop: str, upstream: bool = False) -> dict[str, np.n
                   "answers": list(queries.answers), "subjects": list(queries.subjects),
                   "candidates": list(queries.candidates.token_ids), "upstream": upstream, "batch_size": batch_size}
         use_cache = ctx.collect.use_cache and hop_model.tuned.fingerprint.startswith("checkpoint:")
-        found = stored_result("feng-scores", stored, compute, code="lincorr.studies.extractive.scores", use_cache=use_cache)
+        found = stored_result("feng-scores", stored, compute, use_cache=use_cache)
         ctx.shared[key] = {name: np.asarray(found.get(name, np.nan), float) for name in SCORE_KEYS}
     return ctx.shared[key]
 

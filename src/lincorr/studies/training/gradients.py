@@ -244,7 +244,7 @@ def measure_table4(lm: LM, registry, relations=None, config: GradientConfig = Gr
     for relation in relations or paper_table("table4").relations():
         key = {**study_key("gradcorr", lm.fingerprint, registry, relation, config), "collection": settings.key()}
         row = stored_row("gradcorr", key, relation.label, lambda: measure_gradient_correlation(lm, registry, relation, config, settings).to_row(),
-                         code=__name__, use_cache=settings.use_cache)
+                         use_cache=settings.use_cache)
         if "skipped" in row:
             skipped.append((relation.label, row["skipped"]))
         else:

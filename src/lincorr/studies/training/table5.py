@@ -85,7 +85,7 @@ def measure_table5(lm: LM, registry, relations: Sequence[RelationSpec] | None = 
     for relation in relations or paper.relations():
         key = {**study_key("generalize", lm.fingerprint, registry, relation, config), "collection": settings.key()}
         row = stored_row("generalize", key, relation.label, lambda: measure_generalization(lm, registry, relation, config, settings).summary(),
-                         code=__name__, use_cache=settings.use_cache)
+                         use_cache=settings.use_cache)
         if (published := paper.row(relation.label)) is not None:
             row |= {"paper_generalization_rate": published["generalization_rate"], "paper_random_baseline": published["random_baseline"],
                     "paper_model": paper.model}

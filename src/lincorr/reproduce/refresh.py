@@ -1,0 +1,116 @@
+"""Refreshing saved reproductions (`lincorr reproduce --refresh DIR`): the claims some code of which has changed since they
+were measured, measured again model by model, merged into their files and judged again with the rest.
+
+A file is rewritten whole once all its stale claims are measured; each claim is kept in the cache as it finishes, so a
+refresh that is stopped resumes where it was. The time a refresh will take is the sum of its claims' last measurements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from lincorr.collection import CollectSettings
+from lincorr.errors import InputError
+from lincorr.models import LM
+from lincorr.outputs import write_text_atomic
+from lincorr.reproduce.runner import ClaimResult, ReproductionResult, changed_code, judged, reproduce, retested
+from lincorr.reproduction_file import RESULT_FILE
+from lincorr.strict_json import dumps
+
+@dataclasses.dataclass(frozen=True)
+class SavedReproduction:
+    """One saved reproduction file, what it holds, and its claims that code they ran has changed since."""
+
+    path: Path
+    result: ReproductionResult
+    stale: tuple[ClaimResult, ...]
+
+    def seconds(self) -> float:
+        """How long the stale claims took when last measured."""
+        return sum(claim.seconds or 0.0 for claim in self.stale)
+
+
+def reproduction_files(directory: str | Path) -> list[Path]:
+    """The reproduction files of `directory`: a run's reproduction.json (or that file named itself), or each MODEL/PAPER.json
+    of a tree like docs/reproductions/."""
+    path = Path(directory)
+    if not path.is_dir():
+        return [path]  # its reader says what it is, if not a reproduction
+    if os.path.lexists(path / RESULT_FILE):
+        return [path / RESULT_FILE]
+    found = sorted(p for p in path.glob("*/*.json") if not p.name.endswith(".provenance.json"))
+    if not found:
+        raise InputError(f"{directory}: no saved reproduction there; pass the --out directory of `lincorr reproduce`, its "
+                         f"{RESULT_FILE}, or a directory of MODEL/PAPER.json files such as docs/reproductions")
+    return found
+
+
+def saved_reproductions(directory: str | Path) -> list[SavedReproduction]:
+    """Every reproduction file of `directory` (`reproduction_files`), read and checked, with its stale claims."""
+    saved = []
+    for path in reproduction_files(directory):
+        result = ReproductionResult.load(path)
+        saved.append(SavedReproduction(path, result, tuple(result.stale_claims())))
+    return saved
+
+
+def duration_text(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def plan_text(saved: Sequence[SavedReproduction]) -> str:
+    """What a refresh will measure: each file's stale claims and the time they took when last measured."""
+    stale = [s for s in saved if s.stale]
+    if not stale:
+        return f"no stale claim: every measured claim of the {len(saved)} reproductions matches the code"
+    lines = [f"{len(s.stale)} stale of {len(s.result.claims)} in {s.path} ({', '.join(c.id for c in s.stale)}), "
+             f"about {duration_text(s.seconds())}" for s in stale]
+    total = sum(s.seconds() for s in stale)
+    return "\n".join([*lines, f"refreshing {sum(len(s.stale) for s in stale)} claims of {len(stale)} files: about "
+                      f"{duration_text(total)} by their last measurements"])
+
+
+def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: CollectSettings) -> ReproductionResult:
+    """`saved` with its stale claims measured again on `lm` (the model that measured them) and every claim judged again."""
+    if saved.result.model_fingerprint and lm.fingerprint != saved.result.model_fingerprint:
+        raise InputError(f"{saved.path}: measured on a model with fingerprint {saved.result.model_fingerprint[:24]}..., but "
+                         f"{saved.result.model_name} now loads {lm.fingerprint[:24]}...; measure it again whole: lincorr reproduce "
+                         f"{saved.result.paper} --model {saved.result.model_name}")
+    started = time.perf_counter()
+    again = reproduce(saved.result.paper, lm, only=",".join(c.id for c in saved.stale), budget=saved.result.budget or "quick",
+                      settings=settings, eval_model=eval_lm)
+    measured = {claim.id: claim for claim in again.claims}
+    claims = [measured.get(claim.id, claim) for claim in saved.result.claims]
+    return dataclasses.replace(saved.result, claims=judged([retested(claim) for claim in claims]),
+                               seconds=round(time.perf_counter() - started, 1), measured=again.measured)
+
+
+def write_refreshed(saved: SavedReproduction, result: ReproductionResult) -> None:
+    """A run directory is saved again whole; a file of a tree like docs/reproductions/ is replaced by the new table."""
+    if saved.path.name == RESULT_FILE:
+        result.save(saved.path.parent)
+    else:
+        write_text_atomic(saved.path, dumps(result.summary(), indent=2) + "\n")
+
+
+def refresh(directory: str | Path, load: Callable[[str], LM], settings: CollectSettings = CollectSettings(),
+            report: Callable[[str], None] = print) -> list[SavedReproduction]:
+    """Measure again the stale claims of every reproduction under `directory`, one model loaded at a time (`load` takes a
+    model name, as the files record it), and rewrite each file once its claims are done; the files refreshed."""
+    saved = saved_reproductions(directory)
+    report(plan_text(saved))
+    stale = [s for s in saved if s.stale]
+    models = sorted({(s.result.model_name, s.result.eval_model) for s in stale})
+    for model, eval_model in models:
+        lm, eval_lm = load(model), load(eval_model) if eval_model else None
+        for entry in (s for s in stale if (s.result.model_name, s.result.eval_model) == (model, eval_model)):
+            result = refreshed(entry, lm, eval_lm, settings)
+            write_refreshed(entry, result)
+            left = [c.id for c in result.claims if changed_code(c)]
+            report(f"wrote {entry.path}: {result.measured} claims measured again in {duration_text(result.seconds or 0)}"
+                   + (f"; still stale: {', '.join(left)}" if left else ""))
+    return stale

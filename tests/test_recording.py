@@ -1,0 +1,277 @@
+"""The record of the code a computation ran: an edit to what ran makes it stale, an edit to anything else does not.
+
+A planted package stands in for lincorr (`recording.PACKAGE_DIRECTORY`), so its files can really be edited; the
+reproduction tests at the end run lincorr's own runner on planted steps that reach lincorr's code."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import os
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import lincorr
+import lincorr.reproduce.runner as runner
+from lincorr import cache, recording, strict_json
+from lincorr.knowledge import load_registry
+from lincorr.linear import LinearMap
+from lincorr.reproduce import reproduce
+from lincorr.reproduce.claims import Claim, Paper
+from lincorr.reproduce.step import Context, Measured
+from lincorr.reproduce.steps import STEPS
+from lincorr.reproduce.verdicts import binomial_above
+
+SOURCES = {
+    "__init__.py": "",
+    "deep.py": '''
+        SCALE = 3
+        UNREAD = 5
+
+
+        def helper(x):
+            """Scaled."""
+            return x * SCALE  # the deep helper
+
+
+        def unused(x):
+            return x - UNREAD
+    ''',
+    "shapes.py": '''
+        import dataclasses
+
+        from plantpkg.deep import helper
+
+
+        @dataclasses.dataclass(frozen=True)
+        class Box:
+            size: int = 2
+
+            def area(self):
+                return helper(self.size)
+
+            def volume(self):
+                return self.size ** 3
+    ''',
+    "memo.py": '''
+        from lincorr import recording
+        from plantpkg import deep
+
+
+        @recording.cache
+        def remembered(x):
+            return deep.helper(x)
+    ''',
+    "step.py": '''
+        from plantpkg import shapes
+
+
+        def step_a():
+            return shapes.Box().area()
+
+
+        def step_b():
+            return 1
+    ''',
+}
+
+
+@pytest.fixture
+def planted(tmp_path, monkeypatch):
+    """plantpkg on sys.path, recorded as lincorr's code is; `edit(file, old, new)` rewrites one of its files."""
+    root = tmp_path / "plantpkg"
+    root.mkdir()
+    for name, text in SOURCES.items():
+        (root / name).write_text(textwrap.dedent(text))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(recording, "PACKAGE_DIRECTORY", root.resolve())
+    for name in [m for m in sys.modules if m.split(".")[0] == "plantpkg"]:
+        monkeypatch.delitem(sys.modules, name)
+    stamps = iter(range(1, 10**6))
+
+    def edit(file: str, old: str, new: str) -> None:
+        path = root / file
+        text = path.read_text()
+        assert old in text
+        path.write_text(text.replace(old, new))
+        moment = 1_700_000_000 + next(stamps)  # a new modification time, even within one clock tick
+        os.utime(path, (moment, moment))
+
+    return importlib.import_module("plantpkg.step"), edit
+
+
+def recorded(function):
+    with recording.window() as ran:
+        function()
+    assert ran.complete
+    return ran.record
+
+
+def test_a_record_names_what_ran_through_a_method_and_the_values_it_read(planted):
+    step, _ = planted
+    record = recorded(step.step_a)
+    assert {"plantpkg.step:step_a", "plantpkg.shapes:Box", "plantpkg.shapes:Box.area", "plantpkg.deep:helper",
+            "plantpkg.deep:SCALE"} <= set(record), record
+    assert not {"plantpkg.step:step_b", "plantpkg.deep:unused", "plantpkg.deep:UNREAD", "plantpkg.shapes:Box.volume"} & set(record)
+
+
+@pytest.mark.parametrize(("file", "old", "new", "stale"), [
+    ("deep.py", "return x * SCALE", "return x * SCALE + 1", ["plantpkg.deep:helper"]),  # the deep helper, reached through a method
+    ("deep.py", "SCALE = 3", "SCALE = 4", ["plantpkg.deep:SCALE"]),  # a module-level value it read
+    ("shapes.py", "size: int = 2", "size: int = 5", ["plantpkg.shapes:Box"]),  # a field's default
+    ("step.py", "return shapes.Box().area()", "return shapes.Box(3).area()", ["plantpkg.step:step_a"]),
+    ("deep.py", "return x - UNREAD", "return x + UNREAD", []),  # a function that never ran
+    ("deep.py", "UNREAD = 5", "UNREAD = 6", []),  # a value nothing that ran read
+    ("shapes.py", "return self.size ** 3", "return self.size ** 4", []),  # a method of the same class that never ran
+    ("step.py", "return 1", "return 2", []),
+    ("deep.py", "# the deep helper", "# a comment says why, and changes nothing", []),
+    ('deep.py', '"""Scaled."""', '"""Multiplied by SCALE."""', []),
+])
+def test_an_edit_stales_a_record_exactly_when_it_changes_code_that_ran(planted, file, old, new, stale):
+    step, edit = planted
+    record = recorded(step.step_a)
+    assert recording.changed(record) == []
+    edit(file, old, new)
+    assert recording.changed(record) == stale
+
+
+def test_a_renamed_or_removed_function_is_changed(planted):
+    step, edit = planted
+    record = recorded(step.step_a)
+    edit("deep.py", "def helper(x):", "def scaled(x):")
+    assert "plantpkg.deep:helper" in recording.changed(record)
+
+
+def test_a_memo_hit_replays_the_record_of_the_call_that_computed_it(planted):
+    step, _ = planted
+    memo = importlib.import_module("plantpkg.memo")
+    first = recorded(lambda: memo.remembered(2))
+    again = recorded(lambda: memo.remembered(2))  # served from the memo: helper does not run now
+    assert "plantpkg.deep:helper" in first and "plantpkg.deep:helper" in again
+
+
+def test_a_disk_cache_serves_a_result_only_while_its_code_is_unchanged_and_replays_its_record(planted, tmp_path, monkeypatch):
+    step, edit = planted
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return {"area": step.step_a()}
+
+    def served():
+        return cache.stored_result("planted", {"k": 1}, compute)
+
+    assert recorded(served) and len(calls) == 1
+    record = recorded(served)
+    assert len(calls) == 1, "served from the cache"
+    assert "plantpkg.deep:helper" in record, "with the record of the code that computed it"
+    edit("deep.py", "SCALE = 3", "SCALE = 4")
+    served()
+    assert len(calls) == 2, "its code changed: computed again"
+
+
+def test_the_unit_of_code_is_found_by_its_line(planted):
+    step, _ = planted
+    shapes = importlib.import_module("plantpkg.shapes")
+    assert recording.unit_of(shapes.Box.area.__code__) == "plantpkg.shapes:Box.area"
+    assert recording.unit_of(step.step_b.__code__) == "plantpkg.step:step_b"
+    assert recording.unit_of(textwrap.dedent.__code__) is None  # not the package's code
+
+
+# ---- claims of a reproduction ----
+
+
+def planted_paper() -> Paper:
+    def claim(claim_id: str, step: str) -> Claim:
+        return Claim(claim_id, "Table 0", "planted", None, (), None, step, "binomial", {"quick": {"hits": 30}})
+
+    return Paper("peng", "planted", (claim("peng.fits", "planted-fit"), claim("peng.counts", "planted-count")))
+
+
+@pytest.fixture
+def two_steps(monkeypatch):
+    """Two planted steps: one reaches lincorr's `fit_ridge` only through `LinearMap.fit`, the other never fits."""
+
+    def fits(ctx: Context) -> Measured:
+        rng = np.random.default_rng(0)
+        LinearMap(alpha=1.0).fit(rng.normal(size=(20, 3)), rng.normal(size=(20, 2)))
+        return Measured({}, "fitted", binomial_above(30, 40, 0.1))
+
+    def counts(ctx: Context) -> Measured:
+        return Measured({}, "counted", binomial_above(30, 40, 0.1))
+
+    monkeypatch.setitem(STEPS, "planted-fit", fits)
+    monkeypatch.setitem(STEPS, "planted-count", counts)
+    monkeypatch.setattr(runner, "load_paper", lambda name: planted_paper())
+
+
+def edited(monkeypatch, unit: str) -> None:
+    """As if `unit` of lincorr's source had been edited."""
+    current = recording.unit_hash
+    monkeypatch.setattr(recording, "unit_hash", lambda name: "edited" if name == unit else current(name))
+
+
+def test_a_helper_reached_through_a_method_stales_exactly_the_claims_that_ran_it(two_steps, llama_lm, monkeypatch):
+    result = reproduce("peng", llama_lm, registry=load_registry(), settings=lincorr.CollectSettings(use_cache=False))
+    fits, counts = result.claims
+    assert "lincorr.linear:fit_ridge" in fits.code and "lincorr.linear:fit_ridge" not in counts.code
+    assert result.stale_claims() == []
+    edited(monkeypatch, "lincorr.linear:fit_ridge")
+    assert [c.id for c in result.stale_claims()] == ["peng.fits"]
+
+
+@pytest.mark.parametrize("unit", ["lincorr.cli.reproduce:list_claims", "lincorr.linear:LinearMap.load", "lincorr.reading:read_array"])
+def test_an_edit_to_code_no_step_ran_stales_nothing(two_steps, llama_lm, monkeypatch, unit):
+    result = reproduce("peng", llama_lm, registry=load_registry(), settings=lincorr.CollectSettings(use_cache=False))
+    edited(monkeypatch, unit)
+    monkeypatch.setattr(lincorr, "__version__", "99.0")
+    assert result.stale_claims() == []
+
+
+def test_every_memo_of_lincorr_replays_its_record():
+    """A memo whose hit did not replay the record of the call that computed its value would leave that code out of the
+    record of every later computation that reuses it: lincorr memoises only through `recording`."""
+    package = recording.PACKAGE_DIRECTORY
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "recording.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("cache", "lru_cache", "cached_property") and \
+                    isinstance(node.value, ast.Name) and node.value.id == "functools":
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+            if isinstance(node, ast.ImportFrom) and node.module == "functools" and \
+                    {alias.name for alias in node.names} & {"cache", "lru_cache", "cached_property"}:
+                found.append(f"{path.relative_to(package)}:{node.lineno}")
+    assert found == []
+
+
+# ---- refreshing saved reproductions ----
+
+
+def test_refresh_measures_exactly_the_stale_claims_and_rewrites_their_file(two_steps, llama_lm, tmp_path, monkeypatch, capsys):
+    from lincorr.cli import main
+    from lincorr.cli import reproduce as command
+    from lincorr.reproduce import ReproductionResult
+
+    before = reproduce("peng", llama_lm, registry=load_registry())
+    saved = tmp_path / "reproductions" / "tiny-llama" / "peng.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text(strict_json.dumps(before.summary(), indent=2) + "\n")
+    monkeypatch.setattr(command, "load_lm", lambda args, name=None: llama_lm)
+    assert main(["reproduce", "--refresh", str(saved.parent.parent)]) == 0
+    assert "no stale claim" in capsys.readouterr().out
+    edited(monkeypatch, "lincorr.linear:fit_ridge")
+    assert main(["reproduce", "--status", str(saved.parent.parent)]) == 0
+    assert "peng.fits" in capsys.readouterr().out
+    assert main(["reproduce", "--refresh", str(saved.parent.parent)]) == 0
+    printed = capsys.readouterr().out
+    assert f"1 stale of 2 in {saved} (peng.fits)" in printed and f"wrote {saved}: 1 claims measured again" in printed, printed
+    after = ReproductionResult.load(saved)
+    assert after.stale_claims() == [] and after.claims[0].code["lincorr.linear:fit_ridge"] == "edited"
+    assert after.claims[1] == before.claims[1], "the claim whose code did not change was left as it was"
+    assert after.claims[0].measured_at >= before.claims[0].measured_at and after.measured == 1
