@@ -275,3 +275,19 @@ def test_refresh_measures_exactly_the_stale_claims_and_rewrites_their_file(two_s
     assert after.stale_claims() == [] and after.claims[0].code["lincorr.linear:fit_ridge"] == "edited"
     assert after.claims[1] == before.claims[1], "the claim whose code did not change was left as it was"
     assert after.claims[0].measured_at >= before.claims[0].measured_at and after.measured == 1
+
+
+def test_work_shared_between_claims_carries_the_record_of_the_claim_that_made_it(monkeypatch, llama_lm):
+    """A claim that reads what an earlier claim of the run computed (ctx.shared) ran that code too, in effect."""
+
+    def fits(ctx: Context) -> Measured:
+        if "fitted" not in ctx.shared:
+            rng = np.random.default_rng(0)
+            ctx.shared["fitted"] = LinearMap(alpha=1.0).fit(rng.normal(size=(20, 3)), rng.normal(size=(20, 2)))
+        return Measured({"alpha": ctx.shared["fitted"].alpha}, "fitted", binomial_above(30, 40, 0.1))
+
+    monkeypatch.setitem(STEPS, "planted-fit", fits)
+    monkeypatch.setitem(STEPS, "planted-count", fits)
+    monkeypatch.setattr(runner, "load_paper", lambda name: planted_paper())
+    first, second = reproduce("peng", llama_lm, registry=load_registry(), settings=lincorr.CollectSettings(use_cache=False)).claims
+    assert "lincorr.linear:fit_ridge" in first.code and "lincorr.linear:fit_ridge" in second.code

@@ -3,8 +3,7 @@
 A record maps each unit of lincorr's source that a computation ran or read to a short sha256 of its computation
 (`provenance.computation`: comments, docstrings and argument annotations left out):
 
-- a function or method it called (`lincorr.fit:fit_targets`, `lincorr.linear:LinearMap.fit`), and the functions whose
-  frames opened the recording (they prepare what it computes);
+- a function or method it called (`lincorr.fit:fit_targets`, `lincorr.linear:LinearMap.fit`);
 - the fields, decorators and constants of a class its code named or whose methods ran (`lincorr.fit:FitConfig`);
 - a module-level value its code read (`lincorr.reproduce.runner:REJUDGED`), through `from ... import` and module
   attributes, and the functions such a value was computed by at import;
@@ -12,8 +11,10 @@ A record maps each unit of lincorr's source that a computation ran or read to a 
   package directory it listed (`dir:knowledge/data`).
 
 `window()` records one computation: cProfile (the standard library's profiler, in C) counts the calls, an audit hook
-sees the files opened. Windows nest. A value served from a memo (`cache`, `cached_property`) or from a disk cache
-`replay`s the record it was stored with, so the record of a computation that reuses it still names the code behind it.
+sees the files opened. Windows nest. A value served from a memo (`cache`, `cached_property`, `SharedWork`) or from a
+disk cache `replay`s the record it was stored with, so the record of a computation that reuses it still names the code
+behind it. What the code that opens a window prepares for it is its caller's to name: in a key (settings, a model's
+fingerprint) or by replaying the record of what it made (`record_of`).
 `changed(record)` lists the units whose source is no longer what the record says; a unit that is gone counts as changed.
 This module's own code decides what is recorded and computes no result, so no record names it.
 """
@@ -292,6 +293,7 @@ class Recording:
     paths: set = dataclasses.field(default_factory=set)
     complete: bool = True
     record: dict = dataclasses.field(default_factory=dict)
+    before: dict = dataclasses.field(default_factory=dict)  # the calls counted when the window opened
 
 
 _open: list[Recording] = []
@@ -340,12 +342,8 @@ def window() -> Iterator[Recording]:
             recording.complete = False
         else:
             _profiler.append(profiler)
-    frame = sys._getframe(2)  # the frames that opened the window prepare what runs in it
-    while frame is not None:
-        recording.codes.add(frame.f_code)
-        frame = frame.f_back
     _open.append(recording)
-    before = _counts() if _profiler else {}
+    recording.before = _counts() if _profiler else {}
     try:
         yield recording
     finally:
@@ -354,8 +352,21 @@ def window() -> Iterator[Recording]:
         if not _open and _profiler:
             _profiler.pop().disable()
         recording.complete = recording.complete and bool(after)
-        recording.codes |= {code for code, count in after.items() if count > before.get(code, 0)}
+        recording.codes |= _ran_since(recording.before, after)
         recording.record = _record_of(recording)
+
+
+def _ran_since(before: Mapping, after: Mapping) -> set:
+    return {code for code, count in after.items() if count > before.get(code, 0)}
+
+
+def so_far() -> dict[str, str]:
+    """The record of the innermost open window up to now (empty outside every window): what has computed anything
+    this window has made so far."""
+    if not _open or not _profiler:
+        return {}
+    recording = _open[-1]
+    return _record_of(dataclasses.replace(recording, codes=recording.codes | _ran_since(recording.before, _counts())))
 
 
 def _record_of(recording: Recording) -> dict[str, str]:
@@ -391,6 +402,16 @@ def reused(record: Mapping[str, str] | None) -> bool:
 # ---- memos that keep their records ----
 
 
+# The values the memos of `cache` hold, by identity, with their records: what a caller hands a window (`record_of`).
+_made: dict[int, tuple[object, dict]] = {}
+
+
+def record_of(value: object) -> dict[str, str] | None:
+    """The record of the call that made `value`, where a `cache`d function made it; else None."""
+    made = _made.get(id(value))
+    return made[1] if made is not None and made[0] is value else None
+
+
 def cache(function: Callable) -> Callable:
     """functools.cache whose hits replay the record of the call that computed the value."""
     memo: dict = {}
@@ -406,11 +427,30 @@ def cache(function: Callable) -> Callable:
             value = function(*args, **kwargs)
         if recording.complete:
             memo[key] = (value, recording.record)
+            _made[id(value)] = (value, recording.record)
         replay(recording.record)
         return value
 
     cached.cache_clear = memo.clear  # type: ignore[attr-defined]
     return cached
+
+
+class SharedWork(dict):
+    """What the claims of one run compute once and share (a model fine-tuned by the first claim that needs it): each
+    value is stored with the record, so far, of the window that made it, and replayed whenever another reads it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.records: dict = {}
+
+    def __setitem__(self, key, value) -> None:
+        self.records[key] = so_far()
+        super().__setitem__(key, value)
+
+    def __getitem__(self, key):
+        value = super().__getitem__(key)
+        replay(self.records.get(key, {}))
+        return value
 
 
 class cached_property:  # noqa: N801 - named as the functools descriptor it stands for

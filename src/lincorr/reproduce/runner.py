@@ -10,6 +10,7 @@ where it stopped and a change to the code, or to a model, behind a claim measure
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import datetime
 import logging
 import math
@@ -350,7 +351,9 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     second = eval_model if isinstance(eval_model, LM) or eval_model is None else load_model(eval_model)
     if second is not None:
         require_other_checkpoint(lm, second, "--eval-model")
-    shared: dict = {EVAL_LM: second} if second is not None else {}
+    shared = recording.SharedWork({EVAL_LM: second} if second is not None else {})
+    # The registry's content is part of every claim's input (its prompts, domains and pairs, whichever files they came from).
+    registry_key = hashlib.sha256(repr(registry).encode()).hexdigest()
     results: list[ClaimResult] = []
     measured: list[str] = []
 
@@ -366,7 +369,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
         claim_settings = claim.settings_for(budget)
         ctx = Context(lm, registry, claim_settings, settings, shared, claim.interest)
         key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key(),
-               "interest": claim.interest, **series_key(claim_settings),
+               "interest": claim.interest, "registry": registry_key, **series_key(claim_settings),
                **({"eval_model": second.fingerprint} if claim.eval_model and second is not None else {})}
 
         refusal = memory_reason(claim, lm)

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from lincorr import recording
 from lincorr.collection import CollectSettings
 from lincorr.errors import LincorrError
 from lincorr.inputs import sample_vocab_inputs
@@ -30,7 +31,8 @@ class Context:
     registry: Registry
     settings: Mapping[str, Any]  # the claim's YAML: its values are whatever the file holds
     collect: CollectSettings = CollectSettings()  # how the logit-table studies collect
-    shared: dict = dataclasses.field(default_factory=dict)  # what several claims of one reproduction compute once (a training run)
+    # What several claims of one reproduction compute once (a training run), with the record of the code that made it.
+    shared: dict = dataclasses.field(default_factory=recording.SharedWork)
     interest: float | None = None  # the effect the claim is judged against, in its test's units (`Claim.interest`)
 
     def inputs(self, n: int | None = None) -> list[str]:
