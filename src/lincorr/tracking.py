@@ -23,11 +23,18 @@ from lincorr.schema import read_document
 
 T = TypeVar("T")
 
-__all__ = ["log_result", "require_mlflow", "EXPERIMENT"]
+__all__ = ["log_result", "require_mlflow", "check_tracker", "EXPERIMENT"]
 
 # The experiment runs go to, unless MLFLOW_EXPERIMENT_NAME names another (MLflow's own variable for it).
 EXPERIMENT = "lincorr"
 INSTALL = "pip install 'lincorr[mlflow]'"
+# The stores lincorr logs to: MLflow's local file store and a tracking server. (The database stores need SQLAlchemy,
+# which the skinny client of the `mlflow` extra does not bring.)
+SCHEMES = ("file", "http", "https")
+MOST_URI_CHARACTERS = 2000  # a URI longer than a browser takes is no tracking address
+ANSWER_SECONDS = 3.0  # how long a tracking server has to accept a connection, before and while logging
+# What MLflow's client does with a server that does not answer: retries for minutes, unless told otherwise.
+HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(ANSWER_SECONDS) + 2)}
 # What MLflow accepts in a param or metric key on every system (a colon not on Windows, a slash would make a path).
 KEY_CHARACTERS = re.compile(r"[^\w.\- ]")
 
@@ -39,6 +46,38 @@ def require_mlflow():
     except ImportError:
         raise LincorrError(f"logging to MLflow needs the mlflow extra, which is not installed: {INSTALL}") from None
     return mlflow
+
+
+def check_tracker(tracking_uri: str) -> None:
+    """Before any work: an OutputError unless `tracking_uri` is a store lincorr can log to now, a `file:` store it can
+    write (a directory, or where one can be made) or a tracking server that accepts a connection within ANSWER_SECONDS."""
+    import socket
+    import urllib.parse
+
+    from lincorr.filesystem import check_writable
+
+    shown = tracking_uri if len(tracking_uri) <= 200 else f"{tracking_uri[:200]}... ({len(tracking_uri):,} characters)"
+    if len(tracking_uri) > MOST_URI_CHARACTERS:
+        raise OutputError(f"--mlflow {shown} is no tracking URI; give a store such as file:./mlruns or http://host:5000")
+    parts = urllib.parse.urlparse(tracking_uri)
+    scheme = parts.scheme or "file"  # a plain path is a file store to MLflow
+    if scheme not in SCHEMES:
+        raise OutputError(f"--mlflow {shown}: lincorr logs to {', '.join(f'{s}:' for s in SCHEMES)} stores, not {scheme}:; "
+                          f"give e.g. file:./mlruns or http://host:5000")
+    if scheme == "file":
+        path = Path(urllib.parse.unquote(parts.path if parts.scheme else tracking_uri)).expanduser()
+        if ".." in path.parts:
+            raise OutputError(f"--mlflow {shown} climbs out of a directory with ..; name the store's directory directly")
+        if path.exists() and not path.is_dir():
+            raise OutputError(f"--mlflow {shown}: {path} is not a directory; name a directory for MLflow's file store")
+        check_writable(path if path.is_dir() else path.parent, f"MLflow's file store {path}")
+        return
+    try:
+        with socket.create_connection((parts.hostname or "", parts.port or (443 if scheme == "https" else 80)), ANSWER_SECONDS):
+            pass
+    except (OSError, ValueError) as error:
+        raise OutputError(f"the MLflow server at {shown} does not answer ({error}); start it, or log to a file store: "
+                          "--mlflow file:./mlruns") from None
 
 
 def log_result(result, directory, tracking_uri: str) -> str:
@@ -56,7 +95,7 @@ def log_result(result, directory, tracking_uri: str) -> str:
     directory = Path(directory)
     provenance = read_document(directory / "provenance.json", PROVENANCE)
     try:
-        with file_store_allowed():
+        with file_store_allowed(), http_without_retries():
             return write_run(mlflow.tracking.MlflowClient(tracking_uri), result.study, directory, provenance, result.summary())
     except (MlflowException, OSError) as error:
         raise OutputError(f"MLflow at {tracking_uri} did not take the run ({' '.join(str(error).split())[:300]}); "
@@ -132,6 +171,19 @@ def provenance_tags(study: str, provenance: dict) -> dict[str, str]:
     if command:
         tags["lincorr.command"] = command
     return tags
+
+
+@contextlib.contextmanager
+def http_without_retries():
+    """A server that stops answering fails the logging within seconds (HTTP_SETTINGS), not after minutes of retries; a
+    variable the caller set is kept."""
+    added = {name: value for name, value in HTTP_SETTINGS.items() if name not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ import yaml
 
 from lincorr.cli.values import Distinct
 from lincorr.errors import InputError
-from lincorr.reading import check_nesting, read_text, yaml_depth
+from lincorr.reading import FLOAT_DIGITS, check_nesting, human_size, read_text, regular_file_size, yaml_depth
 from lincorr.schema import REAL, TEXT, Entries, FileKind, Items, checked
 
 class ConfigLoader(yaml.SafeLoader):
@@ -45,6 +45,14 @@ def as_written(loader: ConfigLoader, node: yaml.ScalarNode) -> str:
     return loader.construct_scalar(node)
 
 
+def whole_number(loader: ConfigLoader, node: yaml.ScalarNode) -> int:
+    """An integer of at most FLOAT_DIGITS digits; Python refuses to read one of over 4,300 (with a traceback)."""
+    digits = sum(character.isdigit() for character in loader.construct_scalar(node))
+    if digits > FLOAT_DIGITS:
+        raise yaml.constructor.ConstructorError(None, None, f"a number of {digits:,} digits is no option's value", node.start_mark)
+    return yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
+
+
 def refused(loader: ConfigLoader, node: yaml.Node):
     raise yaml.constructor.ConstructorError(None, None, f"!!{node.tag.rpartition(':')[2]} is not an option's value; "
                                             "write text, a number, true or a list", node.start_mark)
@@ -52,6 +60,7 @@ def refused(loader: ConfigLoader, node: yaml.Node):
 
 ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, unique_keys)
 ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", as_written)
+ConfigLoader.add_constructor("tag:yaml.org,2002:int", whole_number)
 # Safe YAML's other values that are no JSON value (bytes, a set, pairs) would meet a check that knows only JSON's.
 for tag in ("binary", "set", "omap", "pairs"):
     ConfigLoader.add_constructor(f"tag:yaml.org,2002:{tag}", refused)
@@ -59,6 +68,11 @@ for tag in ("binary", "set", "omap", "pairs"):
 CONFIG_FILE = FileKind("config file", Entries((TEXT, REAL, bool, Items((TEXT, REAL)))),
                        "write one `option: value` per line, the options of the command's --help", written_by="a config file")
 
+
+# A command's options fill a page: a larger file is no config file, and YAML's parser would take minutes and gigabytes on it.
+MAX_CONFIG_BYTES = 1024 * 1024
+# How much of a key or value a config file's error quotes.
+QUOTED = 100
 
 # What argparse takes for --config: the option, or an abbreviation no other option shares (--con is also --contexts').
 CONFIG_SPELLINGS = ("--conf", "--confi", "--config")
@@ -97,6 +111,10 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
     """The command-line tokens of the config file `path` for `parser`'s command."""
     if not path:
         raise InputError("--config needs a file: --config study.yaml")
+    size = regular_file_size(path, CONFIG_FILE.what)
+    if size > MAX_CONFIG_BYTES:
+        raise InputError(f"{CONFIG_FILE.what} {path} is {human_size(size)}, more than the {human_size(MAX_CONFIG_BYTES)} a config file "
+                         f"may be; {CONFIG_FILE.remedy}")
     text = read_text(path, CONFIG_FILE.what)
     check_nesting(path, CONFIG_FILE.what, yaml_depth(text))
     try:
@@ -112,9 +130,15 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
         option = "--" + str(key).replace("_", "-")
         action = known.get(option)
         if action is None or option in ("--config", "--help"):
-            raise InputError(f"{CONFIG_FILE.what} {path}: '{key}' is not an option of `{parser.prog}`; see `{parser.prog} --help`")
+            raise InputError(f"{CONFIG_FILE.what} {path}: '{quoted(key)}' is not an option of `{parser.prog}`; see `{parser.prog} --help`")
         tokens += option_tokens(option, action, value, path)
     return tokens
+
+
+def quoted(value) -> str:
+    """A key or value of the file as an error quotes it: at most QUOTED characters."""
+    text = str(value)
+    return text if len(text) <= QUOTED else f"{text[:QUOTED]}... ({len(text):,} characters)"
 
 
 def option_tokens(option: str, action: argparse.Action, value, path: str) -> list[str]:
@@ -140,6 +164,7 @@ def check_value(option: str, action: argparse.Action, text: str, path: str) -> N
     try:
         converted = action.type(text) if callable(action.type) else text
     except (argparse.ArgumentTypeError, ValueError, TypeError) as error:
-        raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]}: {error}") from None
+        raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]}: {quoted(error)}") from None
     if action.choices is not None and converted not in action.choices:
-        raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]} is {text!r}; choose one of {', '.join(map(str, action.choices))}")
+        raise InputError(f"{CONFIG_FILE.what} {path}: {quoted(option[2:])} is {quoted(repr(text))}; choose one of "
+                         f"{', '.join(map(str, action.choices))}")

@@ -27,7 +27,7 @@ def fine_tuning_peaks() -> dict[str, float]:
 
 
 def run_models(args) -> None:
-    from lincorr.bundled import DEFAULT_MODEL, bundled_status, machine_memory
+    from lincorr.bundled import DEFAULT_MODEL, bundled_status, install_command, machine_memory
     from lincorr.reading import human_size
 
     rows = bundled_status()
@@ -55,6 +55,8 @@ def run_models(args) -> None:
         print(f"  from: {packages_text(bundle)}")
         print(f"  installed: {'yes' if r.installed else 'no'}   converted: {'yes' if r.converted else 'no'}   memory: "
               f"about {human_size(r.convert_bytes)} to convert, {human_size(r.run_bytes)} of float32 weights to run")
+        if not r.installed:
+            print(f"  to install: {install_command(bundle.requirements)}")
         tuning = [f"{human_size(needed)} for {paper}'s claims" + (" (more than this machine's)" if needed > machine else "")
                   for paper, needed in fine_tuning_bytes(r.run_bytes).items()]
         print(f"  to fine-tune: about {', '.join(tuning)}; this machine has {human_size(machine)}")

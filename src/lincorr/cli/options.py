@@ -252,9 +252,10 @@ def check_tracking(args) -> None:
         raise UsageError(f"--mlflow logs the result a command saves into --out; give `{prog}` a directory with --out"
                          if hasattr(args, "out") else f"`{prog}` saves no result for --mlflow to log; leave --mlflow out")
     if args.mlflow:
-        from lincorr.tracking import require_mlflow
+        from lincorr.tracking import check_tracker, require_mlflow
 
         require_mlflow()
+        check_tracker(args.mlflow)
 
 
 def track(args, result) -> None:
