@@ -291,3 +291,20 @@ def test_work_shared_between_claims_carries_the_record_of_the_claim_that_made_it
     monkeypatch.setattr(runner, "load_paper", lambda name: planted_paper())
     first, second = reproduce("peng", llama_lm, registry=load_registry(), settings=lincorr.CollectSettings(use_cache=False)).claims
     assert "lincorr.linear:fit_ridge" in first.code and "lincorr.linear:fit_ridge" in second.code
+
+
+def test_a_claim_measured_in_one_dtype_is_not_served_to_a_run_in_another(two_steps, llama_lm, monkeypatch):
+    """The model's fingerprint names its weights (a GGUF file's sha256), not the dtype they were loaded in."""
+    import copy
+
+    import torch
+
+    from lincorr.models import LM
+
+    calls = []
+    fits = STEPS["planted-fit"]
+    monkeypatch.setitem(STEPS, "planted-fit", lambda ctx: calls.append(ctx.lm.head_weight.dtype) or fits(ctx))
+    same_weights = LM(llama_lm.name, copy.deepcopy(llama_lm.model).to(torch.bfloat16), llama_lm.tokenizer, llama_lm.fingerprint)
+    for lm in (llama_lm, same_weights, llama_lm):
+        reproduce("peng", lm, registry=load_registry(), only="peng.fits")
+    assert calls == [torch.float32, torch.bfloat16], "the bfloat16 run measured its own claim; the float32 rerun was served"

@@ -368,7 +368,9 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
             continue
         claim_settings = claim.settings_for(budget)
         ctx = Context(lm, registry, claim_settings, settings, shared, claim.interest)
-        key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "settings": dict(claim_settings), "collect": settings.key(),
+        # The fingerprint names the weights, not what they were loaded as: the dtype and the device change the numbers too.
+        key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "dtype": str(lm.head_weight.dtype),
+               "device": lm.device.type, "settings": dict(claim_settings), "collect": settings.key(),
                "interest": claim.interest, "registry": registry_key, **series_key(claim_settings),
                **({"eval_model": second.fingerprint} if claim.eval_model and second is not None else {})}
 
