@@ -70,10 +70,14 @@ def test_models_says_what_fine_tuning_needs_and_where_this_machine_falls_short(c
     assert "more than this machine" not in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("value", ["not json", "[1, 2]"])
-def test_model_kwargs_must_be_a_json_object(capsys, value):
+@pytest.mark.parametrize("value", ["not json", "[1, 2]", "[" + "1, " * 5000 + "1]",
+                                   '{"a": ' * 9 + "1" + "}" * 9,  # one level deeper than options nest
+                                   '{"a": ' * 3000 + "1" + "}" * 3000,  # json.loads would end in a RecursionError
+                                   '{"a": "' + "x" * 20_000 + '"}'])
+def test_model_kwargs_must_be_a_small_json_object(capsys, value):
     assert main(["fit", "city", "country", "--model-kwargs", value]) == 2
-    assert "--model-kwargs" in one_error_line(capsys)
+    line = one_error_line(capsys)
+    assert "--model-kwargs" in line and len(line) < 400, line[:400]
 
 
 @pytest.fixture

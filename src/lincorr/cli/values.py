@@ -11,6 +11,7 @@ from pathlib import Path
 
 from lincorr.choices import split_names
 from lincorr.errors import UsageError
+from lincorr.reading import json_depth
 
 MODEL_HELP = "bundled alias (`lincorr models` lists them), .gguf file, local directory or hub id"
 
@@ -127,12 +128,25 @@ def ridge_alpha(text: str) -> float | str:
 # ---- the options ----
 
 
+# A few options for from_pretrained: more text, or deeper nesting, than that is no set of options (json.loads recurses
+# once a level and ends in a RecursionError past about a thousand).
+MOST_JSON_OPTION_CHARACTERS = 10_000
+MOST_JSON_OPTION_DEPTH = 8
+
+
 def json_object(text: str) -> dict:
-    """An argparse type: a JSON object, e.g. '{"attn_implementation": "eager"}'."""
+    """An argparse type: a JSON object, e.g. '{"attn_implementation": "eager"}', of at most MOST_JSON_OPTION_CHARACTERS
+    characters nested at most MOST_JSON_OPTION_DEPTH deep."""
+    example = "write an object like '{\"attn_implementation\": \"eager\"}'"
+    shown = repr(text) if len(text) <= 100 else f"{text[:100]!r}... ({len(text):,} characters)"
+    if len(text) > MOST_JSON_OPTION_CHARACTERS:
+        raise argparse.ArgumentTypeError(f"is {len(text):,} characters, more than the {MOST_JSON_OPTION_CHARACTERS:,} options take; {example}")
+    if json_depth(text) > MOST_JSON_OPTION_DEPTH:
+        raise argparse.ArgumentTypeError(f"nests {json_depth(text)} levels deep, more than {MOST_JSON_OPTION_DEPTH}; {example}")
     try:
         value = json.loads(text)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"is not JSON ({error}); write an object like '{{\"attn_implementation\": \"eager\"}}'") from None
+        raise argparse.ArgumentTypeError(f"is not JSON ({error}); {example}") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object like '{{\"attn_implementation\": \"eager\"}}', not {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a JSON object like '{{\"attn_implementation\": \"eager\"}}', not {shown}")
     return value
