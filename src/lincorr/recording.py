@@ -173,9 +173,7 @@ def unit_hash(unit: str) -> str | None:
             return None
         return hashlib.sha256(data).hexdigest()[:HASH_LENGTH]
     found = units(kind)
-    if found is not None and name == WHOLE_MODULE:
-        return hashlib.sha256(computation_of(ast.parse(source_file(kind).read_text(encoding="utf-8"))).encode()).hexdigest()[:HASH_LENGTH]
-    if found is None or name not in found.nodes:
+    if found is None or (name not in found.nodes and name != WHOLE_MODULE):
         return None
     return _node_hash(kind, name, _stamp(kind))
 
@@ -189,7 +187,10 @@ def _stamp(module: str) -> tuple:
 
 @functools.lru_cache(maxsize=None)
 def _node_hash(module: str, name: str, stamp: tuple) -> str:
-    node = _parsed(module, stamp).nodes[name]
+    if name == WHOLE_MODULE:
+        node: ast.AST = ast.parse(source_file(module).read_text(encoding="utf-8"))
+    else:
+        node = _parsed(module, stamp).nodes[name]
     return hashlib.sha256(computation_of(node).encode()).hexdigest()[:HASH_LENGTH]
 
 
