@@ -167,7 +167,7 @@ OWN_FILES = {
     "lincorr.paper": "paper.yaml, shipped in the package",
     "lincorr.reproduce.claims": "the claims files shipped in the package (tests/test_reproduce.py reads every one)",
     "lincorr.provenance": "lincorr's own source, for what its code computes",
-    "lincorr.recording": "lincorr's own source and the package's data files, for the records of the code a result ran",
+    "lincorr.source_units": "lincorr's own source and the package's data files, for the records of the code a result ran",
     "lincorr.models": "a GGUF's header, read by models.check_gguf_file against the file's size",
     "lincorr.outputs": "writing a CSV",
     "lincorr.cli": "/dev/null for stdout",

@@ -1,6 +1,6 @@
 """The record of the code a computation ran: an edit to what ran makes it stale, an edit to anything else does not.
 
-A planted package stands in for lincorr (`recording.PACKAGE_DIRECTORY`), so its files can really be edited; the
+A planted package stands in for lincorr (`source_units.PACKAGE_DIRECTORY`), so its files can really be edited; the
 reproduction tests at the end run lincorr's own runner on planted steps that reach lincorr's code."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 import lincorr
 import lincorr.reproduce.runner as runner
-from lincorr import cache, recording, strict_json
+from lincorr import cache, recording, source_units, strict_json
 from lincorr.knowledge import load_registry
 from lincorr.linear import LinearMap
 from lincorr.reproduce import reproduce
@@ -87,7 +87,7 @@ def planted(tmp_path, monkeypatch):
     for name, text in SOURCES.items():
         (root / name).write_text(textwrap.dedent(text))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(recording, "PACKAGE_DIRECTORY", root.resolve())
+    monkeypatch.setattr(source_units, "PACKAGE_DIRECTORY", root.resolve())
     for name in [m for m in sys.modules if m.split(".")[0] == "plantpkg"]:
         monkeypatch.delitem(sys.modules, name)
     stamps = iter(range(1, 10**6))
@@ -177,9 +177,9 @@ def test_a_disk_cache_serves_a_result_only_while_its_code_is_unchanged_and_repla
 def test_the_unit_of_code_is_found_by_its_line(planted):
     step, _ = planted
     shapes = importlib.import_module("plantpkg.shapes")
-    assert recording.unit_of(shapes.Box.area.__code__) == "plantpkg.shapes:Box.area"
-    assert recording.unit_of(step.step_b.__code__) == "plantpkg.step:step_b"
-    assert recording.unit_of(textwrap.dedent.__code__) is None  # not the package's code
+    assert source_units.unit_of(shapes.Box.area.__code__) == "plantpkg.shapes:Box.area"
+    assert source_units.unit_of(step.step_b.__code__) == "plantpkg.step:step_b"
+    assert source_units.unit_of(textwrap.dedent.__code__) is None  # not the package's code
 
 
 # ---- claims of a reproduction ----
@@ -211,8 +211,8 @@ def two_steps(monkeypatch):
 
 def edited(monkeypatch, unit: str) -> None:
     """As if `unit` of lincorr's source had been edited."""
-    current = recording.unit_hash
-    monkeypatch.setattr(recording, "unit_hash", lambda name: "edited" if name == unit else current(name))
+    current = source_units.unit_hash
+    monkeypatch.setattr(source_units, "unit_hash", lambda name: "edited" if name == unit else current(name))
 
 
 def test_a_helper_reached_through_a_method_stales_exactly_the_claims_that_ran_it(two_steps, llama_lm, monkeypatch):
@@ -235,10 +235,10 @@ def test_an_edit_to_code_no_step_ran_stales_nothing(two_steps, llama_lm, monkeyp
 def test_every_memo_of_lincorr_replays_its_record():
     """A memo whose hit did not replay the record of the call that computed its value would leave that code out of the
     record of every later computation that reuses it: lincorr memoises only through `recording`."""
-    package = recording.PACKAGE_DIRECTORY
+    package = source_units.PACKAGE_DIRECTORY
     found = []
     for path in sorted(package.rglob("*.py")):
-        if path.name == "recording.py":
+        if path.name in ("recording.py", "source_units.py"):  # the memos themselves, and the source's parsed units by file version
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Attribute) and node.attr in ("cache", "lru_cache", "cached_property") and \

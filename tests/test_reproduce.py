@@ -14,7 +14,7 @@ import pytest
 
 import lincorr.reproduce.runner as runner
 import lincorr.reproduce.verdicts as verdicts
-from lincorr import recording, strict_json
+from lincorr import source_units, strict_json
 from lincorr.bundled import find_bundled
 from lincorr.cli import main
 from lincorr.knowledge import load_registry
@@ -145,7 +145,7 @@ def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypat
     reproduce("peng", llama_lm, registry=load_registry()).save(tmp_path / "run")
     assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stale"] == []
-    monkeypatch.setattr(recording, "unit_hash", lambda unit: "changed")  # every unit of lincorr's code edited
+    monkeypatch.setattr(source_units, "unit_hash", lambda unit: "changed")  # every unit of lincorr's code edited
     assert main(["reproduce", "--status", str(tmp_path / "run"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["stale"] == ["peng.strong", "peng.weak"]
     before = list(planted)
