@@ -30,6 +30,7 @@ SOURCES = {
     "deep.py": '''
         SCALE = 3
         UNREAD = 5
+        NEVER_READ = 7
 
 
         def helper(x):
@@ -39,11 +40,15 @@ SOURCES = {
 
         def unused(x):
             return x - UNREAD
+
+
+        def offset(x, by=UNREAD * 0 + SCALE):
+            return x + by
     ''',
     "shapes.py": '''
         import dataclasses
 
-        from plantpkg.deep import helper
+        from plantpkg.deep import helper, offset
 
 
         @dataclasses.dataclass(frozen=True)
@@ -51,7 +56,7 @@ SOURCES = {
             size: int = 2
 
             def area(self):
-                return helper(self.size)
+                return offset(helper(self.size))
 
             def volume(self):
                 return self.size ** 3
@@ -115,7 +120,7 @@ def test_a_record_names_what_ran_through_a_method_and_the_values_it_read(planted
     record = recorded(step.step_a)
     assert {"plantpkg.step:step_a", "plantpkg.shapes:Box", "plantpkg.shapes:Box.area", "plantpkg.deep:helper",
             "plantpkg.deep:SCALE"} <= set(record), record
-    assert not {"plantpkg.step:step_b", "plantpkg.deep:unused", "plantpkg.deep:UNREAD", "plantpkg.shapes:Box.volume"} & set(record)
+    assert not {"plantpkg.step:step_b", "plantpkg.deep:unused", "plantpkg.shapes:Box.volume"} & set(record)
 
 
 @pytest.mark.parametrize(("file", "old", "new", "stale"), [
@@ -124,7 +129,8 @@ def test_a_record_names_what_ran_through_a_method_and_the_values_it_read(planted
     ("shapes.py", "size: int = 2", "size: int = 5", ["plantpkg.shapes:Box"]),  # a field's default
     ("step.py", "return shapes.Box().area()", "return shapes.Box(3).area()", ["plantpkg.step:step_a"]),
     ("deep.py", "return x - UNREAD", "return x + UNREAD", []),  # a function that never ran
-    ("deep.py", "UNREAD = 5", "UNREAD = 6", []),  # a value nothing that ran read
+    ("deep.py", "UNREAD = 5", "UNREAD = 15", ["plantpkg.deep:UNREAD"]),  # read by a default, evaluated at import
+    ("deep.py", "NEVER_READ = 7", "NEVER_READ = 8", []),  # a value nothing that ran read
     ("shapes.py", "return self.size ** 3", "return self.size ** 4", []),  # a method of the same class that never ran
     ("step.py", "return 1", "return 2", []),
     ("deep.py", "# the deep helper", "# a comment says why, and changes nothing", []),

@@ -257,12 +257,19 @@ def code_units(code: types.CodeType) -> frozenset[str]:
         return frozenset()
     module, _, name = unit.partition(":")
     found = {unit}
+    module_units = units(module)
     owner = name.rpartition(".")[0]
     if owner:  # a method: its class's fields and constants
         found.add(f"{module}:{owner}")
-        module_units = units(module)
         if module_units is not None and owner in module_units.nodes:
             read, calls = _names_in(module_units.nodes[owner])
+            _resolve(module, read, calls, found, set())
+    node = module_units.nodes.get(name) if module_units is not None else None
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        # Its defaults and decorators were evaluated at import, in the module's scope: what they read is no name of its code.
+        evaluated = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None), *node.decorator_list]
+        for expression in evaluated:
+            read, calls = _names_in(expression)
             _resolve(module, read, calls, found, set())
     _resolve(module, set(code.co_names), set(), found, set())
     return frozenset(found)
