@@ -314,3 +314,11 @@ def test_a_claim_measured_in_one_dtype_is_not_served_to_a_run_in_another(two_ste
     for lm in (llama_lm, same_weights, llama_lm):
         reproduce("peng", lm, registry=load_registry(), only="peng.fits")
     assert calls == [torch.float32, torch.bfloat16], "the bfloat16 run measured its own claim; the float32 rerun was served"
+
+
+def test_a_change_to_the_runners_loop_stales_no_claim(two_steps, llama_lm, monkeypatch):
+    """The loop over claims prepares what each claim measures in its key; it is not in a claim's record."""
+    result = reproduce("peng", llama_lm, registry=load_registry(), settings=lincorr.CollectSettings(use_cache=False))
+    assert "lincorr.reproduce.runner:measure_claim" in result.claims[0].code
+    edited(monkeypatch, "lincorr.reproduce.runner:reproduce")
+    assert result.stale_claims() == []

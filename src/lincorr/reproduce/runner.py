@@ -10,6 +10,7 @@ where it stopped and a change to the code, or to a model, behind a claim measure
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import datetime
 import logging
@@ -315,6 +316,15 @@ def unmeasured(claim: Claim, reason: str) -> ClaimResult:
                        "not applicable", reason, step=claim.step)
 
 
+def measure_unless_refused(claim: Claim, ctx: Context, refusal: str | None, measured: list[str]) -> dict:
+    """`measure_claim`, noting the claim in `measured`; NotMeasuredHere, and nothing stored, where the machine lacks the
+    memory (`memory_reason`): a machine with the memory measures it."""
+    if refusal is not None:
+        raise NotMeasuredHere(refusal)
+    measured.append(claim.id)
+    return measure_claim(claim, ctx)
+
+
 def measure_claim(claim: Claim, ctx: Context) -> dict:
     """Run the claim's step and test; a step that cannot run on this model ends `not applicable` with its reason."""
     assert claim.step is not None, "a claim without a step is not applicable, never measured"
@@ -374,14 +384,8 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
                "interest": claim.interest, "registry": registry_key, **series_key(claim_settings),
                **({"eval_model": second.fingerprint} if claim.eval_model and second is not None else {})}
 
-        refusal = memory_reason(claim, lm)
-
-        def measure() -> dict:  # stored_result calls it at once, within this claim's turn, where nothing is stored
-            if refusal is not None:
-                raise NotMeasuredHere(refusal)  # and nothing is stored: a machine with the memory measures it
-            measured.append(claim.id)
-            return measure_claim(claim, ctx)
-
+        # A function of its own, not a closure: code runs in the claim's record under the function that holds it.
+        measure = functools.partial(measure_unless_refused, claim, ctx, memory_reason(claim, lm), measured)
         try:
             row, code = recorded_result("reproduce", key, measure, leaving_out=REJUDGED, use_cache=settings.use_cache)
         except NotMeasuredHere as refused:
