@@ -322,3 +322,37 @@ def test_a_change_to_the_runners_loop_stales_no_claim(two_steps, llama_lm, monke
     assert "lincorr.reproduce.runner:measure_claim" in result.claims[0].code
     edited(monkeypatch, "lincorr.reproduce.runner:reproduce")
     assert result.stale_claims() == []
+
+
+def test_on_every_step_an_edit_stales_exactly_the_committed_claims_that_ran_it(monkeypatch):
+    """Both directions for every step, on the records of gemma-3-270m-q4km's committed claims: an edit to a study
+    function a step's claim ran stales exactly the claims whose records name it; an edit to a function of lincorr that none
+    of the step's claims ran stales none of them."""
+    from pathlib import Path
+
+    from lincorr.reproduce import ReproductionResult
+
+    folder = Path(__file__).resolve().parents[1] / "docs" / "reproductions" / "gemma-3-270m-q4km"
+    results = [ReproductionResult.load(path) for path in sorted(folder.glob("*.json")) if ".provenance" not in path.name]
+    claims = [c for result in results for c in result.claims if c.code]
+    assert claims and not any(unit.endswith(":*") for c in claims for unit in c.code), "recorded, not carried over"
+    functions = {f"{module}:{name}" for module in {unit.partition(":")[0] for c in claims for unit in c.code}
+                 if (units := source_units.units(module)) is not None for name in units.functions}
+    edited_unit = []
+    current = source_units.unit_hash
+    monkeypatch.setattr(source_units, "unit_hash", lambda unit: "edited" if unit in edited_unit else current(unit))
+
+    def stale_after_editing(unit: str) -> set[str]:
+        edited_unit[:] = [unit]
+        return {c.id for result in results for c in result.stale_claims()}
+
+    steps = sorted({c.step for c in claims})
+    assert len(steps) >= 20
+    for step in steps:
+        its = [c for c in claims if c.step == step]
+        ran = set().union(*(c.code for c in its))
+        deep = sorted(u for u in its[0].code if u in functions and u.startswith("lincorr.studies."))
+        helper = deep[0] if deep else sorted(u for u in its[0].code if u in functions)[0]
+        assert stale_after_editing(helper) == {c.id for c in claims if helper in c.code}, (step, helper)
+        never = sorted(functions - ran)[0]
+        assert not stale_after_editing(never) & {c.id for c in its}, (step, never)
