@@ -23,6 +23,7 @@ from lincorr.collection import CollectSettings, collect  # noqa: E402
 from lincorr.finetune import Fact, TrainConfig, train_on_facts  # noqa: E402
 from lincorr.fit import FitConfig, fit_tables  # noqa: E402
 from lincorr.inputs import sample_vocab_inputs  # noqa: E402
+from lincorr.knowledge import load_registry  # noqa: E402
 from lincorr.models import load_model  # noqa: E402
 from lincorr.names import pseudo_names  # noqa: E402
 from lincorr.prompts import registry_prompt  # noqa: E402
@@ -47,7 +48,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     lm = load_model(args.model)
-    prompts = {name: registry_prompt(lm, name) for name in ("city", "country")}
+    registry = load_registry()
+    prompts = {name: registry_prompt(registry, name, lm.tokenizer) for name in ("city", "country")}
     inputs = sample_vocab_inputs(lm.tokenizer, args.n, seed=0)
     tables = collect(lm, prompts, inputs, CollectSettings(use_cache=False))
     facts = [Fact(f"{name} lives in the city of", " Paris") for name in pseudo_names(args.steps * 4, lm.tokenizer, seed=0)]
