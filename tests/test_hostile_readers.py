@@ -41,7 +41,7 @@ from lincorr.reading import MAX_FILE_BYTES, MAX_NESTING
 from lincorr.relations import read_reference_file
 from lincorr.report import read_run
 from lincorr.report.files import RUN_FILE
-from lincorr.reproduce.runner import ClaimResult, ReproductionResult
+from lincorr.reproduce.runner import ClaimResult, ReproductionResult, judged
 from lincorr.reproduce.verdicts import binomial_above
 from lincorr.reproduction_file import REPRODUCTION
 from lincorr.results import PROVENANCE, STATE
@@ -76,9 +76,9 @@ def reproduction_document() -> dict:
     claims = (ClaimResult("peng.table2", "Table 2", "W is precise", published, {"relations": {"A->B": {"ols": {"hit": [0.3]}}}},
                           "0.3", "binomial", 2.5, 0.01, "reproduced", "", {"test": "t", "p_value": 0.2}, "peng_logits.table2",
                           {"lincorr.reproduce.steps:STEPS": "abc"}, "2026-01-01T00:00:00+00:00", 1.5,
-                          binomial_above(12, 40, 0.1, "hits", interest=0.3).summary(), 0.02, 0.7, 60, "the paper's Hit@1"),
+                          binomial_above(12, 40, 0.1, "hits", interest=0.3).summary(), 0.02, "the paper's Hit@1"),
               ClaimResult("peng.fig2", "Fig. 2", "a diagram", {}, {}, "", "", None, None, "not applicable", "a diagram"))
-    return ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", claims).summary()
+    return ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", judged(claims)).summary()
 
 
 def reproduction_run(path: Path) -> None:
@@ -442,7 +442,8 @@ def test_the_report_shows_any_json_number_and_any_published_rows(tmp_path):
 
     document = reproduction_document()
     claim = document["claims"][0]
-    claims = [{**claim, "id": f"peng.c{i}", "p_value": p} for i, p in enumerate((HUGE, float("nan"), float("inf"), float("-inf"), -0.5, 2.0))]
+    claims = [{**claim, "id": f"peng.c{i}", "p_value": p, "decision": {**claim["decision"], "effect": p, "p_effect": p, "adjusted_p_effect": p}}
+              for i, p in enumerate((HUGE, float("nan"), float("inf"), float("-inf"), -0.5, 2.0))]
     claims.append({**claim, "id": "peng.row-value-an-object", "paper": {**claim["paper"], "rows": [{"label": "A->B", "hit": {"r": [HUGE]}}]},
                    "ours": {"relations": {"A->B": {"hit": {"r": -HUGE}}}}})
     run = tmp_path / "run"
@@ -451,11 +452,13 @@ def test_the_report_shows_any_json_number_and_any_published_rows(tmp_path):
     write_json(run / "provenance.json", {"study": "reproduce"})
     report = build_report([run])
     table = next(block for block in report.sections[0].blocks if isinstance(block, Table))
-    p = [column.name for column in table.columns].index("p")
-    # 401 digits are beyond a float: infinity; NaN is undefined (an empty cell); the rest as written.
-    assert [row[p] for row in table.rows[:6]][2:] == [float("inf"), float("-inf"), -0.5, 2.0]
-    assert table.rows[0][p] == float("inf") and table.rows[1][p] is None
-    assert table.rows[-1][2] == "llama-3-8b: A->B r inf; r 0.9"
+    names = [column.name for column in table.columns]
+    effect, tests, paper = names.index("effect [interval] vs Δ"), names.index("tests"), names.index("paper")
+    # 401 digits are beyond a float (infinity), NaN is undefined: no effect is shown for them; the rest as written.
+    assert [row[effect] for row in table.rows[:4]] == [""] * 4
+    assert table.rows[4][effect].startswith("-0.5 [") and "T+ p 2 (adj 2)" in table.rows[5][tests]
+    assert "T+" not in table.rows[1][tests]
+    assert table.rows[-1][paper] == "llama-3-8b: A->B r inf; r 0.9"
     assert "<html" in report.html().lower()
     write_json(run / "reproduction.json", {**document, "claims": [{**claim, "paper": {**claim["paper"], "rows": 5}}]})
     with pytest.raises(InputError, match=r"claims\[0\]\.paper\.rows is a whole number, not a list"):

@@ -36,8 +36,8 @@ def test_a_reproduction_opens_the_report_with_its_claim_table(tiny_runs):
     assert [section.study for section in report.sections] == ["reproduce", "fit"]
     claims = next(block for block in report.sections[0].blocks if hasattr(block, "rows"))
     assert [row[0] for row in claims.rows] == ["peng.table2", "peng.fig2"]
-    assert [row[-1] for row in claims.rows] == ["reproduced", "not applicable"]
-    assert "llama-3-8b: City->Country" in claims.rows[0][2]
+    assert [row[1] for row in claims.rows] == ["reproduced", "not applicable"], "the verdict first"
+    assert "llama-3-8b: City->Country" in claims.rows[0][6]
     beside = [block for block in report.sections[0].blocks if hasattr(block, "figure")][1]
     bars = {bar.name: (list(bar.x), list(bar.y)) for bar in beside.figure.data}
     assert bars == {"paper": (["City->Country hit_influenced"], [0.42]), "ours ols": (["City->Country hit_influenced"], [0.3])}

@@ -6,6 +6,7 @@ import dataclasses
 import importlib.util
 import inspect
 import json
+import math
 import logging
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import pytest
 
 import lincorr.reproduce.runner as runner
 import lincorr.reproduce.verdicts as verdicts
+from lincorr.reproduce import evidence
 from lincorr import source_units, strict_json
 from lincorr.bundled import find_bundled
 from lincorr.cli import main
@@ -22,8 +24,9 @@ from lincorr.reproduce import BUDGETS, ReproductionResult, load_paper, reproduce
 from lincorr.reproduce.claims import Claim, Paper
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.steps import STEPS
-from lincorr.reproduce.verdicts import (TARGET_POWER, binomial_above, correlation_above, fisher_greater, judge, mcnemar_gain, paired_greater,
-                                        ranks_greater)
+from lincorr.reproduce.decisions import decide
+from lincorr.reproduce.power import ALPHA
+from lincorr.reproduce.verdicts import binomial_above, correlation_above, fisher_greater, mcnemar_gain, paired_greater, ranks_greater
 from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +64,7 @@ def test_paper_numbers_come_from_paper_yaml():
     (binomial_above(5, 40, 0.1), "inconclusive"),  # no effect of interest: nothing says the test could have seen one
     (mcnemar_gain([False] * 20, [True] * 15 + [False] * 5, interest=0.5), "reproduced"),
     (mcnemar_gain([True] * 10 + [False] * 90, [False] * 100, interest=0.5), "not reproduced"),  # the wrong way, with power
-    (mcnemar_gain([True] * 15 + [False] * 5, [False] * 20, interest=0.5), "inconclusive"),  # 15 of 20 lost: no room for a rise of 0.5
+    (mcnemar_gain([True] * 15 + [False] * 5, [False] * 20, interest=0.5), "not reproduced"),  # 15 of 20 lost: far below a rise of 0.5
     (fisher_greater(40, 50, 5, 50, interest=0.5), "reproduced"),
     (fisher_greater(5, 50, 40, 50, interest=0.5), "not reproduced"),
     (paired_greater([0.8, 0.7, 0.9, 0.6, 0.75, 0.85, 0.7], [0.1, 0.0, 0.2, 0.1, 0.05, 0.1, 0.0], interest=0.5), "reproduced"),
@@ -71,7 +74,7 @@ def test_paper_numbers_come_from_paper_yaml():
     (None, "not applicable"),
 ])
 def test_verdicts_follow_from_the_statistics(test, expected):
-    assert judge(test).verdict == expected
+    assert (decide(test).verdict if test is not None else "not applicable") == expected
 
 
 def planted_paper(**settings) -> Paper:
@@ -102,9 +105,10 @@ def test_verdicts_and_resume_on_a_tiny_model(planted, llama_lm, tmp_path):
     result = reproduce("peng", llama_lm, registry=load_registry())
     assert [c.verdict for c in result.claims] == ["reproduced", "not reproduced", "not applicable"]
     assert result.claims[2].reason == "a diagram" and planted == [35, 4]
-    assert {"id", "statement", "paper", "ours", "test", "p_value", "adjusted_p", "power", "detail", "verdict", "reason"} <= set(result.summary()["claims"][0])
+    assert {"id", "statement", "paper", "ours", "test", "p_value", "adjusted_p", "decision", "detail", "verdict", "reason"} <= set(result.summary()["claims"][0])
     strong, weak = result.claims[:2]
-    assert strong.adjusted_p == pytest.approx(2 * strong.p_value) and weak.adjusted_p == pytest.approx(max(weak.p_value, strong.adjusted_p))
+    assert strong.adjusted_p == pytest.approx(2 * strong.p_value) and weak.adjusted_p == pytest.approx(min(1.0, 2 * weak.p_value))
+    assert weak.decision["adjusted_p_size"] < ALPHA and weak.decision["level"] == ALPHA / 2, "4/40 lies below 0.5 above chance"
     assert result.summary()["paper"] == "peng" and result.summary()["model"] == "tiny-llama"
     again = reproduce("peng", llama_lm, registry=load_registry())  # finished claims come from the cache
     assert planted == [35, 4] and again.summary()["claims"] == result.summary()["claims"]
@@ -138,7 +142,8 @@ def test_the_command_measures_saves_and_prints_the_claim_table(planted, llama_lm
     assert main(["reproduce", "peng", "--out", str(tmp_path / "run")]) == 0
     printed = capsys.readouterr().out
     assert "peng.strong" in printed and f"wrote {tmp_path / 'run'}/" in printed
-    assert ReproductionResult.load(tmp_path / "run").counts() == {"reproduced": 1, "not reproduced": 1, "inconclusive": 0, "not applicable": 1}
+    assert ReproductionResult.load(tmp_path / "run").counts() == {"reproduced": 1, "reproduced, smaller": 0, "not reproduced": 1,
+                                                                   "inconclusive": 0, "not applicable": 1}
 
 
 def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypatch, capsys):
@@ -153,11 +158,16 @@ def test_a_code_change_makes_claims_stale(planted, llama_lm, tmp_path, monkeypat
     assert planted == before + [35, 4]
 
 
+def no_evidence(monkeypatch) -> None:
+    """A change to how a binomial claim is decided: its T+ never rejects."""
+    exact = evidence.KINDS["binomial_above"]
+    monkeypatch.setitem(evidence.KINDS, "binomial_above", lambda **arguments: dataclasses.replace(exact(**arguments), p_above=lambda theta: 1.0))
+
+
 def test_a_change_to_how_tests_compute_rejudges_cached_claims_without_measuring_them(planted, llama_lm, monkeypatch):
     first = reproduce("peng", llama_lm, registry=load_registry())
     assert first.claims[0].verdict == "reproduced" and planted == [35, 4]
-    exact = verdicts.CONSTRUCTORS["binomial_above"]
-    monkeypatch.setitem(verdicts.CONSTRUCTORS, "binomial_above", lambda **arguments: dataclasses.replace(exact(**arguments), p_value=1.0))
+    no_evidence(monkeypatch)
     again = reproduce("peng", llama_lm, registry=load_registry())
     assert planted == [35, 4] and again.measured == 0, "the claims came from the cache"
     assert again.claims[0].p_value == 1.0 and again.claims[0].verdict != "reproduced"
@@ -166,8 +176,7 @@ def test_a_change_to_how_tests_compute_rejudges_cached_claims_without_measuring_
 
 def test_a_saved_reproduction_is_judged_again_by_the_current_tests(planted, llama_lm, tmp_path, monkeypatch, capsys):
     reproduce("peng", llama_lm, registry=load_registry()).save(tmp_path / "run")
-    exact = verdicts.CONSTRUCTORS["binomial_above"]
-    monkeypatch.setitem(verdicts.CONSTRUCTORS, "binomial_above", lambda **arguments: dataclasses.replace(exact(**arguments), p_value=1.0))
+    no_evidence(monkeypatch)
     assert main(["reproduce", "--rejudge", str(tmp_path / "run"), "--out", str(tmp_path / "again"), "--json"]) == 0
     claims = {c["id"]: c for c in json.loads(capsys.readouterr().out)["claims"]}
     assert claims["peng.strong"]["p_value"] == 1.0 and claims["peng.strong"]["verdict"] != "reproduced" and planted == [35, 4]
@@ -332,26 +341,31 @@ def test_the_claim_tables_of_results_md_are_the_committed_reproductions():
             "the block names the claims its run did not have, or says the run chose some"
 
 
-def test_no_committed_claim_is_not_reproduced_without_the_power_to_see_its_effect():
-    """`not reproduced` says the test could have seen the effect judged against: power at least TARGET_POWER at the
-    claim's adjusted level, or an interval that excludes the effect outright; a file measured with the verdicts carries
-    each measured claim's adjusted p, and the power of each that is not reproduced or inconclusive. (Files from before
-    the verdicts are listed by `--status` as stale.)"""
+def test_every_committed_verdict_reads_off_its_interval_at_the_runs_level():
+    """A committed claim's verdict is what its interval says at the claim's level (ALPHA over the run's measured claims, on
+    each side): reproduced exactly when the lower end is above 0, below Δ exactly when the upper end is; so no claim with
+    an interval wholly below its Δ reads anything but `not reproduced` or `reproduced, smaller`. Each adjusted p is the
+    raw one times the claims of the run, below ALPHA exactly when its test rejects."""
     for path in sorted((ROOT / "docs" / "reproductions").glob("*/*.json")):
         if path.name.endswith(".provenance.json"):
             continue
         claims = ReproductionResult.load(path).claims
-        if not any(claim.power is not None for claim in claims):
-            continue
-        for claim in claims:
-            name = f"{path.parent.name}/{claim.id}"
-            if claim.verdict in ("reproduced", "not reproduced", "inconclusive"):
-                assert claim.adjusted_p is not None, name
-            if claim.verdict in ("not reproduced", "inconclusive"):  # the verdicts that rest on the power
-                assert claim.power is not None, name
-            if claim.verdict == "not reproduced":
-                interval, interest = claim.detail["interval"], claim.detail["interest"]
-                assert claim.power >= TARGET_POWER or interval[1] < interest, f"{name}: power {claim.power}, interval {interval}"
+        measured = [claim for claim in claims if claim.detail is not None]
+        for claim in measured:
+            name, decision = f"{path.parent.name}/{claim.id}", claim.decision
+            assert decision is not None and decision["claims"] == len(measured) and decision["level"] == pytest.approx(ALPHA / len(measured)), name
+            assert decision["adjusted_p_effect"] == pytest.approx(min(1.0, decision["p_effect"] * len(measured))), name
+            assert claim.p_value == decision["p_effect"] and claim.adjusted_p == decision["adjusted_p_effect"], name
+            if decision["interval"] is None:
+                assert claim.verdict == "inconclusive", name
+                continue
+            low, high = (math.inf if end is None else end for end in decision["interval"])
+            low = -math.inf if decision["interval"][0] is None else low
+            there = claim.verdict in ("reproduced", "reproduced, smaller")
+            smaller = claim.verdict in ("not reproduced", "reproduced, smaller")
+            assert there == (low > 0) == (decision["adjusted_p_effect"] <= ALPHA), name
+            if decision["interest"] is not None:
+                assert smaller == (high < decision["interest"]) == (decision["adjusted_p_size"] <= ALPHA), name
 
 
 def test_a_test_over_non_finite_numbers_is_made_again_from_its_saved_json():
@@ -362,5 +376,5 @@ def test_a_test_over_non_finite_numbers_is_made_again_from_its_saved_json():
     for test in tests:
         saved = strict_json.dumps(test.summary())
         again = verdicts.Test.from_summary(json.loads(saved))
-        assert strict_json.dumps(again.summary()) == saved and judge(again) == judge(test)
+        assert strict_json.dumps(again.summary()) == saved and decide(again).summary() == decide(test).summary()
     assert tests[0].recipe["arguments"]["r"] == {"float": "nan"} and tests[1].recipe["arguments"]["controls"][4] == {"float": "-inf"}

@@ -17,7 +17,7 @@ from lincorr.reproduce import BUDGETS, load_paper, reproduce
 from lincorr.reproduce.claims import Paper
 from lincorr.reproduce.feng.steps import TunedHop, depth_test, freeze, hop_config, localisation, ocr
 from lincorr.reproduce.step import Context
-from lincorr.reproduce.verdicts import judge
+from lincorr.reproduce.decisions import decide
 from lincorr.studies.extractive.ocr import hop_data, load_world
 from lincorr.studies.extractive.positions import ROLES
 from lincorr.studies.extractive.scores import score_components
@@ -64,7 +64,7 @@ EARLY = [5.0, 4.0, 3.0, 1.0, 0.1, 0.0, 0.0, 0.0, 0.0, 0.0]
 ])
 def test_the_depth_test_follows_where_the_mass_sits_over_the_implications(scores, toward, expected):
     test = depth_test(scores, np.arange(10), 10, toward, "planted mass", interest=0.1)
-    assert judge(test).verdict == expected, test
+    assert decide(test).verdict == expected, test
     assert test.units == len(scores) and test.unit == "implications"
 
 
@@ -88,7 +88,7 @@ def test_the_ocr_verdict_follows_the_planted_ranks(tiny, after, expected):
     settings = {**TINY_HOPS, "hop": "first"}
     shared = planted_hop(lm, registry, settings, [3, 4, 2, 4, 3], after)
     measured = ocr(Context(lm, registry, settings, shared=shared, interest=2.0))
-    assert judge(measured.test).verdict == expected and measured.test.unit == "implications" and measured.ours["implications_mean_rank_after"] == pytest.approx(np.mean(after))
+    assert decide(measured.test).verdict == expected and measured.test.unit == "implications" and measured.ours["implications_mean_rank_after"] == pytest.approx(np.mean(after))
 
 
 @pytest.mark.parametrize("early, expected", [(True, "reproduced"), (False, "not reproduced")])
@@ -109,7 +109,7 @@ def test_the_localisation_verdict_follows_the_planted_scores(tiny, early, expect
     shared[("feng.scores", config, False)] = {"informative_by_role": by_prompt.mean(0), "informative_by_prompt": by_prompt}
     measured = localisation(Context(lm, registry, settings, shared=shared, interest=0.1))
     assert measured.ours["positive_mass_by_block"][planted_layer] > 0.9
-    assert measured.test.direction_holds == early and judge(measured.test).verdict == expected
+    assert measured.test.direction_holds == early and decide(measured.test).verdict == expected
 
 
 def test_table_2_judges_the_paper_split_and_stores_the_score_split_as_a_variant(tiny):

@@ -17,7 +17,9 @@ from lincorr.reproduce.peng.logits import precision_test
 from lincorr.reproduce.peng.units import CellScores, as_drawn, labelwise_gain, labelwise_spread, mean_over_inputs, resamples
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS
-from lincorr.reproduce.verdicts import ALPHA, bootstrap_greater, judge, mcnemar_power, paired_greater
+from lincorr.reproduce.decisions import decide
+from lincorr.reproduce.power import ALPHA, mcnemar_power
+from lincorr.reproduce.verdicts import bootstrap_greater, paired_greater
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_TEXTS = {"peng": "linear-correlation-paper.txt", "feng": "extractive-structures-paper.txt"}
@@ -83,31 +85,32 @@ def relation(label: str, hit: float, chance: float = 0.02, n: int = 200):
 def test_table2_needs_each_precise_relation_above_chance_and_each_other_below_the_precise_level():
     precise = ["City->Country", "en->es (city)"]
     holds = precision_test([relation("City->Country", 0.45), relation("en->es (city)", 0.9), relation("X+1->X+2", 0.0)], precise, 0.42, "ols")
-    assert judge(holds).verdict == "reproduced" and len(holds.parts) == 3
+    assert decide(holds).verdict == "reproduced" and len(holds.parts) == 3
     # Every relation precise is not the paper's claim: X+1->X+2 at City->Country's precision fails its own line.
     everywhere = precision_test([relation("City->Country", 0.45), relation("en->es (city)", 0.9), relation("X+1->X+2", 0.6)], precise, 0.42, "ols")
-    assert judge(everywhere).verdict == "not reproduced"
+    assert decide(everywhere).verdict == "not reproduced"
     assert [part.direction_holds for part in everywhere.parts] == [True, True, False]
     nowhere = precision_test([relation("City->Country", 0.02), relation("en->es (city)", 0.9), relation("X+1->X+2", 0.0)], precise, 0.42, "ols")
-    assert judge(nowhere).verdict == "not reproduced"
+    assert decide(nowhere).verdict == "not reproduced"
     # The imprecise line is judged against the smallest distance below the precise level the paper shows (Food->Taste's
     # 0.28), not X+1->X+2's own 0.42, the largest effect its test can have.
     assert holds.parts[2].interest == pytest.approx(0.14)
 
 
-def test_one_right_row_of_nine_does_not_make_an_imprecise_relation_not_reproduced():
+def test_one_right_row_of_nine_leaves_an_imprecise_relation_undecided_and_eight_decide_it():
     """qwen2.5-coder-0.5b-instruct-q4km's committed Table 2: X+1->X+2 wrong at the top-1 in 8 of 9 rows (Hit@1 0.11,
-    the paper's way) on a test with no power at the run's level. An effect of interest at the edge of what the part can
-    reach is excluded by any right row; the verdict must say the test could not tell. Far from the paper's way, 9 rows
-    still cannot see the effect at the run's level; 900 can."""
+    the paper's way). At the level of a run of 20 claims 9 rows cannot show the relation imprecise (even 9 of 9 wrong
+    gives p 0.58^9 = 0.0074), nor rule out the paper's distance: inconclusive, by design. Eight of nine right is far
+    from imprecise: the interval lies wholly below the effect of interest, and 9 rows decide that as 900 do."""
     precise = ["City->Country", "en->es (city)"]
     rows = [relation("City->Country", 0.45), relation("en->es (city)", 0.9), relation("X+1->X+2", 1 / 9, chance=0.1, n=9)]
     test = precision_test(rows, precise, 0.42, "ols")
     assert test.direction_holds
-    assert judge(test, p_value=0.44, alpha_for_power=ALPHA / 20).verdict == "inconclusive"
-    for n, verdict in ((9, "inconclusive"), (900, "not reproduced")):
+    decision = decide(test, 20)
+    assert decision.verdict == "inconclusive" and "T+'s smallest p" in decision.by_design
+    for n in (9, 900):
         precise_everywhere = precision_test(rows[:2] + [relation("X+1->X+2", 8 / 9, chance=0.1, n=n)], precise, 0.42, "ols")
-        assert judge(precise_everywhere, alpha_for_power=ALPHA / 20).verdict == verdict, n
+        assert decide(precise_everywhere, 20).verdict == "not reproduced", n
 
 
 def test_the_quick_budget_of_section_5_has_the_power_to_see_the_papers_table5_effect():
@@ -115,7 +118,7 @@ def test_the_quick_budget_of_section_5_has_the_power_to_see_the_papers_table5_ef
     table5 = claims.claim("peng.table5")
     quick = table5.settings_for("quick")
     facts = quick["n_facts"] * len(quick["seeds"])
-    level = ALPHA / 30  # Holm's first step over a run of up to 30 measured claims
+    level = ALPHA / 30  # each claim's level in a run of up to 30 measured claims (Bonferroni)
     assert len(quick["seeds"]) >= 3, "several independent runs, so the between-run check has something to compare"
     assert mcnemar_power(facts, 0.0, table5.interest, level) >= 0.8
     assert mcnemar_power(8, 0.0, table5.interest, level) < 0.1, "the old budget of 8 facts could not see it"

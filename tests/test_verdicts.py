@@ -1,5 +1,5 @@
-"""The verdict rule and the power behind it: each power against a simulation of its own test, Holm against a hand-computed
-example, and the four verdicts from planted effects."""
+"""The tests as the steps make them (each power against a simulation of its own test, each interval against a plain
+computation), and their decisions (`decisions.decide`) from planted effects."""
 
 from __future__ import annotations
 
@@ -15,22 +15,21 @@ import scipy.stats
 
 import lincorr.reproduce.power as power
 import lincorr.reproduce.verdicts as verdicts
-from lincorr.reproduce.runner import holm
+from lincorr.reproduce import decisions
+from lincorr.reproduce.decisions import decide
 
+from lincorr.reproduce.power import ALPHA
 from lincorr.reproduce.verdicts import (
-    ALPHA,
     all_of,
     any_of,
     binomial_above,
     bootstrap_greater,
     correlation_above,
     fisher_greater,
-    judge,
     mcnemar_gain,
     paired_greater,
     ranks_greater,
     relabelled,
-    units_needed,
     untestable,
 )
 
@@ -42,12 +41,6 @@ def simulated_power(draw_p_value, seed: int = 0, alpha: float = ALPHA) -> tuple[
     rng = np.random.default_rng(seed)
     share = float(np.mean([draw_p_value(rng) <= alpha for _ in range(SIMULATIONS)]))
     return share, float(np.sqrt(max(share * (1 - share), 1e-4) / SIMULATIONS))
-
-
-def test_holm_matches_a_hand_computed_example():
-    # Sorted: 0.005*4 = 0.02, 0.01*3 = 0.03, 0.03*2 = 0.06, 0.04*1 = 0.04 -> kept monotone: 0.06.
-    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
-    assert holm([0.5]) == [0.5] and holm([0.6, 0.7]) == [1.0, 1.0]
 
 
 def test_the_exact_binomial_power_matches_a_simulation():
@@ -106,80 +99,75 @@ def test_the_rank_sum_power_approximation_matches_a_simulation():
 def test_the_units_needed_follow_the_square_root_law_of_a_z_test():
     rng = np.random.default_rng(3)
     resampled = rng.normal(0.1, 0.1, size=2000)  # standard error 0.1 with 50 units
-    test = bootstrap_greater(0.1, resampled, "a planted effect", interest=0.1, units=50)
-    judgement = judge(test, alpha_for_power=ALPHA)
+    decision = decide(bootstrap_greater(0.05, resampled, "a planted effect", interest=0.1, units=50))
     z = scipy.stats.norm.isf(ALPHA) + scipy.stats.norm.ppf(0.8)
-    expected = 50 * (z / (0.1 / resampled.std(ddof=1))) ** 2
-    assert judgement.units_needed == pytest.approx(expected, rel=0.01)
+    assert decision.verdict == "inconclusive"
+    assert decision.units_effect == pytest.approx(50 * (z / (0.1 / resampled.std(ddof=1))) ** 2, rel=0.01)
 
 
-@pytest.mark.parametrize("alpha", [0.05, 0.05 / 13, 0.05 / 26])
-def test_no_budget_is_read_off_a_power_within_a_few_times_the_level(alpha):
-    test = mcnemar_gain([False] * 20, [True] * 5 + [False] * 15, interest=0.38, unit="facts")
-    z_alpha, z_target = scipy.stats.norm.isf(alpha), scipy.stats.norm.ppf(0.8)
-    # the power at which the noncentrality is a tenth of the one TARGET_POWER needs: 100 times the units
-    edge = scipy.stats.norm.cdf((z_alpha + z_target) / math.sqrt(verdicts.MOST_UNITS_FACTOR) - z_alpha)
-    assert units_needed(test, edge * 1.001, alpha) <= verdicts.MOST_UNITS_FACTOR * 20
-    assert units_needed(test, edge * 0.999, alpha) is None
-    assert units_needed(test, alpha, alpha) is None and units_needed(test, alpha / 2, alpha) is None
+def test_no_budget_is_read_off_a_hundredfold_extrapolation():
+    rng = np.random.default_rng(3)
+    resampled = rng.normal(0.0, 1.0, size=2000)  # Δ a hundredth of a standard error: about 62,000 times the units
+    decision = decide(bootstrap_greater(0.0, resampled, "no effect", interest=0.01, units=50))
+    assert decision.verdict == "inconclusive" and decision.units_effect is None and decisions.MOST_UNITS_FACTOR == 100
 
 
 def test_a_planted_effect_of_the_papers_size_is_reproduced_and_at_a_tiny_budget_inconclusive():
     paper_rise = 0.38  # Table 5: 38% of facts generalize after training, 0% before
     large = mcnemar_gain([False] * 100, [True] * 38 + [False] * 62, interest=paper_rise, unit="facts")
-    tiny = mcnemar_gain([False] * 8, [True] * 3 + [False] * 5, interest=paper_rise, unit="facts")
-    assert judge(large).verdict == "reproduced"
-    assert tiny.p_value > ALPHA and judge(tiny).verdict == "inconclusive", "8 facts cannot see the paper's effect"
-    assert judge(tiny).units_needed > 8 and judge(tiny).power < 0.8
+    tiny = mcnemar_gain([False] * 8, [True] * 2 + [False] * 6, interest=paper_rise, unit="facts")
+    assert decide(large).verdict == "reproduced"
+    assert decide(tiny).verdict == "inconclusive", "8 facts cannot tell"
+    assert decide(tiny).units_effect > 8 and decide(tiny).power_effect < 0.8
 
 
-def test_a_planted_null_with_ample_power_is_not_reproduced():
-    null = mcnemar_gain([False] * 200, [True] * 3 + [False] * 197, interest=0.38, unit="facts")
-    judgement = judge(null)
-    assert judgement.power > 0.99 and judgement.verdict == "not reproduced"
+def test_a_planted_null_is_not_reproduced():
+    null = mcnemar_gain([False] * 199 + [True], [True] * 2 + [False] * 198, interest=0.38, unit="facts")
+    decision = decide(null)
+    assert decision.verdict == "not reproduced" and decision.interval[1] < 0.38
 
 
-def test_an_interval_that_excludes_the_effect_does_not_decide_without_power():
-    """Peng's Table 2 on an imprecise relation, 5 of 9 rows wrong against 1 - 0.42 by chance, judged against 0.42: the 95%
-    interval lies below the effect, but it is unadjusted for the run's claims, and at the level the claim is judged at
-    9 rows cannot see the effect. Only power makes a claim not reproduced; the interval is shown beside it."""
-    five_rows = binomial_above(5, 9, 1 - 0.42, interest=0.42)
-    assert five_rows.interval[1] < 0.42
-    judgement = judge(five_rows, p_value=0.6, alpha_for_power=ALPHA / 18)
-    assert judgement.power < 0.8 and judgement.verdict == "inconclusive"
-    assert judge(binomial_above(9, 9, 1 - 0.42, interest=0.42), p_value=0.052, alpha_for_power=ALPHA / 18).verdict == "inconclusive"
+def test_an_interval_wholly_below_the_effect_decides_at_the_runs_level():
+    """Peng's Table 2 on an imprecise relation, 5 of 9 rows wrong against 1 - 0.42 by chance, judged against 0.42: at the
+    level of a run of 18 claims the interval lies below the effect, and the claim is not reproduced, whatever power a
+    design would have had (power plans budgets; it decides nothing)."""
+    decision = decide(binomial_above(5, 9, 1 - 0.42, interest=0.42), 18)
+    assert decision.interval[1] < 0.42 and decision.verdict == "not reproduced"
 
 
-def test_a_p_value_does_not_outweigh_an_interval_that_includes_no_effect():
-    """gemma-3-270m-q4km's Table 8 (committed before this rule): a permutation p of 1/201 from shuffling W's rows, beside
-    a Fisher-z interval over 200 inputs from -0.09 to 0.19. The two answer different questions; the claim is reproduced
-    only where both say so."""
-    shuffled = correlation_above("centred r vs shuffled W", 0.049, 1 / 201, 200, "inputs", interest=0.1)
-    assert shuffled.interval[0] < 0 < shuffled.interval[1]
-    assert judge(shuffled, p_value=0.025).verdict == "inconclusive"
-    assert judge(correlation_above("centred r vs shuffled W", 0.3, 1 / 201, 200, "inputs", interest=0.1), p_value=0.025).verdict == "reproduced"
+def test_a_correlation_is_decided_by_one_method_whatever_permutation_p_the_step_found():
+    """gemma-3-270m-q4km's Table 8: a permutation p of 1/201 from shuffling W's rows, beside r 0.049 over 200 inputs. The
+    decision is Fisher's z over the inputs, its interval and both tests one method; the permutation p stays in the
+    claim's test, and decides nothing."""
+    shuffled = decide(correlation_above("centred r vs shuffled W", 0.049, 1 / 201, 200, "inputs", interest=0.1))
+    assert shuffled.interval[0] < 0 < shuffled.interval[1] and shuffled.verdict == "inconclusive"
+    assert decide(correlation_above("centred r vs shuffled W", 0.3, 1 / 201, 200, "inputs", interest=0.1)).verdict == "reproduced"
 
 
-def test_a_significant_p_beside_an_interval_over_0_is_inconclusive_not_a_failure():
-    """59 of 100 against even odds: one-sided p 0.044, two-sided interval from -0.013, power 0.99 to see 0.2. The data
-    point the paper's way; the interval only says they may point nowhere, which is no evidence against the paper."""
-    test = binomial_above(59, 100, 0.5, interest=0.2)
-    assert test.p_value < ALPHA and test.interval[0] < 0 and test.power_at(ALPHA) > 0.8
-    assert judge(test).verdict == "inconclusive"
+def test_a_verdict_and_its_interval_agree():
+    """59 of 100 against even odds: one-sided exact p 0.044, and the one-sided Clopper-Pearson bound at the same level
+    above 0: reproduced, at a level of 0.05; at a run of two claims' level, neither."""
+    alone, in_pair = decide(binomial_above(59, 100, 0.5, interest=0.15)), decide(binomial_above(59, 100, 0.5, interest=0.15), 2)
+    assert alone.p_effect < ALPHA and alone.interval[0] > 0 and alone.verdict == "reproduced"
+    assert in_pair.interval[0] < 0 and in_pair.verdict == "inconclusive"
 
 
-def test_each_part_of_a_claim_about_every_part_needs_its_interval_above_0():
-    """Table 8's relations: a permutation p at its floor beside an interval over 0 in one part keeps the claim from
-    `reproduced` even when another part has the larger p."""
-    floor = correlation_above("Fruit-Color", 0.049, 1 / 201, 200, "inputs", interest=0.1)
+def test_each_part_of_a_claim_about_every_part_must_be_there():
+    """Table 8's relations: one part whose interval includes 0 keeps the claim from `reproduced`."""
+    weak = correlation_above("Fruit-Color", 0.049, 1 / 201, 200, "inputs", interest=0.1)
     clear = correlation_above("Object-Color", 0.3, 0.01, 200, "inputs", interest=0.1)
-    both = all_of([floor, clear], "relations")
-    assert both.p_value == clear.p_value and both.interval == clear.interval and both.interval[0] > 0
-    assert judge(both).verdict == "inconclusive"
-    assert judge(all_of([clear, correlation_above("Gem-Color", 0.25, 0.005, 200, "inputs", interest=0.1)], "relations")).verdict == "reproduced"
-    # A claim about somewhere needs only the part that decides it, the one with the smallest p.
+    assert decide(all_of([weak, clear], "relations")).verdict == "inconclusive"
+    assert decide(all_of([clear, correlation_above("Gem-Color", 0.25, 0.005, 200, "inputs", interest=0.1)], "relations")).verdict == "reproduced"
+
+
+def test_a_claim_about_somewhere_counts_the_parts_above_chance():
+    """"Any of": the share of parts whose own test is below ALPHA, against the ALPHA that chance gives, never the best
+    part's effect (which is selected)."""
     nowhere = correlation_above("Gem-Color", 0.01, 0.4, 200, "inputs", interest=0.1)
-    assert nowhere.interval[0] < 0 and judge(any_of([nowhere, clear], "relations")).verdict == "reproduced"
+    clear = correlation_above("Object-Color", 0.3, 0.01, 200, "inputs", interest=0.1)
+    one_of_two = decide(any_of([nowhere, clear], "relations"))
+    assert one_of_two.effect == pytest.approx(0.5 - ALPHA) and one_of_two.verdict == "inconclusive"
+    assert decide(any_of([clear] * 10 + [nowhere] * 2, "relations")).verdict == "reproduced"
 
 
 def test_a_rank_sum_interval_stays_within_the_effects_bounds():
@@ -200,7 +188,7 @@ def test_a_fisher_test_with_one_row_in_an_arm_has_no_power():
     test = fisher_greater(115, 245, 0, 1, interest=0.49)
     assert test.p_value > 0.4
     assert test.power_at(ALPHA) < 0.05
-    assert judge(test).verdict == "inconclusive"
+    assert decide(test).verdict == "inconclusive"
 
 
 def test_the_exact_fisher_power_matches_a_simulation():
@@ -236,8 +224,8 @@ def test_a_claim_about_each_task_needs_every_task():
     holds = binomial_above(30, 40, 0.1, interest=0.3)
     fails = binomial_above(4, 40, 0.1, interest=0.3)
     both = all_of([holds, fails], "tasks")
-    assert judge(both).verdict == "not reproduced" and len(both.parts) == 2
-    assert judge(all_of([holds, holds], "tasks")).verdict == "reproduced"
+    assert decide(both).verdict == "not reproduced" and len(both.parts) == 2
+    assert decide(all_of([holds, holds], "tasks")).verdict == "reproduced"
     assert both.power_at(ALPHA) == pytest.approx(holds.power_at(ALPHA) * fails.power_at(ALPHA))
 
 
@@ -365,7 +353,8 @@ STORED = {"name": "binomial", "statistic": 0.5, "p_value": 0.01, "direction_hold
 def test_a_stored_test_without_a_recipe_that_judge_could_not_read_is_refused(row, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         verdicts.Test.from_summary(row)
-    assert verdicts.judge(verdicts.Test.from_summary(STORED)).verdict == "reproduced", "a stored test of the right kinds reads"
+    # A stored test of the right kinds reads; without an effect and interval it cannot be decided either way.
+    assert decide(verdicts.Test.from_summary(STORED)).verdict == "inconclusive"
 
 
 def plain_mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> float:
@@ -384,7 +373,7 @@ def plain_mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> 
 def test_the_mcnemar_power_sums_only_the_likely_counts_and_stays_exact(n, loss_rate, rise):
     """The sum runs over a window of likely discordant counts, so its cost follows their spread, not the items; rare
     discordance (where a normal approximation overstated the power by 0.07) is where it must still be exact."""
-    for alpha in (verdicts.ALPHA, verdicts.ALPHA / 20):
+    for alpha in (ALPHA, ALPHA / 20):
         assert power.mcnemar_power(n, loss_rate, rise, alpha) == pytest.approx(plain_mcnemar_power(n, loss_rate, rise, alpha), abs=1e-9)
 
 
@@ -399,14 +388,14 @@ def plain_fisher_power(n: int, control_n: int, rate: float, control_rate: float,
 def test_fisher_power_stays_exact_where_one_arm_is_small_and_errs_low_where_it_approximates(monkeypatch):
     """An arm of 100 against one of 1,950 is cheap to sum exactly (where a normal approximation said 0.80 for an exact
     0.65); forced onto the approximation, two large arms get a power no higher than the exact one."""
-    assert dict(power.fisher_power(100, 1950, 0.2, 0.1))[verdicts.ALPHA / 5] == pytest.approx(
-        plain_fisher_power(100, 1950, 0.2, 0.1, verdicts.ALPHA / 5), abs=1e-9)
+    assert dict(power.fisher_power(100, 1950, 0.2, 0.1))[ALPHA / 5] == pytest.approx(
+        plain_fisher_power(100, 1950, 0.2, 0.1, ALPHA / 5), abs=1e-9)
     exact = dict(power.fisher_power(1500, 1500, 0.3, 0.25))
     monkeypatch.setattr(power, "FISHER_EXACT_CELLS", 0)
     approximated = dict(power.fisher_power(1500, 1500, 0.3, 0.25))
     assert approximated != exact
     assert all(approximated[alpha] <= exact[alpha] + 0.005 for alpha in exact), (approximated, exact)
-    assert 0.2 < exact[verdicts.ALPHA / 20] < 0.9, "a level where the power is neither 0 nor 1, so the comparison says something"
+    assert 0.2 < exact[ALPHA / 20] < 0.9, "a level where the power is neither 0 nor 1, so the comparison says something"
 
 
 def test_above_the_simulated_limit_the_signed_rank_power_is_pitmans_approximation(monkeypatch):
@@ -418,7 +407,7 @@ def test_above_the_simulated_limit_the_signed_rank_power_is_pitmans_approximatio
     assert approximated != simulated
     simulation_error = 4 * math.sqrt(0.25 / power.SIMULATED_SAMPLES)
     assert all(abs(approximated[alpha] - simulated[alpha]) < simulation_error for alpha in simulated)
-    assert 0.2 < simulated[verdicts.ALPHA / 20] < 0.9
+    assert 0.2 < simulated[ALPHA / 20] < 0.9
 
 
 def test_every_paper_runs_its_claims_at_a_level_on_the_power_grid():
@@ -428,7 +417,7 @@ def test_every_paper_runs_its_claims_at_a_level_on_the_power_grid():
 
     for paper in ("peng", "merullo", "feng"):
         measured = sum(claim.step is not None for claim in load_paper(paper).claims)
-        assert any(math.isclose(level, verdicts.ALPHA / measured) for level in power.POWER_ALPHAS), (paper, measured)
+        assert any(math.isclose(level, ALPHA / measured) for level in power.POWER_ALPHAS), (paper, measured)
 
 
 @pytest.mark.parametrize("row, message", [
@@ -441,13 +430,14 @@ def test_a_stored_power_or_p_that_is_no_probability_is_refused(row, message):
 
 
 def test_an_undefined_p_is_no_evidence_either_way():
-    """A NaN p (a test that could not be computed) is `inconclusive` even where the power would make a miss decisive."""
+    """A NaN p (a stored test that could not be computed) is `inconclusive`, whatever interval it carries."""
     test = verdicts.Test("r", 0.5, math.nan, True, 0.5, (0.1, 0.9), 0.2, tuple((alpha, 1.0) for alpha in power.POWER_ALPHAS), 40)
-    assert verdicts.judge(test).verdict == "inconclusive"
+    assert decide(test).verdict == "inconclusive"
 
 
 def test_a_recipe_over_billions_of_units_is_judged_without_exhausting_memory():
     """Fisher's exact power over 2e9 names per arm asked for 15 GiB; a stored recipe may come from anyone."""
     test = verdicts.Test.from_summary({"recipe": {"test": "fisher_greater", "arguments": {
         "hits": 10**9, "n": 2 * 10**9, "control_hits": 10**9, "control_n": 2 * 10**9, "interest": 0.1}}})
-    assert test.power_at(verdicts.ALPHA) == pytest.approx(1.0) and test.p_value == pytest.approx(0.5, abs=1e-3)
+    assert test.power_at(ALPHA) == pytest.approx(1.0) and test.p_value == pytest.approx(0.5, abs=1e-3)
+    assert decide(test).verdict == "not reproduced", "a difference of 0 in rates, known to within 1e-4"

@@ -15,7 +15,7 @@ from lincorr.errors import InputError
 from lincorr.schema import ANY, NULL, NUMBER, TEXT, Entries, FileKind, Items, Maybe, read_document
 
 RESULT_FILE = "reproduction.json"
-VERDICTS = ("reproduced", "not reproduced", "inconclusive", "not applicable")
+VERDICTS = ("reproduced", "reproduced, smaller", "not reproduced", "inconclusive", "not applicable")
 TEXT_OR_NULL = (TEXT, NULL)
 PUBLISHED = {"where": Maybe(TEXT), "model": Maybe(TEXT), "setting": Maybe(ANY), "rows": Maybe(Items(Entries(ANY))),
              "values": Maybe(Entries(ANY))}
@@ -25,8 +25,9 @@ CLAIM = {"id": TEXT, "where": TEXT, "statement": TEXT, "paper": PUBLISHED, "ours
          "code": Maybe((Entries(TEXT), NULL)), "measured_at": Maybe(TEXT_OR_NULL), "seconds": Maybe(NUMBER),
          # The test in full (effect, interval, interest, power grid, parts): shown through `report.effects.effect_text`,
          # which leaves out any field of the wrong kind.
-         "detail": Maybe((Entries(ANY), NULL)), "adjusted_p": Maybe(NUMBER), "power": Maybe(NUMBER), "units_needed": Maybe(NUMBER),
-         "interest_reason": Maybe(TEXT_OR_NULL)}
+         "detail": Maybe((Entries(ANY), NULL)), "adjusted_p": Maybe(NUMBER), "interest_reason": Maybe(TEXT_OR_NULL),
+         # The decision (`decisions.Decision.summary()`): shown through `report.effects`, which leaves out any field of the wrong kind.
+         "decision": Maybe((Entries(ANY), NULL))}
 REPRODUCTION = FileKind(
     "saved reproduction",
     {"paper": TEXT, "title": Maybe(TEXT), "model": TEXT, "model_fingerprint": Maybe(TEXT), "budget": Maybe(TEXT),

@@ -1,26 +1,55 @@
-"""The effect of a claim as one line of text: effect, interval, the effect judged against, power, and the budget that would decide it."""
+"""A claim's decision as text: effect, interval and Δ; both one-sided tests; what would decide an inconclusive one."""
 
 from __future__ import annotations
 
 import math
 
 
-def effect_text(detail: dict | None, power: float | None, needed: int | None) -> str:
-    """"effect 0.38 [0.12, 0.64] vs 0.5, power 0.41 (about 24 facts for power 0.8)" of a stored test (`Test.summary()`), or "".
-    A saved file may come from anyone: a field of the wrong kind is left out, never an error."""
-    def real(value) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and abs(value) < 1e300
+def real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and abs(value) < 1e300
 
-    if not isinstance(detail, dict) or not real(detail.get("effect")):
+
+def bound_text(value) -> str:
+    """An interval's end: a number, or ∞ for an end the data leave open (a stored null)."""
+    # A bound found by bisection at a p-value's step lands within a few ulps of it: 0, not -6.2e-61.
+    return (f"{value:.3g}" if abs(value) > 1e-12 else "0") if real(value) else "∞"
+
+
+def effect_text(decision: dict | None) -> str:
+    """"0.38 [0.12, 0.64] vs Δ 0.5 (0.76 of Δ)" of a stored decision (`Decision.summary()`), with each test's power and the
+    units that would give 0.8 where it is inconclusive, or "". A saved file may come from anyone: a field of the wrong kind
+    is left out, never an error."""
+    if not isinstance(decision, dict) or not real(decision.get("effect")):
         return ""
-    text = f"effect {detail['effect']:.3g}"
-    interval = detail.get("interval")
-    if isinstance(interval, (list, tuple)) and len(interval) == 2 and all(map(real, interval)):
-        text += f" [{interval[0]:.3g}, {interval[1]:.3g}]"
-    if real(detail.get("interest")):
-        text += f" vs {detail['interest']:.3g}"
-    if real(power) and (needed is None or real(needed)):
-        text += f", power {power:.2f}"
-        if needed:
-            text += f" (about {int(needed)} {str(detail.get('unit') or 'units')} for power 0.8)"
+    text = f"{decision['effect']:.3g}"
+    interval = decision.get("interval")
+    if isinstance(interval, (list, tuple)) and len(interval) == 2:
+        text += f" [{'-' if not real(interval[0]) else ''}{bound_text(interval[0])}, {bound_text(interval[1])}]"
+    interest = decision.get("interest")
+    if real(interest):
+        text += f" vs Δ {interest:.3g}"
+        if interest:
+            text += f" ({decision['effect'] / interest:.2g} of Δ)"
+    if decision.get("verdict") == "inconclusive" and real(decision.get("power_effect")):
+        text += f"; power {decision['power_effect']:.2f} at Δ"
+        if real(decision.get("units_effect")):
+            text += f", about {int(decision['units_effect'])} {str(decision.get('unit') or 'units')} for 0.8"
     return text
+
+
+def tests_text(decision: dict | None) -> str:
+    """"T+ p 0.0012 (adj 0.018), T− p 0.6 (adj 1)": each one-sided test's raw and adjusted p, or ""."""
+    if not isinstance(decision, dict):
+        return ""
+    parts = []
+    for name, raw, adjusted in (("T+", "p_effect", "adjusted_p_effect"), ("T−", "p_size", "adjusted_p_size")):
+        if real(decision.get(raw)) and real(decision.get(adjusted)):
+            parts.append(f"{name} p {decision[raw]:.2g} (adj {decision[adjusted]:.2g})")
+    return ", ".join(parts)
+
+
+def sensitivity_text(decision: dict | None) -> str:
+    """"Δ/2: reproduced; 2Δ: reproduced, smaller": the verdicts at half and twice Δ, or ""."""
+    if not isinstance(decision, dict) or not isinstance(decision.get("at_half"), str) or not isinstance(decision.get("at_double"), str):
+        return ""
+    return f"Δ/2: {decision['at_half']}; 2Δ: {decision['at_double']}"

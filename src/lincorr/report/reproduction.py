@@ -10,7 +10,7 @@ from pathlib import Path
 from lincorr.report import figures
 from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table
 from lincorr.report.sections import number, read_provenance
-from lincorr.report.effects import effect_text
+from lincorr.report.effects import effect_text, sensitivity_text, tests_text
 from lincorr.reproduction_file import RESULT_FILE, VERDICTS, read_reproduction_file
 
 
@@ -110,16 +110,18 @@ def read_reproduction(directory: Path) -> Section:
     """reproduction.json: the counts of each verdict, the claim table, and the evidence of each measured claim."""
     run = read_reproduction_file(directory / RESULT_FILE)
     claims = run["claims"]
-    counts = ", ".join(f"{sum(claim['verdict'] == v for claim in claims)} {v}" for v in VERDICTS)
+    counts = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(claim['verdict'] == v for claim in claims)))
     numbers = KeyNumbers((("paper", run.get("title") or run["paper"]), ("model", run["model"]),
                           ("budget", run.get("budget") or ""), ("verdicts", counts)))
-    table = Table(f"the claims of {run['paper']}: the paper's numbers beside ours, each tested", (
-        Column("claim", ""), Column("where", ""), Column("paper", ""), Column("ours", ""), Column("test", ""),
-        Column("effect, power", ""), Column("p", ".3g"), Column("adjusted p", ".3g"), Column("verdict", "")), tuple(
-        (claim["id"], claim["where"], published_cell(claim["paper"]),
-         (claim.get("ours_text") or "") if claim["verdict"] != "not applicable" else (claim.get("reason") or ""),
-         claim["test"], effect_text(claim.get("detail"), claim.get("power"), claim.get("units_needed")), number(claim["p_value"]),
-         number(claim.get("adjusted_p")), claim["verdict"]) for claim in claims))
+    # The verdict first, then what it reads off; the claims no step measured folded below the measured ones.
+    ordered = sorted(claims, key=lambda claim: claim["verdict"] == "not applicable")
+    table = Table(f"the claims of {run['paper']}, each decided by two one-sided tests: the effect above 0, and below Δ", (
+        Column("claim", ""), Column("verdict", ""), Column("effect [interval] vs Δ", ""), Column("tests", ""),
+        Column("at Δ/2, 2Δ", ""), Column("Δ's source", ""), Column("paper", ""), Column("ours", ""), Column("where", "")), tuple(
+        (claim["id"], claim["verdict"], effect_text(claim.get("decision")), tests_text(claim.get("decision")),
+         sensitivity_text(claim.get("decision")), claim.get("interest_reason") or "", published_cell(claim["paper"]),
+         (claim.get("ours_text") or "") if claim["verdict"] != "not applicable" else (claim.get("reason") or ""), claim["where"])
+        for claim in ordered))
     beside = (paper_beside_ours(claim, run.get("budget") or "") for claim in claims if claim["verdict"] != "not applicable")
     blocks: tuple[Block, ...] = (numbers, table, *(figure for figure in (evidence(claims), *beside) if figure))
     return Section(f"reproduction of {run['paper']} on {run['model']}", "reproduce", str(directory),

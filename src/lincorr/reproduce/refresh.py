@@ -100,7 +100,9 @@ def write_refreshed(saved: SavedReproduction, result: ReproductionResult) -> Non
 def refresh(directory: str | Path, load: Callable[[str], LM], settings: CollectSettings = CollectSettings(),
             report: Callable[[str], None] = print) -> list[SavedReproduction]:
     """Measure again the stale claims of every reproduction under `directory`, one model loaded at a time (`load` takes a
-    model name, as the files record it), and rewrite each file once its claims are done; the files refreshed."""
+    model name, as the files record it), and rewrite each file once its claims are done; then judge every other file again
+    (`ReproductionResult.rejudged`, nothing measured) and rewrite those the current tests and verdict rules read
+    differently. The files whose claims were measured again."""
     saved = saved_reproductions(directory)
     report(plan_text(saved))
     stale = [s for s in saved if s.stale]
@@ -113,4 +115,10 @@ def refresh(directory: str | Path, load: Callable[[str], LM], settings: CollectS
             left = [c.id for c in result.claims if changed_code(c)]
             report(f"wrote {entry.path}: {result.measured} claims measured again in {duration_text(result.seconds or 0)}"
                    + (f"; still stale: {', '.join(left)}" if left else ""))
+    for entry in (s for s in saved if not s.stale):
+        again = entry.result.rejudged()
+        if again.summary() != entry.result.summary():
+            write_refreshed(entry, again)
+            changed = sum(new.verdict != old.verdict for new, old in zip(again.claims, entry.result.claims))
+            report(f"wrote {entry.path}: judged again, nothing measured ({changed} verdicts changed)")
     return stale

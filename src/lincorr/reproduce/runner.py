@@ -14,14 +14,11 @@ import functools
 import hashlib
 import datetime
 import logging
-import math
 import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
-
-import numpy as np
 
 from lincorr.bundled import machine_memory
 from lincorr import recording
@@ -38,8 +35,10 @@ from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
 from lincorr.reproduce.series import series_key
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS
-from lincorr.report.effects import effect_text
-from lincorr.reproduce.verdicts import ALPHA, Test, judge
+from lincorr.report.effects import effect_text, sensitivity_text, tests_text
+from lincorr.reproduce.decisions import decide
+from lincorr.reproduce.power import ALPHA
+from lincorr.reproduce.verdicts import Test
 from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE, VERDICTS, read_reproduction_file
 from lincorr.results import record, summary_frame
 
@@ -49,8 +48,8 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass(frozen=True)
 class ClaimResult:
-    """One claim as measured: the paper's numbers, ours, the test (its statistic, raw and adjusted p-value, effect with its
-    interval, the effect judged against and the power to see it), the verdict and why."""
+    """One claim as measured: the paper's numbers, ours, the test, the verdict and why, and the decision it reads off
+    (`decisions.Decision`: effect with its interval, Δ, both one-sided tests' raw and adjusted p, power, units needed)."""
 
     id: str
     where: str
@@ -60,7 +59,7 @@ class ClaimResult:
     ours_text: str
     test: str
     statistic: float | None
-    p_value: float | None
+    p_value: float | None  # of T+, "the effect is at most 0" (`decisions`)
     verdict: str
     reason: str
     variant: dict | None = None  # lincorr's way beside the paper's: its test and verdict, outside the run's family
@@ -68,11 +67,10 @@ class ClaimResult:
     code: dict | None = None  # the record of the code that measured it (`recording`); None for a claim no step measured
     measured_at: str | None = None
     seconds: float | None = None
-    detail: dict | None = None  # the paper's-way test in full (`Test.summary()`: effect, interval, interest, power grid, parts)
-    adjusted_p: float | None = None  # Holm's, across the measured claims of the run
-    power: float | None = None  # at the level the claim is judged at (ALPHA over the claims of the run)
-    units_needed: int | None = None  # about how many independent units would give TARGET_POWER there
+    detail: dict | None = None  # the paper's-way test as made (`Test.summary()`, with the recipe the decision reads)
+    adjusted_p: float | None = None  # T+'s, Bonferroni's across the measured claims of the run
     interest_reason: str | None = None
+    decision: dict | None = None  # `Decision.summary()`, made by `judged`
 
     def summary(self) -> dict:
         """The claim's row of `--json`: id, statement, paper, ours, test, p-values, effect, power, verdict, reason, provenance."""
@@ -87,14 +85,14 @@ class ClaimResult:
         return Test.from_summary(self.detail) if self.detail else None
 
     def effect_text(self) -> str:
-        """The effect with its interval, the effect judged against and the power (`verdicts.effect_text`)."""
-        return effect_text(self.detail, self.power, self.units_needed)
+        """The effect with its interval and Δ, and the power where it is inconclusive (`report.effects.effect_text`)."""
+        return effect_text(self.decision)
 
 
 # A claim's test is made again from its recipe by the current code whenever the claim is judged (`verdicts.recorded`), so
 # a claim's record leaves the tests' modules out (their powers too): a change there re-judges every stored claim without
 # measuring it.
-REJUDGED = ("lincorr.reproduce.verdicts", "lincorr.reproduce.power")
+REJUDGED = ("lincorr.reproduce.verdicts", "lincorr.reproduce.power", "lincorr.reproduce.evidence", "lincorr.reproduce.decisions")
 
 
 def changed_code(claim: ClaimResult) -> list[str]:
@@ -127,35 +125,21 @@ def retested(claim: ClaimResult) -> ClaimResult:
     return dataclasses.replace(claim, test=test.name, statistic=test.statistic, p_value=test.p_value, detail=test.summary(), variant=variant)
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm's step-down adjustment: the k-th smallest p times (m - k + 1), kept monotone, capped at 1."""
-    order = np.argsort(p_values, kind="stable")
-    m = len(order)
-    adjusted = [0.0] * m
-    running = 0.0
-    for rank, index in enumerate(order):
-        running = max(running, min(1.0, (m - rank) * float(p_values[index])))
-        adjusted[index] = running
-    return adjusted
-
-
 def judged(claims: Sequence[ClaimResult]) -> tuple[ClaimResult, ...]:
-    """The claims of one run, their tests made by the current code (`retested`), judged together: Holm's adjustment
-    across the measured claims (variants outside the family, judged on their Bonferroni p), power read at ALPHA over the
-    number of measured claims, and each claim's verdict."""
+    """The claims of one run, their tests made by the current code (`retested`), decided together (`decisions.decide`):
+    each of the m measured claims' two one-sided tests at ALPHA / m, its interval at the same level; a variant is decided at
+    that level too, outside the family."""
     measured = [i for i, c in enumerate(claims) if c.detail is not None]
-    adjusted = dict(zip(measured, holm(cast(list[float], [claims[i].p_value for i in measured]))))  # a measured claim has its p
-    level = ALPHA / max(len(measured), 1)
     out = list(claims)
     for i in measured:
         claim = claims[i]
-        judgement = judge(claim.measured_test(), adjusted[i], level)
+        decision = decide(cast(Test, claim.measured_test()), len(measured))
         variant = claim.variant
         if variant and variant.get("detail"):
-            beside = Test.from_summary(variant["detail"])
-            variant = {**variant, "verdict": judge(beside, min(1.0, beside.p_value * len(measured)), level).verdict}
-        out[i] = dataclasses.replace(claim, adjusted_p=adjusted[i], power=judgement.power, units_needed=judgement.units_needed,
-                                     verdict=judgement.verdict, variant=variant)
+            beside = decide(Test.from_summary(variant["detail"]), len(measured))
+            variant = {**variant, "test": beside.method, "p_value": beside.p_effect, "verdict": beside.verdict, "decision": beside.summary()}
+        out[i] = dataclasses.replace(claim, test=decision.method, p_value=decision.p_effect, adjusted_p=decision.adjusted_p_effect,
+                                     verdict=decision.verdict, variant=variant, decision=decision.summary())
     return tuple(out)
 
 
@@ -194,32 +178,44 @@ class ReproductionResult:
         """The claims with a measurement that this run did not make."""
         return max(sum(bool(c.code) for c in self.claims) - (self.measured or 0), 0)
 
+    def measured_first(self) -> list[ClaimResult]:
+        """The claims in the paper's order, those measured first and the `not applicable` ones below them."""
+        return sorted(self.claims, key=lambda c: c.verdict == "not applicable")
+
+    def family_text(self) -> str:
+        """"each claim's two one-sided tests at 0.05 / 18 ...": how the run's claims were decided together."""
+        measured = sum(c.detail is not None for c in self.claims)
+        return (f"each of the {measured} measured claims' two one-sided tests at {ALPHA:g} / {measured} (Bonferroni), "
+                f"its interval at the same level on each side")
+
     def text(self) -> str:
-        """One line per claim: id, verdict, raw and adjusted p, effect and power, and our numbers or the reason."""
+        """One line per claim, the measured first: id, verdict, effect [interval] vs Δ, both tests' p, our numbers or the reason."""
         width = max((len(c.id) for c in self.claims), default=10)
         lines = [f"{self.title} on {self.model_name} (budget {self.budget}): "
-                 + ", ".join(f"{n} {v}" for v, n in self.counts().items())
-                 + f"; p adjusted by Holm across the {sum(c.detail is not None for c in self.claims)} measured claims"
+                 + ", ".join(f"{n} {v}" for v, n in self.counts().items() if n) + f"; {self.family_text()}"
                  + (f"; this run took {self.seconds:.0f} s, {self.measured} claims measured, {self.cached_count()} from the cache"
                     if self.seconds is not None else "")]
-        for c in self.claims:
-            p = f"p={p_text(c.p_value)} adj {p_text(c.adjusted_p)}" if c.p_value is not None else "-"
-            effect = f"{c.effect_text()}; " if c.effect_text() else ""
-            lines.append(f"{c.id:<{width}}  {c.verdict:<14}  {p:<22}  {effect}{c.ours_text or c.reason}")
+        for c in self.measured_first():
+            numbers = "; ".join(part for part in (c.effect_text(), tests_text(c.decision)) if part)
+            lines.append(f"{c.id:<{width}}  {c.verdict:<19}  " + "; ".join(part for part in (numbers, c.ours_text or c.reason) if part))
         return "\n".join(lines)
 
     def markdown(self) -> str:
-        """The claim table: claim | where | ours | test | effect and power | p | adjusted p | verdict."""
-        lines = ["| claim | where | ours | test | effect, power | p | adjusted p | verdict |", "|---|---|---|---|---|---|---|---|"]
-        for c in self.claims:
-            ours = c.ours_text if c.verdict != "not applicable" else c.reason
-            lines.append(f"| {c.id} | {c.where} | {ours} | {c.test} | {c.effect_text()} | {p_text(c.p_value)} | {p_text(c.adjusted_p)} "
-                         f"| {c.verdict} |")
+        """The claim table, verdict first: claim | verdict | effect [interval] vs Δ | tests | at Δ/2 and 2Δ | Δ's source |
+        ours | where; the `not applicable` claims below, each with why."""
+        lines = [f"Decided by {self.family_text()}.", "",
+                 "| claim | verdict | effect [interval] vs Δ | tests | at Δ/2, 2Δ | Δ's source | ours | where |",
+                 "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {c.id} | {c.verdict} | {c.effect_text()} | {tests_text(c.decision)} | {sensitivity_text(c.decision)} "
+                  f"| {c.interest_reason or ''} | {c.ours_text} | {c.where} |" for c in self.claims if c.verdict != "not applicable"]
+        unmeasured = [c for c in self.claims if c.verdict == "not applicable"]
+        if unmeasured:
+            lines += ["", "Not applicable:", "", "| claim | where | why |", "|---|---|---|"]
+            lines += [f"| {c.id} | {c.where} | {c.reason} |" for c in unmeasured]
         return "\n".join(lines) + "\n"
 
     def rejudged(self) -> ReproductionResult:
-        """The same measurements judged by the current code (`judged`): tests made again from their recipes, Holm, power,
-        verdicts. A test whose recipe the current code cannot make raises ValueError."""
+        """The same measurements judged by the current code (`judged`): tests made again from their recipes and decided. A test whose recipe the current code cannot make raises ValueError."""
         return dataclasses.replace(self, claims=judged([retested(claim) for claim in self.claims]))
 
     def stale_claims(self) -> list[ClaimResult]:
@@ -244,10 +240,6 @@ class ReproductionResult:
         return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
                    tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""), data.get("seconds"),
                    data.get("measured"))
-
-
-def p_text(p: float | None) -> str:
-    return f"{p:.3g}" if p is not None and math.isfinite(p) else ""
 
 
 def unmeasured_reason(claim: Claim, budget: str, *, with_eval_model: bool) -> str | None:
@@ -337,8 +329,9 @@ def measure_claim(claim: Claim, ctx: Context) -> dict:
         test, beside = measured.test, measured.variant
         result = ClaimResult(
             claim.id, claim.where, claim.statement, claim.paper_numbers(), measured.ours, measured.text,
-            test.name if test else claim.test, test.statistic if test else None, test.p_value if test else None, judge(test).verdict,
-            measured.reason, {"test": beside.name, "p_value": beside.p_value, "detail": beside.summary(), "verdict": judge(beside).verdict}
+            test.name if test else claim.test, test.statistic if test else None, test.p_value if test else None,
+            decide(test).verdict if test else "not applicable", measured.reason,
+            {"test": beside.name, "p_value": beside.p_value, "detail": beside.summary(), "verdict": decide(beside).verdict}
             if beside else None, claim.step, detail=test.summary() if test else None, interest_reason=claim.interest_reason)
     return dataclasses.replace(result, seconds=round(time.perf_counter() - started, 1),
                                measured_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")).summary()

@@ -1,21 +1,11 @@
-"""The tests of a paper's phenomena (scipy.stats), their power, and the verdict each outcome earns.
+"""The tests of a paper's phenomena as a step makes them: what was measured, kept as the constructor call that made it.
 
-A step measures; one of these functions turns what it measured into a `Test`: the statistic, a
-one-sided p-value, the effect oriented so that positive is the paper's way (0 is no effect) with
-its 95% interval, the effect it is judged against (`interest`: the paper's own effect, or a
-smallest effect of interest the claim's data gives with its reason), and the test's power to see
-that effect at this budget, over a grid of significance levels (`power`), so the runner can read
-it at the level a claim is judged at once it knows how many claims share the run.
-
-`judge` is the only rule that reads a test: `reproduced` when the effect points the paper's way,
-the p-value adjusted across the run (`runner.holm`) is below ALPHA and the effect's interval, where it has
-one, lies above 0 (a p-value from a permutation of one thing does not outweigh an interval over the
-units that includes no effect; for a claim about each of its parts, every part's interval); a
-significant p beside such an interval is `inconclusive`; `not reproduced` only when the
-test could have seen the effect of interest (power at least TARGET_POWER at the level the claim is
-judged at); otherwise `inconclusive`, with the number of independent units that would reach TARGET_POWER where it can
-be read off (`units_needed`). An interval that excludes the effect of interest is shown, not counted: it is a 95% interval,
-unadjusted for the claims of the run, and power already says what the test could see.
+A step measures; one of these functions turns what it measured into a `Test`: the statistic and one-sided p-value of
+the test it names, the effect oriented so that positive is the paper's way (0 is no effect) with its 95% interval, the
+effect it is judged against (`interest`: the paper's own effect, or a smallest effect of interest with its reason), the
+power of the named test to see it over a grid of levels, and the recipe (constructor and arguments) that made it. The
+claim is decided from the recipe (`evidence` reads it as one estimator with two one-sided tests, `decisions` gives the
+verdict), so a stored claim is judged by the current code without measuring it again.
 """
 
 from __future__ import annotations
@@ -31,13 +21,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import scipy.stats
 
-from lincorr.reproduce.power import ALPHA, POWER_ALPHAS, fisher_power, mcnemar_power, normal_power, power_grid, signed_rank_power
+from lincorr.reproduce.power import POWER_ALPHAS, fisher_power, mcnemar_power, normal_power, power_grid, signed_rank_power
 from lincorr.schema import ANY, NULL, NUMBER, REAL, TEXT, Entries, Items, Maybe, described_value, mismatch
 
-TARGET_POWER = 0.8
-# The most units, in multiples of a test's own, that `units_needed` reads off its power: it takes a power of 1.6 times
-# the level at 0.05, 2.7 times at 0.05/13, 3.1 times at 0.05/26.
-MOST_UNITS_FACTOR = 100
 MOST_EXACT_COUNT = 2**53  # the largest count a float64 holds exactly; past it scipy's binomial quantiles never converge
 Z_95 = float(scipy.stats.norm.ppf(0.975))
 # A test as `judge` reads it, checked wherever one is read back (`Test.from_summary`): a stored claim may come from anyone.
@@ -205,58 +191,6 @@ def check_tests_given(constructor_name: str, arguments: dict) -> None:
             raise TypeError(f"{name} is not a test's recipe")
         if taken[name] and not (isinstance(value, list) and value and all(isinstance(item, Test) for item in value)):
             raise TypeError(f"{name} is not a list of tests' recipes")
-
-
-@dataclasses.dataclass(frozen=True)
-class Judgement:
-    """How a test ends at the level it is judged at: verdict, the power read there, and the units that would reach TARGET_POWER."""
-
-    verdict: str
-    power: float | None
-    units_needed: int | None
-
-
-def judge(test: Test | None, p_value: float | None = None, alpha_for_power: float = ALPHA) -> Judgement:
-    """The verdict of `test` on `p_value` (its adjusted p; the test's own by default), its power read at `alpha_for_power`."""
-    if test is None:
-        return Judgement("not applicable", None, None)
-    p = test.p_value if p_value is None else p_value
-    power = test.power_at(alpha_for_power)
-    needed = units_needed(test, power, test.level_read(alpha_for_power))
-    if math.isnan(p):  # an undefined p is no evidence either way
-        return Judgement("inconclusive", power, needed)
-    significant = test.direction_holds and p < ALPHA
-    if significant and interval_above_zero(test):
-        return Judgement("reproduced", power, needed)
-    if significant:  # the p-value points the paper's way, an interval says the effect may be none: the test cannot tell
-        return Judgement("inconclusive", power, needed)
-    decisive = power is not None and power >= TARGET_POWER
-    return Judgement("not reproduced" if decisive else "inconclusive", power, needed)
-
-
-def interval_above_zero(test: Test) -> bool:
-    """The effect's interval lies above 0, where the test has one; for a claim about each of its parts, every part's does."""
-    own = test.interval is None or test.interval[0] > 0
-    return own and (not test.every_part or all(interval_above_zero(part) for part in test.parts))
-
-
-def units_needed(test: Test, power: float | None, alpha: float | None) -> int | None:
-    """About how many independent units would give TARGET_POWER at `alpha`, the level `power` was read at: the test's
-    noncentrality read off its power (exact for a z-test, an approximation for the exact tests) grows with the square root
-    of the units. None once it has TARGET_POWER, and None past MOST_UNITS_FACTOR times its units, a reporting limit: there
-    the power is within a few times `alpha`, the budget is an extrapolation a hundredfold past what was measured, and for an
-    exact test the noncentrality read off its stepped power is near 0 and swings by thousands of units for one count more or
-    less."""
-    if power is None or alpha is None or not test.units or not math.isfinite(power):
-        return None
-    if power >= TARGET_POWER:
-        return None
-    z_alpha = scipy.stats.norm.isf(alpha)
-    noncentrality = z_alpha + scipy.stats.norm.ppf(min(max(power, 1e-12), 1 - 1e-12))
-    factor = ((z_alpha + scipy.stats.norm.ppf(TARGET_POWER)) / noncentrality) ** 2 if noncentrality > 0 else math.inf
-    if factor > MOST_UNITS_FACTOR:
-        return None
-    return int(math.ceil(test.units * factor))
 
 
 @recorded
