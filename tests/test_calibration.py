@@ -6,7 +6,7 @@ import pytest
 
 from lincorr.reproduce.calibration import KINDS, RUNS, calibrated, monte_carlo_margin, table
 from lincorr.reproduce.decisions import NOT_REPRODUCED, REPRODUCED, SMALLER
-from lincorr.reproduce.power import ALPHA
+from lincorr.reproduce.verdicts import ALPHA
 from tests.test_docs import ROOT
 
 LIMITS = {kind.name for kind in KINDS if kind.limit}

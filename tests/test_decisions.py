@@ -11,8 +11,7 @@ import scipy.stats
 
 from lincorr.reproduce import evidence
 from lincorr.reproduce.decisions import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, SMALLER, decide
-from lincorr.reproduce.power import ALPHA
-from lincorr.reproduce.verdicts import all_of, binomial_above, bootstrap_greater, correlation_above, mcnemar_gain, paired_greater
+from lincorr.reproduce.verdicts import ALPHA, all_of, binomial_above, bootstrap_greater, correlation_above, mcnemar_gain, paired_greater
 
 
 def constrained_loss_rate(gained: int, lost: int, n: int, theta: float) -> float:

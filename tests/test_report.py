@@ -185,8 +185,21 @@ def test_not_a_run_directory_is_one_clear_error(tmp_path):
     (tmp_path / "broken.json").write_text("{", encoding="utf-8")
     with pytest.raises(LincorrError, match="is not a lincorr run directory"):
         read_run(tmp_path)
-    with pytest.raises(LincorrError, match="is not a directory"):
+    with pytest.raises(LincorrError, match="is neither a directory nor a saved reproduction"):
         read_run(tmp_path / "missing")
+    with pytest.raises(LincorrError, match="is not what lincorr writes: paper is missing"):  # a JSON file that is no reproduction
+        read_run(tmp_path / "notes.json")
+
+
+def test_a_committed_reproduction_file_draws_its_claim_table_verdict_first():
+    """docs/reproductions/MODEL/PAPER.json, kept on its own with its provenance beside it, is read as a run is."""
+    path = Path(__file__).resolve().parents[1] / "docs" / "reproductions" / "gemma-3-270m-q4km" / "peng.json"
+    (section,) = read_run(path)
+    table = next(block for block in section.blocks if hasattr(block, "rows"))
+    verdicts = [row[1] for row in table.rows]
+    assert section.study == "reproduce" and "gemma-3-270m-q4km" in section.title
+    assert verdicts.index("not applicable") == sum(v != "not applicable" for v in verdicts), "measured claims first"
+    assert section.provenance.command and "reproduce peng" in section.provenance.command
     with pytest.raises(LincorrError, match="at least one run directory"):
         build_report([])
 

@@ -25,8 +25,7 @@ from lincorr.reproduce.claims import Claim, Paper
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.steps import STEPS
 from lincorr.reproduce.decisions import decide
-from lincorr.reproduce.power import ALPHA
-from lincorr.reproduce.verdicts import binomial_above, correlation_above, fisher_greater, mcnemar_gain, paired_greater, ranks_greater
+from lincorr.reproduce.verdicts import ALPHA, binomial_above, correlation_above, fisher_greater, mcnemar_gain, paired_greater, ranks_greater
 from tests.helpers.cli_errors import one_error_line
 
 ROOT = Path(__file__).resolve().parents[1]

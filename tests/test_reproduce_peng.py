@@ -18,8 +18,7 @@ from lincorr.reproduce.peng.units import CellScores, as_drawn, labelwise_gain, l
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS
 from lincorr.reproduce.decisions import decide
-from lincorr.reproduce.power import ALPHA, mcnemar_power
-from lincorr.reproduce.verdicts import bootstrap_greater, paired_greater
+from lincorr.reproduce.verdicts import ALPHA, bootstrap_greater, mcnemar_gain, paired_greater
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_TEXTS = {"peng": "linear-correlation-paper.txt", "feng": "extractive-structures-paper.txt"}
@@ -74,7 +73,7 @@ def test_the_matrix_claims_of_a_tiny_model_are_tested_over_held_out_inputs(llama
     for step in ("matrix", "instancewise", "spread"):
         test = STEPS[step](ctx).test
         assert test.unit == "held-out inputs" and test.units == 30 and test.interest == 0.5, step
-        assert test.interval[0] <= test.effect <= test.interval[1] and test.power is not None, step
+        assert test.interval[0] <= test.effect <= test.interval[1] and decide(test).power_effect is not None, step
     assert STEPS["matrix"](ctx).ours["n_control"] == 20
 
 
@@ -120,8 +119,12 @@ def test_the_quick_budget_of_section_5_has_the_power_to_see_the_papers_table5_ef
     facts = quick["n_facts"] * len(quick["seeds"])
     level = ALPHA / 30  # each claim's level in a run of up to 30 measured claims (Bonferroni)
     assert len(quick["seeds"]) >= 3, "several independent runs, so the between-run check has something to compare"
-    assert mcnemar_power(facts, 0.0, table5.interest, level) >= 0.8
-    assert mcnemar_power(8, 0.0, table5.interest, level) < 0.1, "the old budget of 8 facts could not see it"
+    def planned(n: int) -> float:  # T+'s power at the paper's rise, planned from an outcome at that rise
+        gained = round(table5.interest * n)
+        return decide(mcnemar_gain([False] * n, [True] * gained + [False] * (n - gained), interest=table5.interest), 30).power_effect
+
+    assert level == ALPHA / 30 and planned(facts) >= 0.8
+    assert planned(8) < 0.8, "the old budget of 8 facts could not plan for it"
     for claim in ("peng.fig5", "peng.table6"):
         assert claims.claim(claim).settings_for("quick") == quick, "Fig. 5 and Table 6 read the facts Table 5 trained"
 

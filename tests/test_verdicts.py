@@ -1,5 +1,5 @@
-"""The tests as the steps make them (each power against a simulation of its own test, each interval against a plain
-computation), and their decisions (`decisions.decide`) from planted effects."""
+"""The tests as the steps make them (each interval against a plain computation, each recipe made again), and their
+decisions (`decisions.decide`) from planted effects."""
 
 from __future__ import annotations
 
@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 import scipy.stats
 
-import lincorr.reproduce.power as power
 import lincorr.reproduce.verdicts as verdicts
 from lincorr.reproduce import decisions
 from lincorr.reproduce.decisions import decide
 
-from lincorr.reproduce.power import ALPHA
 from lincorr.reproduce.verdicts import (
+    ALPHA,
     all_of,
     any_of,
     binomial_above,
@@ -33,67 +32,6 @@ from lincorr.reproduce.verdicts import (
     untestable,
 )
 
-SIMULATIONS = 4000
-
-
-def simulated_power(draw_p_value, seed: int = 0, alpha: float = ALPHA) -> tuple[float, float]:
-    """The share of simulated experiments whose p-value clears `alpha`, and its binomial standard error."""
-    rng = np.random.default_rng(seed)
-    share = float(np.mean([draw_p_value(rng) <= alpha for _ in range(SIMULATIONS)]))
-    return share, float(np.sqrt(max(share * (1 - share), 1e-4) / SIMULATIONS))
-
-
-def test_the_exact_binomial_power_matches_a_simulation():
-    test = binomial_above(8, 40, 0.1, interest=0.15)
-    simulated, se = simulated_power(lambda rng: scipy.stats.binomtest(rng.binomial(40, 0.25), 40, 0.1, alternative="greater").pvalue)
-    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se)
-
-
-def test_the_exact_mcnemar_power_matches_a_simulation():
-    n, loss, rise = 30, 0.05, 0.3
-    test = mcnemar_gain([True] * 2 + [False] * 28, [False] * 2 + [True] * 8 + [False] * 20, interest=rise)
-    assert test.units == n
-
-    def draw(rng):
-        change = rng.choice(3, size=n, p=[loss, loss + rise, 1 - 2 * loss - rise])  # 0 turns wrong, 1 turns right, 2 stays
-        gained, lost = int(np.sum(change == 1)), int(np.sum(change == 0))
-        return scipy.stats.binomtest(gained, gained + lost, 0.5, alternative="greater").pvalue if gained + lost else 1.0
-
-    simulated, se = simulated_power(draw)
-    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se + 0.02)  # the measured loss rate is 2/30, not 0.05
-
-
-def test_the_signed_rank_power_is_what_a_simulation_of_the_exact_test_gives():
-    rng = np.random.default_rng(1)
-    differences = rng.normal(0.2, 1.0, size=40)
-    test = paired_greater(differences, np.zeros(40), interest=0.4)
-    sd = differences.std(ddof=1)
-    simulated, se = simulated_power(lambda g: scipy.stats.wilcoxon(g.normal(0.4, sd, size=40), alternative="greater").pvalue, seed=1)
-    # Two simulations of the same power, each with a binomial error (ours of power.SIMULATED_SAMPLES draws, seeded 0).
-    ours = math.sqrt(max(simulated * (1 - simulated), 1e-4) / power.SIMULATED_SAMPLES)
-    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * math.hypot(se, ours))
-
-
-@pytest.mark.parametrize("n", [8, 7])
-def test_with_few_pairs_the_signed_rank_power_is_the_chance_that_every_pair_gains(n):
-    """At p 0.005 the exact test over 8 pairs rejects only when every pair points the paper's way (p 1/256; the next p
-    it can reach is 2/256), over 7 pairs never (at best 1/128). For normal differences its power is then the chance of
-    8 positive signs, Phi(effect / sd)^8, and 0 for 7, where a normal approximation promised 0.5 and 0.4 here."""
-    rng = np.random.default_rng(1)
-    differences = rng.normal(0.2, 1.0, size=n)
-    test = paired_greater(differences, np.zeros(n), interest=1.0)
-    exact = scipy.stats.norm.cdf(1.0 / differences.std(ddof=1)) ** 8 if n == 8 else 0.0
-    se = math.sqrt(max(exact * (1 - exact), 1e-4) / power.SIMULATED_SAMPLES)  # ours is a simulation
-    assert test.power_at(0.005) == pytest.approx(exact, abs=4 * se)
-
-
-def test_the_rank_sum_power_approximation_matches_a_simulation():
-    rng = np.random.default_rng(2)
-    test = ranks_greater(rng.normal(size=15), rng.normal(size=15), interest=0.2)  # P(X > Y) = 0.7
-    shift = np.sqrt(2) * scipy.stats.norm.ppf(0.7)
-    simulated, se = simulated_power(lambda g: scipy.stats.mannwhitneyu(g.normal(shift, 1, 15), g.normal(0, 1, 15),
-                                                                       alternative="greater").pvalue)
-    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se + 0.05)
 
 
 def test_the_units_needed_follow_the_square_root_law_of_a_z_test():
@@ -181,28 +119,13 @@ def test_a_rank_sum_interval_stays_within_the_effects_bounds():
     assert -0.5 <= almost.interval[0] < almost.effect < almost.interval[1] <= 0.5
 
 
-def test_a_fisher_test_with_one_row_in_an_arm_has_no_power():
+def test_a_fisher_test_with_one_row_in_an_arm_cannot_decide():
     """qwen2.5-coder-0.5b-instruct-q4km's committed Table 18: 115/245 whole words against 0/1 subwords. With one row in
     an arm, the one-sided p of Fisher's exact test is at best the share of misses among all rows (131/246 here); at the
     effect judged for (whole words at 0.49) it stays near 0.5, so the test cannot see that effect."""
     test = fisher_greater(115, 245, 0, 1, interest=0.49)
     assert test.p_value > 0.4
-    assert test.power_at(ALPHA) < 0.05
     assert decide(test).verdict == "inconclusive"
-
-
-def test_the_exact_fisher_power_matches_a_simulation():
-    n, control_n, control_rate, rise = 30, 12, 0.1, 0.35
-    test = fisher_greater(10, n, 1, control_n, interest=rise)  # the control's measured rate, 1/12, is the power's
-    control_rate = 1 / control_n
-
-    def draw(rng):
-        table = [[rng.binomial(n, control_rate + rise), 0], [rng.binomial(control_n, control_rate), 0]]
-        table[0][1], table[1][1] = n - table[0][0], control_n - table[1][0]
-        return scipy.stats.fisher_exact(table, alternative="greater")[1]
-
-    simulated, se = simulated_power(draw)
-    assert test.power_at(ALPHA) == pytest.approx(simulated, abs=4 * se)
 
 
 def test_the_fisher_interval_is_newcombes_hybrid_score_interval():
@@ -226,7 +149,6 @@ def test_a_claim_about_each_task_needs_every_task():
     both = all_of([holds, fails], "tasks")
     assert decide(both).verdict == "not reproduced" and len(both.parts) == 2
     assert decide(all_of([holds, holds], "tasks")).verdict == "reproduced"
-    assert both.power_at(ALPHA) == pytest.approx(holds.power_at(ALPHA) * fails.power_at(ALPHA))
 
 
 def test_a_claim_about_somewhere_stays_valid_when_its_parts_share_their_inputs():
@@ -236,31 +158,7 @@ def test_a_claim_about_somewhere_stays_valid_when_its_parts_share_their_inputs()
     somewhere = any_of(copies, "copies")
     assert somewhere.p_value == pytest.approx(min(1.0, 5 * copies[0].p_value)) and somewhere.p_value > copies[0].p_value
     assert scipy.stats.combine_pvalues([t.p_value for t in copies], method="fisher").pvalue < copies[0].p_value
-    assert somewhere.effect == copies[0].effect and somewhere.interval == copies[0].interval and somewhere.power is None
-
-
-def exact_binomial_power(trials: int, chance: float, rate: float, alpha: float) -> float:
-    """Plainly: the chance, at `rate`, of a count whose one-sided binomial p against `chance` is at most `alpha`."""
-    return sum(scipy.stats.binom.pmf(count, trials, rate) for count in range(trials + 1)
-               if scipy.stats.binomtest(count, trials, chance, alternative="greater").pvalue <= alpha)
-
-
-def test_power_is_read_at_the_level_the_claim_is_judged_at():
-    """A run of m claims judges each at ALPHA / m: for every run of up to 24 claims that level is on the grid, and the exact
-    test's power there is what counting its outcomes gives."""
-    test = binomial_above(8, 40, 0.1, interest=0.15)
-    for claims in (1, 9, 13, 18, 20, 24):
-        assert test.power_at(ALPHA / claims) == pytest.approx(exact_binomial_power(40, 0.1, 0.25, ALPHA / claims), abs=1e-9), claims
-    assert test.power_at(ALPHA / 30) < test.power_at(ALPHA)
-
-
-def test_power_between_levels_of_the_grid_is_never_overstated():
-    """An exact test's power is a step function of the level: interpolating in log alpha between two grid levels gave a
-    power the test does not have. Off the grid it is the power at the level below, a lower bound."""
-    test = binomial_above(8, 40, 0.1, interest=0.15)
-    for alpha in np.geomspace(1.5e-4, 0.05, 60):
-        assert test.power_at(alpha) <= exact_binomial_power(40, 0.1, 0.25, alpha) + 1e-9, alpha
-    assert test.power_at(ALPHA / 1000) == 0.0, "below the grid nothing is promised"
+    assert somewhere.effect == copies[0].effect and somewhere.interval == copies[0].interval
 
 
 def test_a_binomial_effect_has_a_two_sided_interval_around_it():
@@ -268,21 +166,6 @@ def test_a_binomial_effect_has_a_two_sided_interval_around_it():
     exact = scipy.stats.binomtest(12, 40).proportion_ci(0.95)
     assert test.interval == pytest.approx((exact.low - 0.1, exact.high - 0.1))
     assert test.interval[0] < test.effect < test.interval[1] < 0.9, "the upper end says something, unlike a one-sided bound"
-
-
-def test_the_power_of_a_correlation_test_is_what_a_simulation_of_its_units_gives():
-    """Tables 4 and 8 (the centred r over held-out inputs) and Feng's Fig. 6 (r over components) carry the power of a
-    z-test on their independent units."""
-    n, rho, sims = 200, 0.1, 3000
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((sims, n))
-    y = rho * x + math.sqrt(1 - rho**2) * rng.standard_normal((sims, n))
-    r = np.array([np.corrcoef(a, b)[0, 1] for a, b in zip(x, y)])
-    simulated = float(np.mean(np.arctanh(r) * math.sqrt(n - 3) > scipy.stats.norm.isf(0.05)))
-    test = correlation_above("gain", 0.05, 0.2, n, "inputs", rho)
-    assert abs(test.power_at(0.05) - simulated) < 3 * math.sqrt(simulated * (1 - simulated) / sims)  # binomial error of the simulation
-    low, high = test.interval
-    assert low < 0.05 < high and high - low < 0.3
 
 
 def test_every_test_is_made_again_from_its_stored_recipe():
@@ -346,9 +229,9 @@ STORED = {"name": "binomial", "statistic": 0.5, "p_value": 0.01, "direction_hold
 @pytest.mark.parametrize("row, message", [
     ({}, "name is missing"), ("x", "the stored test is text"), ({**STORED, "p_value": "x"}, "p_value is text"),
     ({**STORED, "p_value": None}, "p_value is null"), ({**STORED, "p_value": 2}, "p_value is 2, not a probability"),
-    ({**STORED, "interval": "ab"}, "interval is text"), ({**STORED, "power": [1, 2]}, "power is a list of 2"),
+    ({**STORED, "interval": "ab"}, "interval is text"), ({**STORED, "p_value": True}, "not a probability"),
     ({**STORED, "parts": "ab"}, "parts is text"), ({**STORED, "parts": [{}]}, "name is missing"),
-    ({**STORED, "units": float("inf"), "power": [[0.05, 0.5]]}, "units is inf, not a count"),
+    ({**STORED, "units": float("inf")}, "units is inf, not a count"),
 ])
 def test_a_stored_test_without_a_recipe_that_judge_could_not_read_is_refused(row, message):
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -357,87 +240,15 @@ def test_a_stored_test_without_a_recipe_that_judge_could_not_read_is_refused(row
     assert decide(verdicts.Test.from_summary(STORED)).verdict == "inconclusive"
 
 
-def plain_mcnemar_power(n: int, loss_rate: float, rise: float, alpha: float) -> float:
-    """Plainly: every count of discordant items, weighted by its chance, times the chance that enough of them are gains."""
-    gain_rate = min(loss_rate + rise, 1.0 - loss_rate)
-    discordant = gain_rate + loss_rate
-    total = 0.0
-    for count in range(1, n + 1):
-        gains = np.arange(count + 1)
-        clears = scipy.stats.binom.sf(gains - 1, count, 0.5) <= alpha  # each count of gains' one-sided p, at or below alpha
-        total += scipy.stats.binom.pmf(count, n, discordant) * scipy.stats.binom.pmf(gains[clears], count, gain_rate / discordant).sum()
-    return total
-
-
-@pytest.mark.parametrize("n, loss_rate, rise", [(300, 0.05, 0.05), (2100, 0.005, 0.005), (2100, 0.002, 0.006)])
-def test_the_mcnemar_power_sums_only_the_likely_counts_and_stays_exact(n, loss_rate, rise):
-    """The sum runs over a window of likely discordant counts, so its cost follows their spread, not the items; rare
-    discordance (where a normal approximation overstated the power by 0.07) is where it must still be exact."""
-    for alpha in (ALPHA, ALPHA / 20):
-        assert power.mcnemar_power(n, loss_rate, rise, alpha) == pytest.approx(plain_mcnemar_power(n, loss_rate, rise, alpha), abs=1e-9)
-
-
-def plain_fisher_power(n: int, control_n: int, rate: float, control_rate: float, alpha: float) -> float:
-    """Plainly: every pair of outcomes of the two arms whose one-sided Fisher p clears `alpha`, weighted by its chance."""
-    hits, control_hits = np.arange(n + 1), np.arange(control_n + 1)
-    chances = np.outer(scipy.stats.binom.pmf(hits, n, rate), scipy.stats.binom.pmf(control_hits, control_n, control_rate))
-    p_values = scipy.stats.hypergeom.sf(hits[:, None] - 1, n + control_n, hits[:, None] + control_hits[None, :], n)
-    return float(chances[p_values <= alpha].sum())
-
-
-def test_fisher_power_stays_exact_where_one_arm_is_small_and_errs_low_where_it_approximates(monkeypatch):
-    """An arm of 100 against one of 1,950 is cheap to sum exactly (where a normal approximation said 0.80 for an exact
-    0.65); forced onto the approximation, two large arms get a power no higher than the exact one."""
-    assert dict(power.fisher_power(100, 1950, 0.2, 0.1))[ALPHA / 5] == pytest.approx(
-        plain_fisher_power(100, 1950, 0.2, 0.1, ALPHA / 5), abs=1e-9)
-    exact = dict(power.fisher_power(1500, 1500, 0.3, 0.25))
-    monkeypatch.setattr(power, "FISHER_EXACT_CELLS", 0)
-    approximated = dict(power.fisher_power(1500, 1500, 0.3, 0.25))
-    assert approximated != exact
-    assert all(approximated[alpha] <= exact[alpha] + 0.005 for alpha in exact), (approximated, exact)
-    assert 0.2 < exact[ALPHA / 20] < 0.9, "a level where the power is neither 0 nor 1, so the comparison says something"
-
-
-def test_above_the_simulated_limit_the_signed_rank_power_is_pitmans_approximation(monkeypatch):
-    """Over 2,000 pairs the simulation (whose cost grows with the pairs) gives way to the t-test's power at the signed-rank
-    test's efficiency 3/pi; at 2,100 pairs it differs from the simulation by no more than the simulation's own error."""
-    approximated = dict(power.signed_rank_power(2100, 0.05, 1.0))
-    monkeypatch.setattr(power, "SIMULATED_PAIRS", 10**9)
-    simulated = dict(power.signed_rank_power(2100, 0.05, 1.0))
-    assert approximated != simulated
-    simulation_error = 4 * math.sqrt(0.25 / power.SIMULATED_SAMPLES)
-    assert all(abs(approximated[alpha] - simulated[alpha]) < simulation_error for alpha in simulated)
-    assert 0.2 < simulated[ALPHA / 20] < 0.9
-
-
-def test_every_paper_runs_its_claims_at_a_level_on_the_power_grid():
-    """A run of m measured claims is judged at ALPHA / m: for every paper, with every claim measured, that level is on
-    the grid, so each power printed is exact, not the lower bound read between levels."""
-    from lincorr.reproduce import load_paper
-
-    for paper in ("peng", "merullo", "feng"):
-        measured = sum(claim.step is not None for claim in load_paper(paper).claims)
-        assert any(math.isclose(level, ALPHA / measured) for level in power.POWER_ALPHAS), (paper, measured)
-
-
-@pytest.mark.parametrize("row, message", [
-    ({**STORED, "power": [[0.05, 7.0]]}, "no (level, power)"), ({**STORED, "power": [[-1, 0.5]]}, "no (level, power)"),
-    ({**STORED, "power": [[0.05, math.nan]]}, "no (level, power)"), ({**STORED, "p_value": True}, "not a probability"),
-])
-def test_a_stored_power_or_p_that_is_no_probability_is_refused(row, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
-        verdicts.Test.from_summary(row)
-
-
 def test_an_undefined_p_is_no_evidence_either_way():
     """A NaN p (a stored test that could not be computed) is `inconclusive`, whatever interval it carries."""
-    test = verdicts.Test("r", 0.5, math.nan, True, 0.5, (0.1, 0.9), 0.2, tuple((alpha, 1.0) for alpha in power.POWER_ALPHAS), 40)
+    test = verdicts.Test("r", 0.5, math.nan, True, 0.5, (0.1, 0.9), 0.2, 40)
     assert decide(test).verdict == "inconclusive"
 
 
 def test_a_recipe_over_billions_of_units_is_judged_without_exhausting_memory():
-    """Fisher's exact power over 2e9 names per arm asked for 15 GiB; a stored recipe may come from anyone."""
+    """Counts of 2e9 names per arm (Fisher's exact power over them once asked for 15 GiB); a stored recipe may come from anyone."""
     test = verdicts.Test.from_summary({"recipe": {"test": "fisher_greater", "arguments": {
         "hits": 10**9, "n": 2 * 10**9, "control_hits": 10**9, "control_n": 2 * 10**9, "interest": 0.1}}})
-    assert test.power_at(ALPHA) == pytest.approx(1.0) and test.p_value == pytest.approx(0.5, abs=1e-3)
+    assert test.p_value == pytest.approx(0.5, abs=1e-3)
     assert decide(test).verdict == "not reproduced", "a difference of 0 in rates, known to within 1e-4"

@@ -23,8 +23,7 @@ CLAIM = {"id": TEXT, "where": TEXT, "statement": TEXT, "paper": PUBLISHED, "ours
          "ours_text": Maybe(TEXT_OR_NULL), "test": TEXT, "statistic": Maybe(NUMBER), "p_value": NUMBER, "verdict": TEXT,
          "reason": Maybe(TEXT_OR_NULL), "variant": Maybe((Entries(ANY), NULL)), "step": Maybe(TEXT_OR_NULL),
          "code": Maybe((Entries(TEXT), NULL)), "measured_at": Maybe(TEXT_OR_NULL), "seconds": Maybe(NUMBER),
-         # The test in full (effect, interval, interest, power grid, parts): shown through `report.effects.effect_text`,
-         # which leaves out any field of the wrong kind.
+         # The test in full (effect, interval, interest, parts, the recipe the decision reads).
          "detail": Maybe((Entries(ANY), NULL)), "adjusted_p": Maybe(NUMBER), "interest_reason": Maybe(TEXT_OR_NULL),
          # The decision (`decisions.Decision.summary()`): shown through `report.effects`, which leaves out any field of the wrong kind.
          "decision": Maybe((Entries(ANY), NULL))}

@@ -106,9 +106,11 @@ def paper_beside_ours(claim: Mapping, budget: str = "") -> Figure | None:
                   "(ols, ridge-std, a training preset) was measured with it; a list is shown by its first entry.")
 
 
-def read_reproduction(directory: Path) -> Section:
-    """reproduction.json: the counts of each verdict, the claim table, and the evidence of each measured claim."""
-    run = read_reproduction_file(directory / RESULT_FILE)
+def read_reproduction(directory: Path, file: Path | None = None) -> Section:
+    """reproduction.json (or `file`, a reproduction kept on its own as docs/reproductions/MODEL/PAPER.json keeps it, its
+    provenance beside it as PAPER.provenance.json): the counts of each verdict, the claim table, and the evidence of each
+    measured claim."""
+    run = read_reproduction_file(file or directory / RESULT_FILE)
     claims = run["claims"]
     counts = ", ".join(f"{n} {v}" for v in VERDICTS if (n := sum(claim['verdict'] == v for claim in claims)))
     numbers = KeyNumbers((("paper", run.get("title") or run["paper"]), ("model", run["model"]),
@@ -124,5 +126,7 @@ def read_reproduction(directory: Path) -> Section:
         for claim in ordered))
     beside = (paper_beside_ours(claim, run.get("budget") or "") for claim in claims if claim["verdict"] != "not applicable")
     blocks: tuple[Block, ...] = (numbers, table, *(figure for figure in (evidence(claims), *beside) if figure))
-    return Section(f"reproduction of {run['paper']} on {run['model']}", "reproduce", str(directory),
-                   read_provenance(directory, run, model=run["model"]), blocks)
+    kept_beside = file.with_suffix(".provenance.json") if file is not None else None
+    return Section(f"reproduction of {run['paper']} on {run['model']}", "reproduce", str(file or directory),
+                   read_provenance(directory, run, model=run["model"],
+                                   path=kept_beside if kept_beside is not None and kept_beside.is_file() else None), blocks)

@@ -80,8 +80,11 @@ def read_run(directory) -> tuple[Section, ...]:
     holds logit-lens curves gets a section of its own.
     """
     directory = Path(directory)
+    if directory.is_file() and directory.suffix == ".json":  # a reproduction kept on its own (docs/reproductions/MODEL/PAPER.json)
+        return (reproduction.read_reproduction(directory.parent, directory),)
     if not directory.is_dir():
-        raise InputError(f"{directory} is not a directory; pass the --out or --save-dir directory of a lincorr run")
+        raise InputError(f"{directory} is neither a directory nor a saved reproduction; pass the --out directory of a lincorr "
+                         "run, or a reproduction's JSON file")
     study = recorded_study(directory)
     # A reader's file is looked for by name alone: one that is a directory or a FIFO is refused when read, not passed over.
     if study in STUDY_READERS and all((directory / name).exists() for name in STUDY_READERS[study][0]):
@@ -90,7 +93,7 @@ def read_run(directory) -> tuple[Section, ...]:
         found = [STUDY_READERS[name] for name in RECOGNISED_BY_FILES if all((directory / file).exists() for file in STUDY_READERS[name][0])]
     if not found and not any((directory / name).exists() for name in (OUTPUT_MARKER, "provenance.json")):
         raise InputError(f"{directory} is not a lincorr run directory: it holds no file a lincorr command writes (result.json, "
-                         "matrix.json, precision.json, provenance.json, ...); pass the --out or --save-dir directory of a lincorr command")
+                         "matrix.json, precision.json, provenance.json, ...); pass the --out directory of a lincorr command")
     sections = [reader(directory) for _, reader in found]
     read = {name for files, _ in found for name in files} | {"provenance.json", STATE_FILE}
     others = {path: read_document(path, ANY) for path in sorted(directory.glob("*.json")) if path.name not in read}

@@ -31,9 +31,10 @@ def recorded_study(directory: Path) -> str | None:
     return read_document(path, PROVENANCE).get("study") if path.exists() else None
 
 
-def read_provenance(directory: Path, document, *, model: str | None = None) -> Provenance:
-    """provenance.json, falling back on what the result JSON itself says (runs saved before provenance.json existed)."""
-    path = directory / "provenance.json"
+def read_provenance(directory: Path, document, *, model: str | None = None, path: Path | None = None) -> Provenance:
+    """provenance.json (or `path`: a committed reproduction's PAPER.provenance.json), falling back on what the result
+    JSON itself says (runs saved before provenance.json existed)."""
+    path = path or directory / "provenance.json"
     stored = read_document(path, PROVENANCE) if path.exists() else {}
     document = document if isinstance(document, dict) else {}
     return Provenance(

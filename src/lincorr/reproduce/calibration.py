@@ -19,7 +19,7 @@ import scipy.stats
 from lincorr.reproduce import evidence
 from lincorr.reproduce.decisions import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, SMALLER, verdict_of
 from lincorr.reproduce.evidence import Evidence
-from lincorr.reproduce.power import ALPHA
+from lincorr.reproduce.verdicts import ALPHA
 
 CLAIMS = 15  # a run's family, about a paper's measured claims
 EFFECTS = (0.0, 0.5, 1.0, 2.0)  # the true effect, in multiples of Δ

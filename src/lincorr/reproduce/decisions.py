@@ -25,8 +25,7 @@ import math
 import scipy.stats
 
 from lincorr.reproduce.evidence import Evidence, evidence_of
-from lincorr.reproduce.power import ALPHA
-from lincorr.reproduce.verdicts import Test
+from lincorr.reproduce.verdicts import ALPHA, Test
 
 TARGET_POWER = 0.8
 # The most units, in multiples of a test's own, that `units_for_power` reports: past it the power is a few times the

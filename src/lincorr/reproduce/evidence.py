@@ -40,8 +40,7 @@ import scipy.stats
 # The distributions' functions without a frozen scipy.stats object's cost: the calibration decides many thousand claims.
 from scipy.special import bdtr, bdtrc, ndtr, ndtri, stdtr
 
-from lincorr.reproduce.power import ALPHA
-from lincorr.reproduce.verdicts import Test, fisher_z, from_json
+from lincorr.reproduce.verdicts import ALPHA, Test, fisher_z, from_json
 
 
 @dataclasses.dataclass(frozen=True)

@@ -37,8 +37,7 @@ from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS
 from lincorr.report.effects import effect_text, sensitivity_text, tests_text
 from lincorr.reproduce.decisions import decide
-from lincorr.reproduce.power import ALPHA
-from lincorr.reproduce.verdicts import Test
+from lincorr.reproduce.verdicts import ALPHA, Test
 from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE, VERDICTS, read_reproduction_file
 from lincorr.results import record, summary_frame
 
@@ -92,7 +91,7 @@ class ClaimResult:
 # A claim's test is made again from its recipe by the current code whenever the claim is judged (`verdicts.recorded`), so
 # a claim's record leaves the tests' modules out (their powers too): a change there re-judges every stored claim without
 # measuring it.
-REJUDGED = ("lincorr.reproduce.verdicts", "lincorr.reproduce.power", "lincorr.reproduce.evidence", "lincorr.reproduce.decisions")
+REJUDGED = ("lincorr.reproduce.verdicts", "lincorr.reproduce.evidence", "lincorr.reproduce.decisions")
 
 
 def changed_code(claim: ClaimResult) -> list[str]:

@@ -2,8 +2,8 @@
 
 A step measures; one of these functions turns what it measured into a `Test`: the statistic and one-sided p-value of
 the test it names, the effect oriented so that positive is the paper's way (0 is no effect) with its 95% interval, the
-effect it is judged against (`interest`: the paper's own effect, or a smallest effect of interest with its reason), the
-power of the named test to see it over a grid of levels, and the recipe (constructor and arguments) that made it. The
+effect it is judged against (`interest`: the paper's own effect, or a smallest effect of interest with its reason), and
+the recipe (constructor and arguments) that made it. The
 claim is decided from the recipe (`evidence` reads it as one estimator with two one-sided tests, `decisions` gives the
 verdict), so a stored claim is judged by the current code without measuring it again.
 """
@@ -21,14 +21,14 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import scipy.stats
 
-from lincorr.reproduce.power import POWER_ALPHAS, fisher_power, mcnemar_power, normal_power, power_grid, signed_rank_power
 from lincorr.schema import ANY, NULL, NUMBER, REAL, TEXT, Entries, Items, Maybe, described_value, mismatch
 
+ALPHA = 0.05  # the family-wise level of a run's claims (`decisions`)
 MOST_EXACT_COUNT = 2**53  # the largest count a float64 holds exactly; past it scipy's binomial quantiles never converge
 Z_95 = float(scipy.stats.norm.ppf(0.975))
 # A test as `judge` reads it, checked wherever one is read back (`Test.from_summary`): a stored claim may come from anyone.
 STORED_TEST = {"name": TEXT, "statistic": NUMBER, "p_value": REAL, "direction_holds": bool, "effect": Maybe(NUMBER),
-               "interval": Maybe(([REAL, REAL], NULL)), "interest": Maybe(NUMBER), "power": Maybe((Items([REAL, REAL]), NULL)),
+               "interval": Maybe(([REAL, REAL], NULL)), "interest": Maybe(NUMBER),
                "units": Maybe(NUMBER), "unit": Maybe((TEXT, NULL)), "parts": Maybe(Items(Entries(ANY))),
                "every_part": Maybe((bool, NULL)), "recipe": Maybe((dict, NULL))}
 
@@ -36,7 +36,7 @@ STORED_TEST = {"name": TEXT, "statistic": NUMBER, "p_value": REAL, "direction_ho
 @dataclasses.dataclass(frozen=True)
 class Test:
     """One test of a phenomenon: name, statistic and one-sided p-value; the effect (positive: the paper's way) with its 95%
-    interval, the effect it is judged against and the power to see it (pairs of significance level and power); the
+    interval and the effect it is judged against; the
     independent units the test counts ("8 facts"); and, for a claim about several tasks, each task's own test."""
 
     name: str
@@ -46,7 +46,6 @@ class Test:
     effect: float | None = None
     interval: tuple[float, float] | None = None
     interest: float | None = None
-    power: tuple[tuple[float, float], ...] | None = None
     units: int | None = None
     unit: str = ""
     parts: tuple[Test, ...] = ()
@@ -57,7 +56,6 @@ class Test:
         """The test as JSON values (lists, not tuples), as a stored claim reads back; a part leaves its recipe to the whole's."""
         row = dataclasses.asdict(self)
         row["interval"] = list(self.interval) if self.interval is not None else None
-        row["power"] = [list(pair) for pair in self.power] if self.power is not None else None
         row["parts"] = [{**part.summary(), "recipe": None} for part in self.parts]
         return row
 
@@ -72,21 +70,9 @@ class Test:
         check_readable(row, "the stored test")
         fields: dict[str, typing.Any] = {field.name: row.get(field.name) for field in dataclasses.fields(cls)}
         fields["interval"] = tuple(fields["interval"]) if fields["interval"] is not None else None
-        fields["power"] = tuple(tuple(pair) for pair in fields["power"]) if fields["power"] is not None else None
         fields["parts"] = tuple(cls.from_summary(part) for part in row.get("parts") or ())
         fields["unit"], fields["every_part"] = fields["unit"] or "", bool(fields["every_part"])
         return cls(**fields)
-
-    def power_at(self, alpha: float) -> float | None:
-        """The power at significance level `alpha`: the grid's at its largest level not above `alpha` (exact on the grid, a
-        lower bound between its levels, as power never falls when the level rises; 0 below the grid)."""
-        level = self.level_read(alpha)
-        return None if self.power is None else 0.0 if level is None else float(dict(self.power)[level])
-
-    def level_read(self, alpha: float) -> float | None:
-        """The level of the power grid `power_at(alpha)` reads: the largest not above `alpha` (None below the grid)."""
-        below = [level for level, _ in self.power or () if level <= alpha * (1 + 1e-9)]
-        return max(below) if below else None
 
 
 def check_readable(row: object, what: str) -> None:
@@ -97,8 +83,6 @@ def check_readable(row: object, what: str) -> None:
     # NaN, an undefined p, judges as no evidence (`judge`); a p outside [0, 1] would be evidence of nothing.
     if not problem and (isinstance(row["p_value"], bool) or not (0 <= row["p_value"] <= 1 or math.isnan(row["p_value"]))):
         problem = f"p_value is {row['p_value']}, not a probability"
-    if not problem and any(not (0 < level <= 1 and 0 <= power <= 1) for level, power in row.get("power") or ()):
-        problem = "power holds a pair that is no (level, power) of two probabilities"
     if not problem and row.get("units") is not None and not 0 <= row["units"] <= MOST_EXACT_COUNT:
         problem = f"units is {row['units']}, not a count of independent units"
     if problem:
@@ -111,7 +95,7 @@ TESTS_TAKEN: dict[str, dict[str, bool]] = {}  # constructor -> `tests_taken`
 
 def recorded(constructor: Callable[..., Test]) -> Callable[..., Test]:
     """A test constructor whose call is kept on its Test (`recipe`: its name and JSON arguments): a stored claim's test is
-    made again by the current code whenever it is judged, so a change to how tests compute (an interval, a power) reaches
+    made again by the current code whenever it is judged, so a change to how tests compute (an interval, a decision) reaches
     cached and committed claims without measuring them again, and the claims' code digests leave this module out."""
     signature = inspect.signature(constructor)
     TESTS_TAKEN[constructor.__name__] = tests_taken(constructor)
@@ -196,24 +180,18 @@ def check_tests_given(constructor_name: str, arguments: dict) -> None:
 @recorded
 def binomial_above(successes: int, trials: int, chance: float, what: str = "hits", interest: float | None = None) -> Test:
     """More `successes` out of `trials` than a rate of `chance` gives (exact binomial, one-sided). The effect is the rate
-    above chance with its Clopper-Pearson interval; `interest` a rate above chance, its power exact."""
+    above chance with its Clopper-Pearson interval; `interest` a rate above chance."""
     successes, trials = count(successes, "successes"), count(trials, "trials")
     result = scipy.stats.binomtest(successes, trials, float(chance), alternative="greater")
     ci = scipy.stats.binomtest(successes, trials, float(chance)).proportion_ci(0.95)  # two-sided: both ends say something
-    power = None
-    if interest is not None:
-        alternative = min(chance + interest, 1.0)
-        # The smallest count whose p-value clears alpha, then the chance of reaching it when the rate is `alternative`.
-        power = power_grid(lambda alpha: scipy.stats.binom.sf(scipy.stats.binom.isf(alpha, trials, chance), trials, alternative))
     return Test(f"binomial: {successes}/{trials} {what} vs chance {chance:.3g}", successes / trials, float(result.pvalue),
-                successes / trials > chance, successes / trials - chance, (ci.low - chance, ci.high - chance), interest, power, trials, what)
+                successes / trials > chance, successes / trials - chance, (ci.low - chance, ci.high - chance), interest, trials, what)
 
 
 @recorded
 def mcnemar_gain(before: np.ndarray | Sequence[bool], after: np.ndarray | Sequence[bool], what: str = "right", interest: float | None = None, unit: str = "items") -> Test:
     """Paired: more items turn right than turn wrong (exact McNemar: a binomial test on the discordant pairs, one-sided).
-    The effect is the rise in the rate right (Agresti-Min interval); `interest` a rise, its power exact given the rate of
-    items turning wrong that was measured."""
+    The effect is the rise in the rate right (Agresti-Min interval); `interest` a rise."""
     before, after = np.asarray(before, bool), np.asarray(after, bool)
     if before.ndim != 1 or before.shape != after.shape:  # numpy would pair them by broadcasting, into rates above 1
         raise ValueError(f"before and after are not two lists of one length ({before.shape} and {after.shape})")
@@ -222,19 +200,15 @@ def mcnemar_gain(before: np.ndarray | Sequence[bool], after: np.ndarray | Sequen
     p = float(scipy.stats.binomtest(gained, gained + lost, 0.5, alternative="greater").pvalue) if gained + lost else 1.0
     gain_rate, loss_rate = (gained + 0.5) / (n + 2), (lost + 0.5) / (n + 2)
     half = Z_95 * math.sqrt(max(gain_rate + loss_rate - (gain_rate - loss_rate) ** 2, 0.0) / (n + 2))
-    power = None
-    if interest is not None and n:
-        power = power_grid(lambda alpha: mcnemar_power(n, lost / n, interest, alpha))
     return Test(f"McNemar (exact): {gained} became {what}, {lost} stopped being, of {n}", float(gained - lost), p, gained > lost,
-                (gained - lost) / max(n, 1), (gain_rate - loss_rate - half, gain_rate - loss_rate + half), interest, power, n, unit)
+                (gained - lost) / max(n, 1), (gain_rate - loss_rate - half, gain_rate - loss_rate + half), interest, n, unit)
 
 
 @recorded
 def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: str = "real vs control", interest: float | None = None) -> Test:
     """The rate `hits / n` above `control_hits / control_n` (Fisher's exact test, one-sided); the statistic is the odds ratio.
     The effect is the difference of rates with Newcombe's hybrid score interval (Wilson's for each rate: sound where an
-    arm is small or its rate 0 or 1); the power, at `interest` above the control's rate, is exact: both arms drawn as
-    binomials at those rates, the share of outcomes whose Fisher p clears each level."""
+    arm is small or its rate 0 or 1)."""
     hits, n = count(hits, "hits"), count(n, "n")
     control_hits, control_n = count(control_hits, "control hits"), count(control_n, "control n")
     table = [[hits, n - hits], [control_hits, control_n - control_hits]]
@@ -243,9 +217,8 @@ def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: s
     (low, high), (control_low, control_high) = wilson_interval(hits, n), wilson_interval(control_hits, control_n)
     difference = rate - control_rate
     interval = (difference - math.hypot(rate - low, control_high - control_rate), difference + math.hypot(high - rate, control_rate - control_low))
-    power = fisher_power(n, control_n, min(control_rate + interest, 1.0), control_rate) if interest is not None else None
     return Test(f"Fisher exact: {what} {hits}/{n} vs {control_hits}/{control_n}", float(odds), float(p), rate > control_rate,
-                difference, interval, interest, power, n + control_n)
+                difference, interval, interest, n + control_n)
 
 
 def count(value: float, name: str) -> int:
@@ -269,47 +242,40 @@ def wilson_interval(successes: int, trials: int) -> tuple[float, float]:
 def paired_greater(values: np.ndarray | Sequence[float], controls: np.ndarray | Sequence[float], what: str = "r vs shuffled control",
                    interest: float | None = None, unit: str = "pairs") -> Test:
     """`values` above their paired `controls` (Wilcoxon signed-rank, one-sided); the effect is the mean difference with its
-    t interval, the power the signed-rank test's own at `interest` (`signed_rank_power`). Each pair must be an independent
-    unit: pairs that share their inputs call for `bootstrap_greater`."""
+    t interval. Each pair must be an independent unit: pairs that share their inputs call for `bootstrap_greater`."""
     values, controls = np.asarray(values, float), np.asarray(controls, float)
     keep = np.isfinite(values) & np.isfinite(controls)
     difference = values[keep] - controls[keep]
     name = f"Wilcoxon signed-rank: {what}, {difference.size} {unit}"
     if difference.size < 2 or not difference.any():
-        return Test(name, 0.0, 1.0, False, 0.0, None, interest, None, int(difference.size), unit)
+        return Test(name, 0.0, 1.0, False, 0.0, None, interest, int(difference.size), unit)
     p = float(scipy.stats.wilcoxon(difference, alternative="greater").pvalue)
     mean, sd = float(difference.mean()), float(difference.std(ddof=1))
     half = float(scipy.stats.t.ppf(0.975, difference.size - 1)) * sd / math.sqrt(difference.size)
-    power = signed_rank_power(difference.size, interest, sd) if interest is not None and sd > 0 else None
-    return Test(name, mean, p, mean > 0, mean, (mean - half, mean + half), interest, power, int(difference.size), unit)
+    return Test(name, mean, p, mean > 0, mean, (mean - half, mean + half), interest, int(difference.size), unit)
 
 
 @recorded
 def bootstrap_greater(estimate: float, resampled: np.ndarray | Sequence[float], what: str, interest: float | None = None,
                       units: int | None = None, unit: str = "inputs") -> Test:
     """An effect above 0, judged by resampling its independent units (inputs every cell shares, runs): the p-value is the
-    share of resampled effects at or below 0 (one-sided, +1 smoothed), the interval the 2.5-97.5 percentiles, the power
-    a z-test's with the resampled standard error."""
+    share of resampled effects at or below 0 (one-sided, +1 smoothed), the interval the 2.5-97.5 percentiles."""
     finite = np.asarray(resampled, float)
     finite = finite[np.isfinite(finite)]
     p = float((1 + np.sum(finite <= 0)) / (1 + finite.size))
-    se = float(finite.std(ddof=1)) if finite.size > 1 else 0.0
-    power = normal_power(interest / se) if interest is not None and se > 0 else None
     low, high = (np.percentile(finite, [2.5, 97.5]) if finite.size else (math.nan, math.nan))
     return Test(f"bootstrap over {units or '?'} {unit} ({finite.size} resamples): {what}", float(estimate), p, estimate > 0,
-                float(estimate), (float(low), float(high)), interest, power, units, unit)
+                float(estimate), (float(low), float(high)), interest, units, unit)
 
 
 @recorded
 def correlation_above(name: str, r: float, p_value: float, units: int, unit: str, interest: float | None, control: float = 0.0) -> Test:
     """A Pearson r above `control` (a shuffled control's r, or 0), its p-value from the caller's permutation test: the
-    effect r - control with a Fisher-z interval over the `units` independent units (standard error 1 / sqrt(units - 3)),
-    and the power of a one-sided z-test on as many units to see an r `interest` above `control`."""
+    effect r - control with a Fisher-z interval over the `units` independent units (standard error 1 / sqrt(units - 3))."""
     se = 1 / math.sqrt(max(units - 3, 1))
     z = fisher_z(r)
     interval = (math.tanh(z - Z_95 * se) - control, math.tanh(z + Z_95 * se) - control)
-    power = normal_power((fisher_z(control + interest) - fisher_z(control)) / se) if interest is not None else None
-    return Test(name, r - control, p_value, r > control, r - control, interval, interest, power, units, unit)
+    return Test(name, r - control, p_value, r > control, r - control, interval, interest, units, unit)
 
 
 def fisher_z(r: float) -> float:
@@ -321,7 +287,7 @@ def fisher_z(r: float) -> float:
 def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Sequence[float], what: str = "values vs others", interest: float | None = None) -> Test:
     """`values` tend to exceed `others` (Mann-Whitney U, one-sided); the statistic is the common-language effect size and
     the effect its excess over 1/2 (Hanley-McNeil interval, kept within the effect's bounds, -1/2 to 1/2, and of some
-    width at complete separation); the power Noether's at `interest` above 1/2."""
+    width at complete separation)."""
     ours, theirs = np.asarray(values, float), np.asarray(others, float)
     ours, theirs = ours[np.isfinite(ours)], theirs[np.isfinite(theirs)]
     if not ours.size or not theirs.size:
@@ -333,9 +299,8 @@ def ranks_greater(values: np.ndarray | Sequence[float], others: np.ndarray | Seq
     spread = min(max(auc, 0.5 / (n1 * n2)), 1 - 0.5 / (n1 * n2))
     q1, q2 = spread / (2 - spread), 2 * spread**2 / (1 + spread)
     se = math.sqrt(max(spread * (1 - spread) + (n1 - 1) * (q1 - spread**2) + (n2 - 1) * (q2 - spread**2), 1e-12) / (n1 * n2))
-    power = normal_power(interest * math.sqrt(12 * n1 * n2 / (n1 + n2 + 1))) if interest is not None else None
     return Test(f"Mann-Whitney U: {what}, {n1} vs {n2}", auc, float(result.pvalue), auc > 0.5, auc - 0.5,
-                (max(auc - 0.5 - Z_95 * se, -0.5), min(auc - 0.5 + Z_95 * se, 0.5)), interest, power, n1 + n2)
+                (max(auc - 0.5 - Z_95 * se, -0.5), min(auc - 0.5 + Z_95 * se, 0.5)), interest, n1 + n2)
 
 
 @recorded
@@ -353,19 +318,15 @@ def relabelled(test: Test, name: str, holds: bool = True) -> Test:
 @recorded
 def all_of(tests: Sequence[Test], what: str) -> Test:
     """A claim that each of several tasks or relations holds (intersection-union test): its p-value, effect, interval and
-    effect of interest are those of the part with the largest p (the part that decides it), its power the product of
-    theirs (exact for independent parts, a lower bound for parts that rise together); each part keeps its own line, and
-    each part's interval must lie above 0 for the whole to be reproduced (`judge`)."""
+    effect of interest are those of the part with the largest p (the part that decides it); each part keeps its own line,
+    and the decision reads every part (`evidence.all_of`)."""
     if len(tests) == 1:
         return tests[0]
     weakest = max(tests, key=lambda t: t.p_value)
-    power = None
-    if all(t.power is not None for t in tests):
-        power = tuple((alpha, float(np.prod(np.asarray([t.power_at(alpha) for t in tests], float)))) for alpha in POWER_ALPHAS)
     holding = sum(t.direction_holds for t in tests)
     smallest_units = min((t.units for t in tests if t.units), default=None)
     return Test(f"each of {len(tests)} {what} ({holding} pointing the paper's way; largest p: {weakest.name})", weakest.statistic,
-                weakest.p_value, holding == len(tests), weakest.effect, weakest.interval, weakest.interest, power, smallest_units,
+                weakest.p_value, holding == len(tests), weakest.effect, weakest.interval, weakest.interest, smallest_units,
                 weakest.unit, tuple(tests), every_part=True)
 
 
@@ -374,7 +335,7 @@ def any_of(tests: Sequence[Test], what: str) -> Test:
     """A claim that the phenomenon holds somewhere among several tasks or relations: the smallest p-value times their number
     (Bonferroni), valid however the parts depend on each other (relations fitted on the same inputs do; Fisher's method
     would need them independent). Its effect and interval are the smallest-p part's, and say nothing of the others; each
-    part keeps its own line. No power is claimed for it."""
+    part keeps its own line; the decision counts the parts above chance (`evidence.any_of`)."""
     if len(tests) == 1:
         return tests[0]
     smallest = min(tests, key=lambda t: t.p_value)
