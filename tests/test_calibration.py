@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from lincorr.reproduce.calibration import KINDS, RUNS, calibrated, monte_carlo_margin, table
@@ -47,3 +49,10 @@ def test_a_known_limit_is_measured_as_one(rates):
 
 def test_the_methods_page_prints_this_simulation(rates):
     assert table(rates) in (ROOT / "docs" / "methods.md").read_text(encoding="utf-8"), "run python docs/methods.py --write"
+
+
+def test_the_methods_pages_worked_examples_are_the_committed_claims():
+    tool = importlib.util.spec_from_file_location("methods", ROOT / "docs" / "methods.py")
+    methods = importlib.util.module_from_spec(tool)
+    tool.loader.exec_module(methods)
+    assert methods.current_block("examples") == methods.example_block().strip(), "run python docs/methods.py --write"
