@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.stats
 
 import lincorr.reproduce.runner as runner
 import lincorr.reproduce.verdicts as verdicts
@@ -377,3 +378,57 @@ def test_a_test_over_non_finite_numbers_is_made_again_from_its_saved_json():
         again = verdicts.Test.from_summary(json.loads(saved))
         assert strict_json.dumps(again.summary()) == saved and decide(again).summary() == decide(test).summary()
     assert tests[0].recipe["arguments"]["r"] == {"float": "nan"} and tests[1].recipe["arguments"]["controls"][4] == {"float": "-inf"}
+
+
+def plain_bounds(recipe: dict, level: float) -> tuple[float, float, float] | None:
+    """(p of T+, lower, upper) of a binomial, paired or correlation recipe at one-sided `level`, computed afresh with
+    scipy's own functions (Clopper-Pearson from the beta quantiles, Student's t interval, Fisher's z); None for other kinds."""
+    arguments = recipe["arguments"]
+    if recipe["test"] == "binomial_above":
+        s, n, chance = arguments["successes"], arguments["trials"], arguments["chance"]
+        low = scipy.stats.beta.ppf(level, s, n - s + 1) - chance if s > 0 else -chance
+        high = scipy.stats.beta.ppf(1 - level, s + 1, n - s) - chance if s < n else 1 - chance
+        return float(scipy.stats.binomtest(s, n, chance, alternative="greater").pvalue), float(low), float(high)
+    if recipe["test"] == "paired_greater":
+        difference = np.asarray(arguments["values"], float) - np.asarray(arguments["controls"], float)
+        difference = difference[np.isfinite(difference)]
+        result = scipy.stats.ttest_1samp(difference, 0.0, alternative="greater")
+        interval = scipy.stats.ttest_1samp(difference, 0.0).confidence_interval(1 - 2 * level)
+        return float(result.pvalue), float(interval.low), float(interval.high)
+    if recipe["test"] == "correlation_above":
+        r, units, control = arguments["r"], arguments["units"], arguments.get("control", 0.0)
+        half = scipy.stats.norm.isf(level) / math.sqrt(units - 3)
+        p = scipy.stats.norm.sf(math.atanh(r) * math.sqrt(units - 3)) if control == 0 else None
+        return p, math.tanh(math.atanh(r) - half) - control, math.tanh(math.atanh(r) + half) - control
+    return None
+
+
+def test_committed_decisions_agree_with_an_independent_recomputation():
+    """Every committed claim whose test is a binomial, a paired or a correlation one, alone or as the parts of a claim
+    about each of them: its p, interval and verdict computed afresh from its recipe with scipy's own functions."""
+    checked = 0
+    for path in sorted((ROOT / "docs" / "reproductions").glob("*/*.json")):
+        if path.name.endswith(".provenance.json"):
+            continue
+        for claim in ReproductionResult.load(path).claims:
+            decision, recipe = claim.decision, (claim.detail or {}).get("recipe")
+            if decision is None or recipe is None:
+                continue
+            level, interest = decision["level"], decision["interest"]
+            parts = [part["recipe"] for part in recipe["arguments"]["tests"]] if recipe["test"] == "all_of" else [recipe]
+            plain = [plain_bounds(part, level) for part in parts]
+            whole = [plain_bounds(part, level / len(parts)) for part in parts]
+            deltas = {arguments["arguments"].get("interest") for arguments in parts}
+            if any(item is None for item in plain + whole) or len(deltas) != 1:
+                continue
+            low, high = min(item[1] for item in plain), min(item[2] for item in whole)
+            name = f"{path.parent.name}/{claim.id}"
+            assert decision["interval"] == pytest.approx([low, high], abs=1e-6), name
+            if len(parts) == 1 and plain[0][0] is not None:
+                assert decision["p_effect"] == pytest.approx(plain[0][0], rel=1e-6, abs=1e-12), name
+            there, smaller = low > 0, interest is not None and high < interest
+            expected = {(True, False): "reproduced", (True, True): "reproduced, smaller", (False, True): "not reproduced",
+                        (False, False): "inconclusive"}[(there, smaller)]
+            assert claim.verdict == expected, name
+            checked += 1
+    assert checked >= 60, f"only {checked} committed claims were recomputed"
