@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 
 import pytest
 
@@ -47,8 +48,21 @@ def test_a_known_limit_is_measured_as_one(rates):
     assert skewed and max(rate.false_not_reproduced for rate in skewed) > ALPHA + monte_carlo_margin(RUNS)
 
 
+def table_numbers(text: str) -> list[list]:
+    """The table's rows as their cells, each a number where it reads as one."""
+    rows = [line.strip("|").split("|") for line in text.splitlines() if line.startswith("| ") and not line.startswith("| kind")]
+    return [[float(cell) if re.fullmatch(r"\s*[0-9.]+\s*", cell) else cell.strip() for cell in row] for row in rows]
+
+
 def test_the_methods_page_prints_this_simulation(rates):
-    assert table(rates) in (ROOT / "docs" / "methods.md").read_text(encoding="utf-8"), "run python docs/methods.py --write"
+    """The page's table is this simulation's, to within a claim or two whose p lies at its level to the last bits of a
+    float (summation order may differ between processors): 0.01 of a rate over 300 runs is three runs."""
+    page = (ROOT / "docs" / "methods.md").read_text(encoding="utf-8")
+    printed = table_numbers(page[page.index("<!-- calibration:start -->"):page.index("<!-- calibration:end -->")])
+    simulated = table_numbers(table(rates))
+    assert [row[:2] for row in printed] == [row[:2] for row in simulated], "run python docs/methods.py --write"
+    for ours, theirs in zip(printed, simulated):
+        assert ours[2:] == pytest.approx(theirs[2:], abs=0.01), ours[0]
 
 
 def test_the_methods_pages_worked_examples_are_the_committed_claims():
