@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from pathlib import Path
 
 import pytest
 
 from lincorr.reproduce.calibration import KINDS, RUNS, calibrated, monte_carlo_margin, table
 from lincorr.reproduce.decisions import NOT_REPRODUCED, REPRODUCED, SMALLER
 from lincorr.reproduce.verdicts import ALPHA
-from tests.test_docs import ROOT
 
+ROOT = Path(__file__).resolve().parents[1]
 LIMITS = {kind.name for kind in KINDS if kind.limit}
 
 
