@@ -1,0 +1,133 @@
+"""RippleEdits-shaped files read as plain data (`lincorr.ripple.edits`): the bundled subset, and files that lie."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import lincorr.ripple.edits as edits_module
+from lincorr.errors import InputError, UsageError
+from lincorr.ripple import COUNTRY_RELATIONS, EDITS_FILE, read_edits, relation_counts
+
+SOURCE = EDITS_FILE.parent / "SOURCE.md"
+
+
+def test_the_bundled_edits_are_the_recorded_subset_of_ripple_edits():
+    digest = re.search(r"sha256\s+([0-9a-f]{64})", SOURCE.read_text(encoding="utf-8")).group(1)
+    assert hashlib.sha256(EDITS_FILE.read_bytes()).hexdigest() == digest
+    assert (EDITS_FILE.parent / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
+    edits = read_edits()
+    assert len(edits) == 140 and sum(len(edit.problems) for edit in edits) == 918
+    counts = relation_counts(edits)
+    assert counts["COUNTRY_OF_CITIZENSHIP"] == counts["COUNTRY"] == 31 and sum(counts.values()) == 140
+    assert sum(edit.relation in COUNTRY_RELATIONS for edit in edits) == 62
+
+
+def test_every_query_goes_through_the_edited_fact():
+    """A two-hop query asks about the edit's subject; its condition query, about the edit's new object."""
+    for edit in read_edits():
+        assert edit.new_object != edit.old_object
+        for problem in edit.problems:
+            assert problem.query.subject == edit.subject and problem.condition.subject == edit.new_object
+
+
+def test_max_edits_takes_the_first_ones():
+    assert [edit.prompt for edit in read_edits(max_edits=3)] == [edit.prompt for edit in read_edits()[:3]]
+
+
+@pytest.mark.parametrize("max_edits", [0, -1, True, 2.5, "3"])
+def test_a_max_edits_that_is_no_count_is_the_users_to_fix(max_edits):
+    with pytest.raises(UsageError, match="max_edits"):
+        read_edits(max_edits=max_edits)
+
+
+def bundled_record() -> dict:
+    return json.loads(EDITS_FILE.read_text(encoding="utf-8"))[0]
+
+
+def field_paths(value, path=()):
+    """Every (path, value) of a record's fields that hold text, walking its nested objects and lists."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from field_paths(inner, (*path, key))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value[:1]):
+            yield from field_paths(inner, (*path, index))
+    else:
+        yield path, value
+
+
+def edited(record: dict, path: tuple, value=...) -> dict:
+    """`record` with the field at `path` set to `value`, or removed (`...`)."""
+    changed = copy.deepcopy(record)
+    holder = changed
+    for key in path[:-1]:
+        holder = holder[key]
+    if value is ...:
+        del holder[path[-1]]
+    else:
+        holder[path[-1]] = value
+    return changed
+
+
+READ_FIELDS = [path for path, _ in field_paths(bundled_record())
+               if path[-1] in ("prompt", "subject_id", "relation", "target_id", "answer", "subject") and path[:2] != ("edit", "original_fact")]
+
+
+@pytest.mark.parametrize("path", READ_FIELDS, ids=lambda path: ".".join(map(str, path)))
+def test_every_field_read_is_checked_missing_or_of_the_wrong_kind(path, tmp_path):
+    """Each field the reader uses, taken away or made a number: one InputError naming the field, nothing read on."""
+    file = tmp_path / "edits.json"
+    for value, problem in ((..., "is missing"), (7, "a whole number")):
+        file.write_text(json.dumps([bundled_record(), edited(bundled_record(), path, value)]), encoding="utf-8")
+        with pytest.raises(InputError, match=re.escape(str(path[-1]))) as error:
+            read_edits(file)
+        assert problem in str(error.value) and "RippleEdits" in str(error.value)
+
+
+@pytest.mark.parametrize("field", ["prompt", "answer"])
+def test_an_empty_prompt_or_answer_names_its_edit_and_query(field, tmp_path):
+    record = edited(bundled_record(), ("compositional_I_problems", 0, "condition_query", field), "  ")
+    file = tmp_path / "edits.json"
+    file.write_text(json.dumps([record]), encoding="utf-8")
+    with pytest.raises(InputError, match=f"edit 0 .*condition of query 0 has an empty {field}"):
+        read_edits(file)
+
+
+@pytest.mark.parametrize("document, message", [
+    ([], "holds no edits"), ({"edit": {}}, "is an object, not a list"),
+    ([{**bundled_record(), "compositional_I_problems": []}], "has no queries"),
+])
+def test_a_file_with_no_edits_or_queries_is_refused(document, message, tmp_path):
+    file = tmp_path / "edits.json"
+    file.write_text(json.dumps(document), encoding="utf-8")
+    with pytest.raises(InputError, match=message):
+        read_edits(file)
+
+
+def test_more_edits_than_lincorr_reads_are_refused_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(edits_module, "MOST_EDITS", 2)
+    file = tmp_path / "edits.json"
+    file.write_text(json.dumps([bundled_record()] * 3), encoding="utf-8")
+    with pytest.raises(InputError, match="holds 3 edits, more than the 2") as error:
+        read_edits(file)
+    assert "\n" not in str(error.value)
+
+
+def test_a_huge_subject_is_quoted_in_part(tmp_path):
+    record = edited(edited(bundled_record(), ("edit", "subject_id"), "x" * 100_000),
+                    ("compositional_I_problems", 0, "compositional_query", "answer"), "")
+    file = tmp_path / "edits.json"
+    file.write_text(json.dumps([record]), encoding="utf-8")
+    with pytest.raises(InputError) as error:
+        read_edits(file)
+    assert len(str(error.value)) < 500
+
+
+def test_a_path_reads_as_a_string_or_a_path():
+    assert read_edits(str(EDITS_FILE), max_edits=1) == read_edits(Path(EDITS_FILE), max_edits=1)
