@@ -35,6 +35,7 @@ from lincorr.cli.config import CONFIG_FILE, command_parser, options_of
 from lincorr.domains import read_word_file
 from lincorr.knowledge.files import read_registry_file
 from lincorr.knowledge.lre import LRE_FILE, read_lre_relation
+from lincorr.ripple.edits import EDITS, EDITS_FILE, read_edits
 from lincorr.linear import MAP_FILE, LinearMap
 from lincorr.models import MODEL_CONFIG, check_model_directory
 from lincorr.reading import MAX_FILE_BYTES, MAX_NESTING
@@ -117,6 +118,7 @@ READERS = {
     "saved reproduction": Reader(ReproductionResult.load, lambda path: write_json(path, reproduction_document()), REPRODUCTION),
     "report of a reproduction": Reader(lambda path: read_run(path.parent), reproduction_run, REPRODUCTION),
     "LRE relation file": Reader(read_lre_relation, lre_relation, LRE_FILE),
+    "RippleEdits file": Reader(read_edits, lambda path: shutil.copy(EDITS_FILE, path), EDITS),
     "model config": Reader(lambda path: check_model_directory(path.parent, trust_remote_code=False), model_directory, MODEL_CONFIG),
     "saved pair": Reader(lambda path: PairResult.load(path.parent), copied_run("fit", "result.json"), PAIR_FILE),
     "saved result state": Reader(lambda path: load_result(path.parent), copied_run("matrix", "result_state.json"), STATE),
@@ -148,6 +150,7 @@ READ_SITES = {
     "lincorr.linear:LinearMap.load": "linear map file",
     "lincorr.models:check_model_directory": "model config",
     "lincorr.relations:read_reference_file": "reference file",
+    "lincorr.ripple.edits:read_edits": "RippleEdits file",
     "lincorr.reproduction_file:read_reproduction_file": "saved reproduction",
     "lincorr.results:read_study": "saved result provenance",
     "lincorr.results:read_state": "saved result state",
