@@ -104,7 +104,7 @@ def test_the_four_verdicts_of_two_one_sided_tests(test, claims, verdict):
     low, high = decision.interval
     assert (low > 0) == (verdict in (REPRODUCED, SMALLER)) and (high < 0.4) == (verdict in (SMALLER, NOT_REPRODUCED))
     if verdict == INCONCLUSIVE:
-        assert decision.units_effect > 8 and decision.power_effect < 0.8
+        assert decision.units_needed > 8 and decision.power_effect < 0.8
 
 
 def test_a_confident_negative_is_not_reproduced_whatever_the_power_of_a_design():

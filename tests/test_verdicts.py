@@ -40,14 +40,14 @@ def test_the_units_needed_follow_the_square_root_law_of_a_z_test():
     decision = decide(bootstrap_greater(0.05, resampled, "a planted effect", interest=0.1, units=50))
     z = scipy.stats.norm.isf(ALPHA) + scipy.stats.norm.ppf(0.8)
     assert decision.verdict == "inconclusive"
-    assert decision.units_effect == pytest.approx(50 * (z / (0.1 / resampled.std(ddof=1))) ** 2, rel=0.01)
+    assert decision.units_needed == pytest.approx(50 * (z / (0.1 / resampled.std(ddof=1))) ** 2, rel=0.01)
 
 
 def test_no_budget_is_read_off_a_hundredfold_extrapolation():
     rng = np.random.default_rng(3)
     resampled = rng.normal(0.0, 1.0, size=2000)  # Δ a hundredth of a standard error: about 62,000 times the units
     decision = decide(bootstrap_greater(0.0, resampled, "no effect", interest=0.01, units=50))
-    assert decision.verdict == "inconclusive" and decision.units_effect is None and decisions.MOST_UNITS_FACTOR == 100
+    assert decision.verdict == "inconclusive" and decision.units_needed is None and decisions.MOST_UNITS_FACTOR == 100
 
 
 def test_a_planted_effect_of_the_papers_size_is_reproduced_and_at_a_tiny_budget_inconclusive():
@@ -56,7 +56,7 @@ def test_a_planted_effect_of_the_papers_size_is_reproduced_and_at_a_tiny_budget_
     tiny = mcnemar_gain([False] * 8, [True] * 2 + [False] * 6, interest=paper_rise, unit="facts")
     assert decide(large).verdict == "reproduced"
     assert decide(tiny).verdict == "inconclusive", "8 facts cannot tell"
-    assert decide(tiny).units_effect > 8 and decide(tiny).power_effect < 0.8
+    assert decide(tiny).units_needed > 8 and decide(tiny).power_effect < 0.8
 
 
 def test_a_planted_null_is_not_reproduced():

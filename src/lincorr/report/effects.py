@@ -32,8 +32,8 @@ def effect_text(decision: dict | None) -> str:
             text += f" ({decision['effect'] / interest:.2g} of Δ)"
     if decision.get("verdict") == "inconclusive" and real(decision.get("power_effect")):
         text += f"; power {decision['power_effect']:.2f} at Δ"
-        if real(decision.get("units_effect")):
-            text += f", about {int(decision['units_effect'])} {str(decision.get('unit') or 'units')} for 0.8"
+        if real(decision.get("units_needed")):
+            text += f", about {int(decision['units_needed'])} {str(decision.get('unit') or 'units')} for 0.8"
     return text
 
 

@@ -37,8 +37,9 @@ REPRODUCED, SMALLER, NOT_REPRODUCED, INCONCLUSIVE = "reproduced", "reproduced, s
 @dataclasses.dataclass(frozen=True)
 class Decision:
     """A claim's verdict and the numbers it reads off: the effect with its interval at `level` on each side, Δ, the raw and
-    adjusted p of each one-sided test, each test's power at the other's hypothesis and the units that would give it
-    TARGET_POWER, the verdicts Δ/2 and 2Δ would give, and, where the budget cannot reach `level`, why."""
+    adjusted p of each one-sided test, each test's power at the other's hypothesis and the units that would give them
+    TARGET_POWER (one number: the normal approximation gives both tests the same separation), the verdicts Δ/2 and 2Δ
+    would give, and, where the budget cannot reach `level`, why."""
 
     verdict: str
     method: str
@@ -55,8 +56,7 @@ class Decision:
     power_size: float | None
     units: int | None
     unit: str
-    units_effect: int | None
-    units_size: int | None
+    units_needed: int | None
     at_half: str | None
     at_double: str | None
     by_design: str | None = None
@@ -67,18 +67,14 @@ class Decision:
         row["interval"] = [end if math.isfinite(end) else None for end in self.interval] if self.interval is not None else None
         return row
 
-    @property
-    def ratio(self) -> float | None:
-        """The effect over Δ, where both are numbers."""
-        if self.effect is None or not self.interest or not math.isfinite(self.effect):
-            return None
-        return self.effect / self.interest
-
 
 def verdict_of(evidence: Evidence, interest: float | None, level: float) -> str:
     """The verdict of the two one-sided tests at `level`, Δ = `interest` (without one, only T+ is run)."""
-    there = evidence.above(0.0) <= level
-    smaller = interest is not None and interest > 0 and evidence.below(interest) <= level
+    return verdict_read(evidence.above(0.0) <= level, interest is not None and interest > 0 and evidence.below(interest) <= level)
+
+
+def verdict_read(there: bool, smaller: bool) -> str:
+    """The verdict of T+ (`there`: the effect is above 0) and T− (`smaller`: it is below Δ) as they came out."""
     if there:
         return SMALLER if smaller else REPRODUCED
     return NOT_REPRODUCED if smaller else INCONCLUSIVE
@@ -94,12 +90,11 @@ def decide(test: Test, claims: int = 1, alpha: float = ALPHA) -> Decision:
     known = math.isfinite(evidence.effect)
     interval = (evidence.lower(level), evidence.upper(level)) if known else None
     power_effect, power_size = (power(evidence, level) if interest is not None else (None, None))
-    verdict = verdict_of(evidence, interest, level)
-    units_effect, units_size = units_for_power(evidence, level) if verdict == INCONCLUSIVE else (None, None)
+    verdict = verdict_read(p_effect <= level, p_size is not None and p_size <= level)
     return Decision(
         verdict, evidence.method, evidence.effect if known else None, interval, interest, level, claims, p_effect, p_size,
         min(1.0, p_effect * claims), None if p_size is None else min(1.0, p_size * claims), power_effect, power_size,
-        evidence.units, evidence.unit, units_effect, units_size,
+        evidence.units, evidence.unit, units_for_power(evidence, level) if verdict == INCONCLUSIVE else None,
         verdict_of(evidence, interest / 2, level) if interest else None, verdict_of(evidence, interest * 2, level) if interest else None,
         by_design(evidence, level))
 
@@ -114,16 +109,15 @@ def power(evidence: Evidence, level: float) -> tuple[float | None, float | None]
     return above, below
 
 
-def units_for_power(evidence: Evidence, level: float) -> tuple[int | None, int | None]:
+def units_for_power(evidence: Evidence, level: float) -> int | None:
     """About how many units would give each test TARGET_POWER at `level` (the separation grows with the square root of the
     units); None where that is past MOST_UNITS_FACTOR times the units, or cannot be read."""
     if evidence.separation is None or not evidence.units or not evidence.separation > 0:
-        return None, None
+        return None
     factor = ((scipy.stats.norm.isf(level) + scipy.stats.norm.ppf(TARGET_POWER)) / evidence.separation) ** 2
     if factor > MOST_UNITS_FACTOR:
-        return None, None
-    needed = max(int(math.ceil(evidence.units * factor)), evidence.units)
-    return needed, needed
+        return None
+    return max(int(math.ceil(evidence.units * factor)), evidence.units)
 
 
 def by_design(evidence: Evidence, level: float) -> str | None:
