@@ -14,8 +14,11 @@ import json
 import sys
 from pathlib import Path
 
-from lincorr.report.effects import effect_text, sensitivity_text, tests_text
-from lincorr.reproduce.calibration import KINDS, calibrated, table
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generated_blocks import read_block, write_block  # noqa: E402
+
+from lincorr.report.effects import effect_text, sensitivity_text, tests_text  # noqa: E402
+from lincorr.reproduce.calibration import KINDS, calibrated, table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "methods.md"
@@ -55,18 +58,13 @@ def marked(name: str) -> tuple[str, str]:
 
 
 def current_block(name: str) -> str:
-    text = PAGE.read_text(encoding="utf-8")
-    start, end = marked(name)
-    return text[text.index(start) + len(start):text.index(end)].strip()
+    return read_block(PAGE, *marked(name))
 
 
 def main() -> None:
     if sys.argv[1:] == ["--write"]:
         for name, make in BLOCKS.items():
-            text = PAGE.read_text(encoding="utf-8")
-            start, end = marked(name)
-            head, rest = text.split(start, 1)
-            PAGE.write_text(f"{head}{start}\n{make()}\n{end}{rest.split(end, 1)[1]}", encoding="utf-8")
+            write_block(PAGE, *marked(name), make())
     else:
         print("\n\n".join(make() for make in BLOCKS.values()))
 

@@ -17,10 +17,13 @@ import shlex
 import sys
 from pathlib import Path
 
-from lincorr.report.reproduction import published_cell
-from lincorr.reproduce import load_paper
-from lincorr.report.effects import effect_text, sensitivity_text, tests_text
-from lincorr.reproduction_file import VERDICTS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from generated_blocks import read_block, write_block  # noqa: E402
+
+from lincorr.report.reproduction import published_cell  # noqa: E402
+from lincorr.reproduce import load_paper  # noqa: E402
+from lincorr.report.effects import effect_text, sensitivity_text, tests_text  # noqa: E402
+from lincorr.reproduction_file import VERDICTS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = {"peng": ROOT / "docs" / "results.md", "merullo": ROOT / "docs" / "mechanisms.md", "feng": ROOT / "docs" / "mechanisms.md"}
@@ -103,19 +106,13 @@ def blocks() -> dict[tuple[str, str], str]:
 
 
 def current_block(model: str, paper: str) -> str:
-    text = DOCUMENTS[paper].read_text(encoding="utf-8")
-    start, end = markers(model, paper)
-    return text[text.index(start) + len(start):text.index(end)].strip()
+    return read_block(DOCUMENTS[paper], *markers(model, paper))
 
 
 def main() -> None:
     if sys.argv[1:] == ["--write"]:
         for (model, paper), table in blocks().items():
-            document = DOCUMENTS[paper]
-            text = document.read_text(encoding="utf-8")
-            start, end = markers(model, paper)
-            head, rest = text.split(start, 1)
-            document.write_text(f"{head}{start}\n{table}\n{end}{rest.split(end, 1)[1]}", encoding="utf-8")
+            write_block(DOCUMENTS[paper], *markers(model, paper), table)
     else:
         print("\n\n".join(blocks().values()))
 

@@ -43,10 +43,11 @@ def imports(path: Path) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def layer(module: str) -> int:
-    """0: core stages and models, 1: studies, 2: reproducing papers from the studies, 3: the command line."""
+    """0: core stages and models, 1: studies, 2: reproducing papers from the studies and the ripple benchmark (judged by
+    the reproduction's rules), 3: the command line."""
     if module.startswith("lincorr.cli") or module == "lincorr.__main__":
         return 3
-    if module.startswith("lincorr.reproduce"):
+    if module.startswith(("lincorr.reproduce", "lincorr.ripple")):
         return 2
     return 1 if module.startswith("lincorr.studies") else 0
 

@@ -163,7 +163,7 @@ def test_help_shows_the_real_estimator_and_alpha_defaults(command):
 
 # Every command that fits W on logit tables it collects.
 COLLECTING = ("demo", "fit", "matrix", "precision", "cases", "resilience", "scale", "generalize", "diagnose", "subwords", "gradcorr",
-              "predict-edit", "ovector-w")
+              "predict-edit", "ovector-w", "ripple")
 
 
 REQUIRED = {"fit": ["city", "country"], "predict-edit": ["city", "country", "--value", "Paris"], "matrix": ["--family", "spatial"],

@@ -131,3 +131,39 @@ def test_a_huge_subject_is_quoted_in_part(tmp_path):
 
 def test_a_path_reads_as_a_string_or_a_path():
     assert read_edits(str(EDITS_FILE), max_edits=1) == read_edits(Path(EDITS_FILE), max_edits=1)
+
+
+def test_a_bad_edits_file_ends_in_one_line_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    from helpers.cli_errors import one_error_line
+    from lincorr.cli import main
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model loaded before the edits file was checked")
+
+    monkeypatch.setattr("lincorr.models.load_model", no_load)
+    file = tmp_path / "edits.json"
+    file.write_text(json.dumps([{**bundled_record(), "compositional_I_problems": []}]), encoding="utf-8")
+    assert main(["ripple", str(file), "--out", str(tmp_path / "run")]) == 2
+    assert "has no queries" in one_error_line(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_whole_benchmark_runs_at_a_tiny_budget_on_the_bundled_model(bundled, tmp_path, capsys):
+    """Predictors, edits and benchmark end to end on the first eight bundled edits: three of them change a country the
+    default model's tokenizer can rank; the rest are counted out with their reasons."""
+    from lincorr.cli import main
+    from lincorr.ripple.benchmark import PREDICTORS
+    from lincorr.ripple.study import RippleResult
+
+    bundled("gemma-3-270m-q4km")
+    assert main(["ripple", "--max-edits", "8", "-n", "300", "--n-boot", "100", "--out", str(tmp_path / "run"), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["n_edits"] == 8 and summary["n_edits_scored"] >= 2
+    assert summary["n_queries_scored"] + sum(summary["skipped"].values()) == sum(len(e.problems) for e in read_edits(max_edits=8))
+    every = summary["benchmark"]["subsets"]["all"]
+    assert [row["predictor"] for row in every["predictors"]] == list(PREDICTORS)
+    assert all(-1 <= row["spearman"] <= 1 for row in every["predictors"])
+    assert {claim["decision"]["unit"] for claim in every["claims"]} == {"edits"}
+    assert summary["seconds_per_edit"]["edit"] > 0 and summary["gradient_parameters"] == "all parameters"
+    loaded = RippleResult.load(tmp_path / "run")
+    assert len(loaded.rows) == summary["n_queries_scored"] and all(row["learned"] in (True, False) for row in loaded.rows)

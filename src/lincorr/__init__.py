@@ -55,6 +55,10 @@ _EXPORTS = {
     "ffn_ablate": "lincorr.studies.vectors.arithmetic",
     "OcrConfig": "lincorr.studies.extractive.ocr",
     "measure_ocr": "lincorr.studies.extractive.ocr",
+    "read_edits": "lincorr.ripple",
+    "measure_ripple": "lincorr.ripple",
+    "RippleConfig": "lincorr.ripple",
+    "RippleResult": "lincorr.ripple",
 }
 
 __all__ = ["prompt", *_EXPORTS]

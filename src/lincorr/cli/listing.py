@@ -50,6 +50,12 @@ SYSTEMS: tuple[tuple[str, tuple[tuple[str, dict[str, str]], ...]], ...] = (
             "extractive": "extractive structures: OCR on two-hop facts, scores, freezing, ordering, grafting",
         }),
     )),
+    ("ripple effects (beyond the papers)", (
+        ("ripple", {
+            "ripple": "before each edit of a RippleEdits file, predict which implications move (W, GradSim, CLaRE-style, the "
+                      "prior); make the edits and benchmark the predictors",
+        }),
+    )),
     ("reproduction", (
         ("reproduce", {
             "reproduce": "run a paper's tables and figures as claims, each tested: reproduced, not reproduced, inconclusive or not "

@@ -1,0 +1,110 @@
+"""Edits read as the predictors read them: each two-hop query as templates over the edit's subject, and answer domains.
+
+A country edit ("The name of the country of citizenship of Leonardo DiCaprio is Syria.") has a first hop, the edit's
+fact as a template over its subject ("The name of the country of citizenship of {} is", answered by a country), and
+queries whose second hop asks something of that country ("The name of the continent which the country of citizenship of
+{} is part of is", answered "Asia" once the edit holds; alone: "The name of the continent which {} is part of is"). The
+predictors and outcomes rank answers within a domain per relation, as W does: the countries, the continents, the
+capitals. Edits of other relations (spouse, composer, director) reach their queries through people, where a map
+between two prompts' logits over countries has no domain; they are counted and left out.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from lincorr.domains import Domain, build_domain
+from lincorr.ripple.edits import COUNTRY_RELATIONS, Edit, Problem
+
+FIRST_HOP = "COUNTRY"  # the answer domain of every country edit's first hop
+# Registry domains that hold answers a person would give for a second hop, added to the dataset's own answers.
+REGISTRY_DOMAINS = {FIRST_HOP: "country", "CONTINENT": "continent", "OFFICIAL_LANGUAGE": "language", "CAPITAL": "city"}
+NOT_A_COUNTRY_EDIT = "the edit changes no country: its queries go through a person, where W has no answer domain"
+
+
+@dataclasses.dataclass(frozen=True)
+class Hop:
+    """One two-hop query of one edit: the edit's fact and the query as templates over the edit's subject, and the second
+    hop alone as a template over the edit's new object."""
+
+    edit: int  # the edit's place in the file
+    problem: int  # the query's place in its edit
+    subject: str  # "Leonardo DiCaprio"
+    new_object: str  # "Syria"
+    answer: str  # the query's answer once the edit holds: "Asia"
+    relation: str  # the second hop's relation: "CONTINENT"
+    fact_template: str  # "The name of the country of citizenship of {} is"
+    query_template: str  # "The name of the continent which the country of citizenship of {} is part of is"
+    condition_template: str  # "The name of the continent which {} is part of is"
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        """The two prompts W maps between: the edit's fact and the query."""
+        return self.fact_template, self.query_template
+
+
+def fact_prompt(edit: Edit) -> str:
+    """The edit's sentence without its object and full stop: what the edit teaches the model to continue."""
+    sentence = edit.prompt.rstrip().removesuffix(".").rstrip()
+    return sentence.removesuffix(edit.new_object).rstrip()
+
+
+def hops_of(edits: Sequence[Edit]) -> tuple[tuple[Hop, ...], dict[str, int]]:
+    """Every query of the country edits as a `Hop`, and the queries left out by reason."""
+    hops: list[Hop] = []
+    skipped: collections.Counter[str] = collections.Counter()
+    for index, edit in enumerate(edits):
+        if edit.relation not in COUNTRY_RELATIONS:
+            skipped[NOT_A_COUNTRY_EDIT] += len(edit.problems)
+            continue
+        for number, problem in enumerate(edit.problems):
+            hop = hop_of(index, edit, number, problem)
+            if isinstance(hop, str):
+                skipped[hop] += 1
+            else:
+                hops.append(hop)
+    return tuple(hops), dict(skipped.most_common())
+
+
+def hop_of(index: int, edit: Edit, number: int, problem: Problem) -> Hop | str:
+    """The query as a `Hop`, or why it cannot be one."""
+    fact = fact_prompt(edit)
+    if fact == edit.prompt.rstrip().removesuffix(".").rstrip():
+        return "the edit's sentence does not end with its new object"
+    for text, entity in ((fact, edit.subject), (problem.query.prompt, edit.subject), (problem.condition.prompt, edit.new_object)):
+        if text.count(entity) != 1 or "{" in text or "}" in text:
+            return "a prompt does not name its subject exactly once, or holds a brace"
+    return Hop(index, number, edit.subject, edit.new_object, problem.query.answer, problem.condition.relation,
+               fact.replace(edit.subject, "{}"), problem.query.prompt.replace(edit.subject, "{}"),
+               problem.condition.prompt.replace(edit.new_object, "{}"))
+
+
+def domain_words(hops: Sequence[Hop], edits: Sequence[Edit], registry) -> dict[str, tuple[str, ...]]:
+    """The answer words of the first hop (every new and old object of the country edits) and of each second-hop relation
+    (every answer the file gives it), with the registry's words for relations it has a domain of."""
+    words: dict[str, list[str]] = collections.defaultdict(list)
+    for edit in edits:
+        if edit.relation in COUNTRY_RELATIONS:
+            words[FIRST_HOP] += [edit.new_object, edit.old_object]
+    for hop in hops:
+        words[hop.relation].append(hop.answer)
+    for relation, domain in REGISTRY_DOMAINS.items():
+        if relation in words:
+            words[relation] += registry.domain_words(domain)
+    return {relation: tuple(dict.fromkeys(listed)) for relation, listed in words.items()}
+
+
+def answer_domains(words: Mapping[str, Sequence[str]], tokenizer) -> dict[str, Domain]:
+    """Each relation's words as a domain of this tokenizer (words whose first token is a fragment or shared are dropped)."""
+    return {relation: build_domain(listed, tokenizer, name=relation, allow_empty=True) for relation, listed in words.items()}
+
+
+def usable(hop: Hop, domains: Mapping[str, Domain]) -> str | None:
+    """None where both the new object and the answer have a column of their domain for this tokenizer, else why not."""
+    if domains[FIRST_HOP].find(hop.new_object) is None:
+        return f"the new object is not a usable word of the {FIRST_HOP} domain for this tokenizer"
+    if domains[hop.relation].find(hop.answer) is None:
+        return "the answer is not a usable word of its relation's domain for this tokenizer"
+    return None
