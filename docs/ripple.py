@@ -49,21 +49,21 @@ def run_block(path: Path) -> str:
         lines.append("")
         if not subset["n_queries"]:
             continue
-        lines += ["| predictor | AUC (enters top-k) [95%] | Spearman with Δ log p [95%] | W minus it: Spearman [95%] | s per edit |",
+        lines += ["| predictor | AUC (enters top-k) [95%] | W minus it: AUC [95%] | Spearman with Δ log p [95%] | s per edit |",
                   "|---|---|---|---|---|"]
         differences = {row["predictor"]: row for row in subset["differences"]}
         for row in subset["predictors"]:
             name = row["predictor"]
             cost = costs.get("W (both fits)" if name.startswith("W ") else name, 0.0)
             difference = differences.get(name)
-            lines.append(f"| {name} | {number(row['auc'], row['auc_ci95'])} | {number(row['spearman'], row['spearman_ci95'])} | "
-                         + (number(difference["spearman_difference"], difference["spearman_difference_ci95"]) if difference else "—")
-                         + f" | {cost:.2f} |")
+            lines.append(f"| {name} | {number(row['auc'], row['auc_ci95'])} | "
+                         + (number(difference["auc_difference"], difference["auc_difference_ci95"]) if difference else "—")
+                         + f" | {number(row['spearman'], row['spearman_ci95'])} | {cost:.2f} |")
         lines.append("")
         for claim in subset["claims"]:
             decision = claim["decision"]
             interval = decision["interval"] or [None, None]
-            lines.append(f"- {claim['claim']}: **{decision['verdict']}** (ρ difference {number(decision['effect'], interval)} at "
+            lines.append(f"- {claim['claim']}: **{decision['verdict']}** (AUC difference {number(decision['effect'], interval)} at "
                          f"level {decision['level']:.3g} on each side, against Δ = {decision['interest']:g}; {decision['units']} edits)")
         lines.append("")
     lines.append(f"The edit itself: {costs['edit']:.1f} s per edit on the machine that wrote the run.")

@@ -167,3 +167,22 @@ def test_the_whole_benchmark_runs_at_a_tiny_budget_on_the_bundled_model(bundled,
     assert summary["seconds_per_edit"]["edit"] > 0 and summary["gradient_parameters"] == "all parameters"
     loaded = RippleResult.load(tmp_path / "run")
     assert len(loaded.rows) == summary["n_queries_scored"] and all(row["learned"] in (True, False) for row in loaded.rows)
+    assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "report.html")]) == 0
+    page = (tmp_path / "report.html").read_text(encoding="utf-8")
+    assert "ripple effects on gemma-3-270m-q4km" in page and "Spearman with Δ log p" in page
+
+
+def test_the_ripple_page_shows_the_committed_runs():
+    """docs/ripple.md's results are the committed runs under docs/ripple/: regenerate with `python docs/ripple.py --write`."""
+    import importlib.util
+
+    root = Path(__file__).resolve().parents[1]
+    tool = importlib.util.spec_from_file_location("ripple_page", root / "docs" / "ripple.py")
+    page = importlib.util.module_from_spec(tool)
+    tool.loader.exec_module(page)
+    assert page.current_block() == page.block().strip()
+    for path in sorted((root / "docs" / "ripple").glob("*/ripple.json")):
+        run = json.loads(path.read_text(encoding="utf-8"))
+        every = run["benchmark"]["subsets"]["all"]
+        assert run["n_queries_scored"] == every["n_queries"] + run["benchmark"]["n_undefined"]
+        assert all(claim["decision"]["unit"] == "edits" for claim in every["claims"])

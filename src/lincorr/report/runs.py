@@ -20,7 +20,7 @@ from pathlib import Path
 from lincorr.errors import InputError
 from lincorr.filesystem import OUTPUT_MARKER
 from lincorr.results import STATE_FILE
-from lincorr.report import extractive, logits, reproduction, training, vectors
+from lincorr.report import extractive, logits, reproduction, ripple, training, vectors
 from lincorr.report.files import ANY, read_document, read_picture
 from lincorr.report.page import KeyNumbers, Picture, Section
 from lincorr.report.sections import read_provenance, recorded_study, scalar_fields
@@ -55,6 +55,7 @@ STUDY_READERS: dict[str, tuple[tuple[str, ...], Reader]] = {
     "extractive-graft": (("graft.json",), extractive.read_graft),
     "extractive-predict": (("ocr_prediction.json",), extractive.read_extractive_predict),
     "reproduce": (("reproduction.json",), reproduction.read_reproduction),
+    "ripple": (("ripple.json",), ripple.read_ripple),
 }
 # Studies whose directories lincorr wrote before provenance.json named the study: known by their files alone.
 RECOGNISED_BY_FILES = ("fit", "matrix", "resilience", "precision", "scale", "cases", "gradcorr", "generalize-table5", "generalize",

@@ -103,8 +103,8 @@ def ripple_text(summary: dict) -> str:
                          f"{estimate(row['spearman'], row['spearman_ci95']):<26} {cost(costs, row['predictor']):.2f}")
         for claim in subset["claims"]:
             decision = claim["decision"]
-            lines.append(f"  {claim['claim']}: {decision['verdict']} ({estimate(decision['effect'], decision['interval'])} "
-                         f"vs {decision['interest']})")
+            lines.append(f"  {claim['claim']}: {decision['verdict']} (AUC difference "
+                         f"{estimate(decision['effect'], decision['interval'])} vs Δ = {decision['interest']:g})")
     lines.append(f"\nthe edit itself: {costs.get('edit', 0):.1f} s per edit")
     return "\n".join(lines)
 
@@ -145,9 +145,13 @@ def measure_ripple(lm: LM, edits: Sequence[Edit], registry, config: RippleConfig
     words = domain_words(all_hops, edits, registry)
     domains = answer_domains(words, lm.tokenizer)
     hops, skipped = scored_hops(edits, domains, all_hops, skipped)
-    started = time.perf_counter()
-    w_scores, fits = w_predictions(lm, hops, domains, config.n_inputs, config.seed, settings)
-    seconds = {W_COST: time.perf_counter() - started}
+    w_key = {"model": lm.fingerprint, "pairs": sorted({(*hop.pair, hop.relation) for hop in hops}),
+             "hops": [(hop.new_object, hop.answer) for hop in hops],
+             "domains": {name: list(domain.words) for name, domain in domains.items()}, "n_inputs": config.n_inputs,
+             "seed": config.seed, "collection": settings_key(settings)}
+    stage = stored_result("ripple-w", w_key, lambda: w_stage(lm, hops, domains, config, settings))
+    w_scores, fits = stage["scores"], stage["fits"]
+    seconds = {W_COST: stage["seconds"]}
     train = EDIT_TRAINING[config.training]
     if config.training == "constrained":
         train = constrained_layers(lm, train)
@@ -169,6 +173,14 @@ def measure_ripple(lm: LM, edits: Sequence[Edit], registry, config: RippleConfig
     return RippleResult(lm.name, lm.fingerprint, edits_file, len(edits), skipped, tuple(rows), tuple(fits),
                         benchmark(rows, config.top_k, config.n_boot, config.seed), seconds, gradient_parameters(lm)[0],
                         {**settings_key(config), "train": settings_key(train)})
+
+
+def w_stage(lm: LM, hops: Sequence[Hop], domains: Mapping[str, Domain], config: RippleConfig, settings: CollectSettings) -> dict:
+    """W's predictions for every hop and what fitting them took (stored with them, so that a resumed run reports the cost
+    of the run that measured them, not of reading them back)."""
+    started = time.perf_counter()
+    scores, fits = w_predictions(lm, hops, domains, config.n_inputs, config.seed, settings)
+    return {"scores": scores, "fits": fits, "seconds": time.perf_counter() - started}
 
 
 def measured_edit(lm: LM, hops: Sequence[Hop], domains: Mapping[str, Domain], train: TrainConfig) -> dict:
