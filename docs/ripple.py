@@ -44,8 +44,10 @@ def run_block(path: Path) -> str:
              + ".", ""]
     for subset in run["benchmark"]["subsets"].values():
         lines.append(f"**{subset['rows'][0].upper()}{subset['rows'][1:]}** ({subset['n_queries']} queries"
-                     + (f", {subset['n_edits']} edits; {subset['n_entered_top_k']} of {subset['n_asked']} not already top-"
-                        f"{settings['top_k']} entered it)" if subset["n_queries"] else ")"))
+                     + (f", {subset['n_edits']} edits): the implied answer entered the top {settings['top_k']} in "
+                        f"{subset['n_entered_top_k']} of the {subset['n_asked']} queries where it was not there; the model's "
+                        f"own answer before the edit lost its place in {subset['n_held_displaced']} of the "
+                        f"{subset['n_held_other']} where it was another." if subset["n_queries"] else ")."))
         lines.append("")
         if not subset["n_queries"]:
             continue

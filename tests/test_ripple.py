@@ -148,6 +148,20 @@ def test_a_bad_edits_file_ends_in_one_line_before_the_model_loads(tmp_path, monk
     assert not (tmp_path / "run").exists()
 
 
+def test_edits_that_change_no_country_are_refused_in_one_line_before_the_model_loads(tmp_path, monkeypatch, capsys):
+    from helpers.cli_errors import one_error_line
+    from lincorr.cli import main
+
+    monkeypatch.setattr("lincorr.models.load_model", lambda *args, **kwargs: pytest.fail("the model loaded"))
+    file = tmp_path / "edits.json"
+    spouses = [record for record in json.loads(EDITS_FILE.read_text(encoding="utf-8")) if record["edit"]["relation"] == "SPOUSE"]
+    file.write_text(json.dumps(spouses), encoding="utf-8")
+    assert main(["ripple", str(file), "--out", str(tmp_path / "run")]) == 2
+    line = one_error_line(capsys)
+    assert f"none of the {len(spouses)} edits" in line and "COUNTRY_OF_CITIZENSHIP" in line
+    assert not (tmp_path / "run").exists()
+
+
 def test_the_whole_benchmark_runs_at_a_tiny_budget_on_the_bundled_model(bundled, tmp_path, capsys):
     """Predictors, edits and benchmark end to end on the first eight bundled edits: three of them change a country the
     default model's tokenizer can rank; the rest are counted out with their reasons."""

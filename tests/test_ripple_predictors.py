@@ -17,7 +17,7 @@ from lincorr.models import wrap_model
 from lincorr.ripple.benchmark import PREDICTORS, auc, benchmark, cluster_draws, improved, interval, spearman, statistics
 from lincorr.ripple.hops import FIRST_HOP, Hop, fact_prompt, hop_of, hops_of
 from lincorr.ripple.edits import Edit, Problem, Query
-from lincorr.ripple.outcomes import edit_outcomes
+from lincorr.ripple.outcomes import EDIT_TRAINING, constrained_layers, edit_outcomes
 from lincorr.ripple.predictors import answer_scores, clare_similarities, grad_sims, gradient_parameters, prior
 
 COUNTRIES = ("France", "Japan", "Italy", "Germany")
@@ -109,15 +109,22 @@ def test_gradsim_and_clare_rank_a_query_that_restates_its_edit_above_other_edits
     assert clare_similarities(lm, [shuffled, planted])[1][-1] < 0.99
 
 
-def test_an_edit_is_taught_to_a_copy_and_its_queries_asked_again(lm):
+@pytest.mark.parametrize("training", ["paper", "constrained"])
+def test_an_edit_is_taught_to_a_copy_and_its_queries_asked_again(lm, training):
     (hop,), _ = hops_of([edit("Alice", "Japan", "France", ("Asia",))])
     before = {name: p.detach().clone() for name, p in lm.model.named_parameters()}
-    config = __import__("lincorr.finetune", fromlist=["TrainConfig"]).TrainConfig(learning_rate=0.05, epochs=30, batch_size=1)
-    outcome = edit_outcomes(lm, [hop], domains(lm.tokenizer), config)
+    config = dataclasses.replace(EDIT_TRAINING[training], learning_rate=0.05, epochs=30)
+    if training == "constrained":
+        config = constrained_layers(lm, config)
+        assert config.layers == (0, 2) and config.trainable == (r"\.mlp\.",)
+    known = prior(lm, hop, domains(lm.tokenizer))
+    outcome = edit_outcomes(lm, [hop], [known["held_answer"]], domains(lm.tokenizer), config)
     assert outcome["learned"] and 1 <= outcome["steps"] <= 30
     assert all(torch.equal(p, before[name]) for name, p in lm.model.named_parameters())
-    assert prior(lm, hop, domains(lm.tokenizer))["rank_before"] in (1, 2)
-    assert outcome["after"][0]["rank_after"] in (1, 2)
+    assert known["held_answer"] in CONTINENTS and known["held_logprob"] >= known["prior"]
+    (after,) = outcome["after"]
+    assert after["rank_after"] in (1, 2) and after["held_rank_after"] in (1, 2)
+    assert (after["rank_after"] == after["held_rank_after"]) == (known["held_answer"] == "Asia")
 
 
 def test_auc_and_spearman_agree_with_scikit_learn_and_scipy():
@@ -143,6 +150,7 @@ def rows_for(n_edits: int, per_edit: int, seed: int, strength: float = 1.0) -> l
                    "clare_layers": list(rng.normal(size=3))}
             row["logprob_after"] = row["prior"] + change
             row["rank_after"] = 1 if change > 0.5 else before
+            row.update(answer="Asia", held_answer="Europe", held_rank_after=2 if change > 0.5 else 1)
             row.update({name: rng.normal() for name in PREDICTORS if name not in ("prior", "CLaRE-style")})
             row["W (ols, the paper's)"] = strength * change + rng.normal()
             rows.append(row)

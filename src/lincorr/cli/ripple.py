@@ -45,9 +45,11 @@ def add_commands(commands) -> None:
 def run_ripple(args) -> None:
     from lincorr.ripple import read_edits
     from lincorr.ripple.edits import EDITS_FILE
+    from lincorr.ripple.hops import scorable_hops
     from lincorr.ripple.study import RippleConfig, measure_ripple
 
     edits = read_edits(args.edits, args.max_edits)  # a bad file fails here, before the model loads
+    scorable_hops(edits)
     registry = load_registry_from(args)
     config = RippleConfig(n_inputs=args.n_inputs, seed=args.seed, training=args.training, top_k=args.top_k, n_boot=args.n_boot)
     result = measure_ripple(load_lm(args), edits, registry, config, edits_file=str(args.edits or EDITS_FILE),

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from lincorr.domains import Domain, build_domain
+from lincorr.errors import InputError
 from lincorr.ripple.edits import COUNTRY_RELATIONS, Edit, Problem
 
 FIRST_HOP = "COUNTRY"  # the answer domain of every country edit's first hop
@@ -66,6 +67,17 @@ def hops_of(edits: Sequence[Edit]) -> tuple[tuple[Hop, ...], dict[str, int]]:
             else:
                 hops.append(hop)
     return tuple(hops), dict(skipped.most_common())
+
+
+def scorable_hops(edits: Sequence[Edit]) -> tuple[tuple[Hop, ...], dict[str, int]]:
+    """`hops_of`, or an InputError where no query of the edits can be scored (no edit changes a country): said before any
+    model loads."""
+    hops, skipped = hops_of(edits)
+    if not hops:
+        reasons = "; ".join(f"{count} queries: {reason}" for reason, count in skipped.items())
+        raise InputError(f"none of the {len(edits)} edits has a query lincorr can score ({reasons}); give edits whose relation "
+                         f"is one of {', '.join(COUNTRY_RELATIONS)}")
+    return hops, skipped
 
 
 def hop_of(index: int, edit: Edit, number: int, problem: Problem) -> Hop | str:

@@ -40,14 +40,19 @@ def learned(lm: LM, hop: Hop, domain: Domain):
     return check
 
 
-def edit_outcomes(lm: LM, hops: Sequence[Hop], domains: Mapping[str, Domain], config: TrainConfig) -> dict:
-    """Teach the hops' edit to a copy of the model, then ask each hop's query again: its answer's log-probability and rank
-    within the domain after the edit, and whether the edit itself was learned (new object top-1) and in how many steps."""
+def edit_outcomes(lm: LM, hops: Sequence[Hop], held_answers: Sequence[str], domains: Mapping[str, Domain],
+                  config: TrainConfig) -> dict:
+    """Teach the hops' edit to a copy of the model, then ask each hop's query again: the implied answer's log-probability
+    and rank within the domain after the edit, the same of the answer the model gave before it (`held_answers`: does the
+    old implication give way?), and whether the edit itself was learned (new object top-1) and in how many steps."""
     edit = hops[0]
     stop = learned(lm, edit, domains[FIRST_HOP])
     fact = Fact(edit.fact_template.replace("{}", edit.subject), edit.new_object)
     trained = train_on_facts(lm.model, lm.tokenizer, [fact], config, stop_when=stop)
     edited = LM(f"{lm.name}+edit", trained.model, lm.tokenizer, fingerprint="edited", head_verified=lm.head_verified)
-    after = [answer_scores(edited, hop.query_template, domains[hop.relation], hop.subject, hop.answer) for hop in hops]
-    return {"learned": stop(trained.model), "steps": trained.steps, "train_seconds": trained.seconds,
-            "after": [{"logprob_after": logprob, "rank_after": rank} for logprob, rank in after]}
+    after = []
+    for hop, held in zip(hops, held_answers):
+        logprob, rank = answer_scores(edited, hop.query_template, domains[hop.relation], hop.subject, hop.answer)
+        held_logprob, held_rank = answer_scores(edited, hop.query_template, domains[hop.relation], hop.subject, held)
+        after.append({"logprob_after": logprob, "rank_after": rank, "held_logprob_after": held_logprob, "held_rank_after": held_rank})
+    return {"learned": stop(trained.model), "steps": trained.steps, "train_seconds": trained.seconds, "after": after}

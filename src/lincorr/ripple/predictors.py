@@ -38,19 +38,29 @@ def domain_prompt(template: str, domain: Domain) -> Prompt:
     return Prompt(template, template, domain)
 
 
+def domain_logprobs(lm: LM, template: str, domain: Domain, entity: str) -> np.ndarray:
+    """Log-probabilities within `domain` after the template filled with `entity`: `[n_domain]`, float64."""
+    logits = entity_logits(lm, domain_prompt(template, domain), [entity])[0].astype(np.float64)
+    return logits - np.logaddexp.reduce(logits)
+
+
 def answer_scores(lm: LM, template: str, domain: Domain, entity: str, answer: str) -> tuple[float, int]:
     """The answer's log-probability within `domain` after the template filled with `entity`, and its rank there (1: top)."""
-    logits = entity_logits(lm, domain_prompt(template, domain), [entity])[0].astype(np.float64)
-    logprobs = logits - np.logaddexp.reduce(logits)
+    logprobs = domain_logprobs(lm, template, domain, entity)
     column = domain.index(answer)
     return float(logprobs[column]), int((logprobs > logprobs[column]).sum()) + 1
 
 
 def prior(lm: LM, hop: Hop, domains: Mapping[str, Domain]) -> dict:
-    """Before the edit: the implied answer under the query, and its rank under the condition query (the second hop alone)."""
-    logprob, rank = answer_scores(lm, hop.query_template, domains[hop.relation], hop.subject, hop.answer)
-    _, condition_rank = answer_scores(lm, hop.condition_template, domains[hop.relation], hop.new_object, hop.answer)
-    return {"prior": logprob, "rank_before": rank, "condition_rank": condition_rank}
+    """Before the edit: the implied answer under the query, the model's own answer to the query (the implication the
+    edit should end), and the implied answer's rank under the condition query (the second hop alone)."""
+    domain = domains[hop.relation]
+    logprobs = domain_logprobs(lm, hop.query_template, domain, hop.subject)
+    column = domain.index(hop.answer)
+    _, condition_rank = answer_scores(lm, hop.condition_template, domain, hop.new_object, hop.answer)
+    return {"prior": float(logprobs[column]), "rank_before": int((logprobs > logprobs[column]).sum()) + 1,
+            "condition_rank": condition_rank, "held_answer": domain.words[int(np.argmax(logprobs))],
+            "held_logprob": float(logprobs.max())}
 
 
 def w_predictions(lm: LM, hops: Sequence[Hop], domains: Mapping[str, Domain], n_inputs: int, seed: int = 0,

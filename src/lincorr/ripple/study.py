@@ -24,7 +24,7 @@ from lincorr.progress import progress_bar
 from lincorr.results import Stored, record
 from lincorr.ripple.benchmark import CLARE, GRADSIM, N_BOOT, PREDICTORS, PRIOR, W_PAPER, benchmark
 from lincorr.ripple.edits import Edit
-from lincorr.ripple.hops import FIRST_HOP, Hop, answer_domains, domain_words, hops_of, usable
+from lincorr.ripple.hops import FIRST_HOP, Hop, answer_domains, domain_words, scorable_hops, usable
 from lincorr.ripple.outcomes import EDIT_TRAINING, constrained_layers, edit_outcomes
 from lincorr.ripple.predictors import clare_similarities, grad_sims, gradient_parameters, prior, w_predictions
 
@@ -72,7 +72,8 @@ class RippleResult(Stored):
     def save(self, directory) -> None:
         """ripple.json (the summary), hops.csv (one row per query) and provenance.json."""
         columns = ["edit", "problem", "subject", "new_object", "relation", "answer", *PREDICTORS, f"{W_PAPER} rank",
-                   "condition_rank", "rank_before", "rank_after", "logprob_after", "learned"]
+                   "condition_rank", "rank_before", "rank_after", "logprob_after", "held_answer", "held_logprob", "held_rank_after",
+                   "held_logprob_after", "learned"]
         with staged_directory(directory) as out:
             write_json(out / "ripple.json", self.summary())
             write_csv(out / "hops.csv", columns, [[cell(row.get(column)) for column in columns] for row in self.rows])
@@ -97,6 +98,9 @@ def ripple_text(summary: dict) -> str:
         lines.append(f"\n{subset['rows']}: {subset['n_queries']} queries")
         if not subset["n_queries"]:
             continue
+        lines.append(f"  the implied answer entered the top {summary['benchmark']['top_k']} in {subset['n_entered_top_k']} of "
+                     f"{subset['n_asked']} queries where it was not there; the model's own answer before the edit lost its "
+                     f"place in {subset['n_held_displaced']} of the {subset['n_held_other']} where it was another")
         lines.append(f"  {'predictor':<22} {'AUC (enters top-k)':<24} {'Spearman with Δ log p':<26} s/edit")
         for row in subset["predictors"]:
             lines.append(f"  {row['predictor']:<22} {estimate(row['auc'], row['auc_ci95']):<24} "
@@ -141,7 +145,7 @@ def scored_hops(edits: Sequence[Edit], domains: Mapping[str, Domain], hops: Sequ
 def measure_ripple(lm: LM, edits: Sequence[Edit], registry, config: RippleConfig = RippleConfig(), *, edits_file: str = "",
                    settings: CollectSettings = CollectSettings()) -> RippleResult:
     """Every predictor and the outcome of every country edit's queries, and the benchmark over them."""
-    all_hops, skipped = hops_of(edits)
+    all_hops, skipped = scorable_hops(edits)
     words = domain_words(all_hops, edits, registry)
     domains = answer_domains(words, lm.tokenizer)
     hops, skipped = scored_hops(edits, domains, all_hops, skipped)
@@ -194,7 +198,7 @@ def measured_edit(lm: LM, hops: Sequence[Hop], domains: Mapping[str, Domain], tr
     seconds[GRADSIM], clock = time.perf_counter() - clock, time.perf_counter()
     similarities = clare_similarities(lm, hops)
     seconds[CLARE], clock = time.perf_counter() - clock, time.perf_counter()
-    outcome = edit_outcomes(lm, hops, domains, train)
+    outcome = edit_outcomes(lm, hops, [before["held_answer"] for before in priors], domains, train)
     seconds["edit"] = time.perf_counter() - clock
     return {"hops": [{**before, GRADSIM: gradsim, "clare_layers": layers, **after}
                      for before, gradsim, layers, after in zip(priors, gradsims, similarities, outcome["after"])],
