@@ -185,3 +185,26 @@ def test_the_benchmark_finds_a_planted_predictor_and_decides_the_claims_on_edits
         assert claim["decision"]["verdict"] == "reproduced"
     null = benchmark(rows_for(60, 4, seed=3, strength=0.0), n_boot=400)["subsets"]["all"]
     assert all(claim["decision"]["verdict"] != "reproduced" for claim in null["claims"])
+
+
+def test_w_reads_the_new_objects_row_at_the_answers_column(lm, monkeypatch):
+    """A W with planted pairs (Japan -> Asia, France -> Europe): the planted hops rank their answer first in the new
+    object's row, the same hops with the answers swapped do not, whatever order the domains keep their words in."""
+    import types
+
+    import lincorr.ripple.predictors as predictors
+
+    def planted_fit(lm, source, target, inputs, config, settings):
+        W = np.zeros((len(source.domain), len(target.domain)))
+        for country, continent in (("Japan", "Asia"), ("France", "Europe")):
+            W[source.domain.index(country), target.domain.index(continent)] = 1.0
+        return types.SimpleNamespace(W=W, labelwise_r=np.array([0.5]))
+
+    monkeypatch.setattr(predictors, "measure_pair", planted_fit)
+    hops, _ = hops_of([edit("Alice", "Japan", "France", ("Asia", "Europe")), edit("Bob", "France", "Italy", ("Europe", "Asia"))])
+    scores, fits = predictors.w_predictions(lm, hops, domains(lm.tokenizer), n_inputs=20)
+    planted = [(hop.new_object, hop.answer) in (("Japan", "Asia"), ("France", "Europe")) for hop in hops]
+    for name in predictors.W_FITS:
+        assert [row[name] for row in scores] == [1.0 if p else 0.0 for p in planted]
+        assert [row[f"{name} rank"] for row in scores] == [1 if p else 2 for p in planted]
+    assert len(fits) == len(predictors.W_FITS)  # both edits ask through the same pair of prompts: W fitted once per fit
