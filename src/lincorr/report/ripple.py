@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from lincorr.report import figures
-from lincorr.report.files import ANY, NUMBER, TEXT, Entries, Items, Maybe, read_document
+from lincorr.report.files import ANY, NULL, NUMBER, TEXT, Entries, Items, Maybe, read_document
 from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table
 from lincorr.report.sections import number, read_provenance, shown
 
-INTERVAL = Items(NUMBER)
+INTERVAL = [NUMBER, NUMBER]
 SUBSET = {
     "rows": TEXT, "n_queries": int,
     **{key: Maybe(int) for key in ("n_edits", "n_asked", "n_entered_top_k")},
     "predictors": Maybe(Items({"predictor": TEXT, "auc": NUMBER, "auc_ci95": INTERVAL, "spearman": NUMBER, "spearman_ci95": INTERVAL})),
-    "claims": Maybe(Items({"claim": TEXT, "decision": {"verdict": TEXT, "effect": NUMBER, "interval": Maybe(INTERVAL)}})),
+    "claims": Maybe(Items({"claim": TEXT, "decision": {"verdict": TEXT, "effect": NUMBER, "interval": (INTERVAL, NULL)}})),
     "roc": Maybe(Entries({"fpr": Items(NUMBER), "tpr": Items(NUMBER)})),
     "w_and_change": Maybe({"w": Items(NUMBER), "change": Items(NUMBER)}),
 }
@@ -24,7 +24,7 @@ RIPPLE = {"model": TEXT, "n_edits": int, "n_edits_scored": int, "n_queries_score
 
 
 def interval_text(value, bounds) -> str:
-    low, high = (bounds + [None, None])[:2] if bounds else (None, None)
+    low, high = bounds or (None, None)
     return f"{shown(value, '.2f')} [{shown(low, '.2f')}, {shown(high, '.2f')}]"
 
 
