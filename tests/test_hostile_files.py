@@ -27,7 +27,7 @@ POSITIONALS = {
     "ablate": ["city", "country"], "generalize": ["city", "country"], "diagnose": ["city", "country"],
     "subwords": ["city", "country"], "gradcorr": ["city", "country"], "predict-edit": ["city", "country", "--value", "Paris"],
     "lens": ["capitals"], "ovector": ["capitals", "--layer", "1"], "ffn-ablate": ["capitals", "--from-layer", "1"],
-    "ovector-w": ["capitals", "--layer", "1"], "reproduce": ["peng", "--only", "peng.table2"], "tasks": [],
+    "ovector-w": ["capitals", "--layer", "1"], "reproduce": ["peng", "--only", "peng.table2"], "tasks": [], "ripple": ["--max-edits", "4"],
 }
 WRITTEN = {("report", "--out")}  # FILE options lincorr writes, not reads
 MODEL_FREE = {"templates", "references", "tasks"}  # listings that take no --model
