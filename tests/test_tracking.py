@@ -3,10 +3,14 @@ with MLflow's own client; offline, on a tiny model."""
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import json
 import os
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -156,6 +160,54 @@ def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def http_server(status: int, body: bytes) -> Iterator[str]:
+    """A loopback HTTP server that answers every request with `status` and `body`; its address."""
+
+    class Answer(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (the name http.server calls)
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Answer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_port_that_answers_but_not_as_mlflow_is_refused_before_any_work(workspace, tmp_path, capsys, monkeypatch):
+    """An open port is no tracking server: a proxy's empty 404 ended the run only after the work (20 s of fitting, then
+    'did not take the run'); it is asked MLflow's own question first."""
+    monkeypatch.setattr("lincorr.fit.measure_relation", lambda *a, **k: pytest.fail("the fit ran before the tracker was checked"))
+    out = tmp_path / "out"
+    with http_server(404, b"") as address:
+        assert main(fit_args(workspace, "--out", str(out), "--mlflow", address)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "does not answer as an MLflow tracking server" in err[0] and "404" in err[0], err
+    assert not out.exists()
+
+
+def test_a_server_that_answers_mlflow_s_question_passes_the_check(monkeypatch):
+    """MLflow's answer for an experiment not made yet (404 with its error code) is a server that will take the run."""
+    from lincorr.tracking import check_tracker
+
+    missing = json.dumps({"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "No experiment 'lincorr'"}).encode()
+    with http_server(404, missing) as address:
+        check_tracker(address)
+    with http_server(401, b"") as address, pytest.raises(OutputError, match="401"):
+        check_tracker(address)
 
 
 def tracker_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:

@@ -78,6 +78,27 @@ def check_tracker(tracking_uri: str) -> None:
     except (OSError, ValueError) as error:
         raise OutputError(f"the MLflow server at {shown} does not answer ({error}); start it, or log to a file store: "
                           "--mlflow file:./mlruns") from None
+    check_server(tracking_uri, shown)
+
+
+def check_server(tracking_uri: str, shown: str) -> None:
+    """An OutputError unless the server at `tracking_uri` answers MLflow's API, with the credentials MLflow's client sends
+    (MLFLOW_TRACKING_TOKEN, ...), within seconds: an open port is not yet a tracking server (a proxy or another service
+    can hold it, and would refuse the run only after the work)."""
+    mlflow = require_mlflow()
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with http_without_retries():
+            mlflow.tracking.MlflowClient(tracking_uri).get_experiment_by_name(experiment_name())
+    except (MlflowException, OSError) as error:
+        raise OutputError(f"{shown} does not answer as an MLflow tracking server ({' '.join(str(error).split())[:300]}); "
+                          "check the address and MLflow's credentials (MLFLOW_TRACKING_TOKEN), or log to a file store: "
+                          "--mlflow file:./mlruns") from None
+
+
+def experiment_name() -> str:
+    return os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
 
 
 def log_result(result, directory, tracking_uri: str) -> str:
@@ -107,7 +128,7 @@ def write_run(client, study: str, directory: Path, provenance: dict, summary: di
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.utils import validation
 
-    name = os.environ.get("MLFLOW_EXPERIMENT_NAME") or EXPERIMENT
+    name = experiment_name()
     experiment = client.get_experiment_by_name(name)
     run = client.create_run(experiment.experiment_id if experiment else client.create_experiment(name), run_name=study)
     run_id, status = run.info.run_id, "FAILED"
