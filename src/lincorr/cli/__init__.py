@@ -10,6 +10,7 @@ import argparse
 import errno
 import logging
 import os
+import re
 import sys
 import time
 
@@ -28,6 +29,8 @@ from lincorr.progress import quiet
 # What the machine, not lincorr, refused: a full disk or quota, a read-only disk, a missing permission.
 SHARED_ERROR_GRACE_S = 30  # far longer than the two ranks of one launch drift apart, even on a loaded machine
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
+# numpy's `tofile` (under `np.save`) reports a write the disk cut short with no errno, only the byte counts.
+SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
 
 
 def build_parser(built: Collection[str] | None = None) -> argparse.ArgumentParser:
@@ -99,11 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         finished = True
         raise
     except OSError as error:
-        if error.errno not in ENVIRONMENT_ERRNOS:
+        short_write = error.errno is None and SHORT_WRITE.fullmatch(str(error)) is not None
+        if error.errno not in ENVIRONMENT_ERRNOS and not short_write:
             raise
         finished = True
         # Raised while writing: staged outputs and cache temporaries were removed on the way out.
-        status = report_error(StorageError(f"{error.strerror}: {error.filename or 'while writing'}; nothing half-written was left; "
+        what = f"the disk took fewer bytes than were written ({error}), as a full one does" if short_write else error.strerror
+        status = report_error(StorageError(f"{what}: {error.filename or 'while writing'}; nothing half-written was left; "
                                            "free space or choose another location"))
     finally:
         record_command(None)  # what this process saves later (as a library) was not written by this command
