@@ -487,3 +487,25 @@ def test_a_really_full_filesystem_under_out_is_one_line_and_leaves_nothing(asset
     (nearly_full_filesystem / "filler").unlink()
     assert main(filled(FIT, assets) + ["--out", str(out)]) == 0
     assert (out / "W.npy").is_file()
+
+
+def allocate_beyond_memory(*args, **kwargs):
+    torch.empty(2**50, dtype=torch.uint8)  # a PiB: the CPU allocator refuses it for real
+
+
+def allocate_beyond_python_memory(*args, **kwargs):
+    bytearray(2**60)
+
+
+@pytest.mark.parametrize("allocate", [allocate_beyond_memory, allocate_beyond_python_memory])
+def test_running_out_of_memory_is_one_line_and_leaves_nothing(allocate, assets, tmp_path, capsys, monkeypatch):
+    """torch's allocator and safetensors' mmap under a memory limit raise RuntimeError with ENOMEM's words (a 1.5 GB
+    `ulimit -v` on gemma-3-270m: "unable to mmap ... Cannot allocate memory (12)"), Python a MemoryError: one line naming
+    what to change, exit 2, no output directory. Any other RuntimeError stays a bug's traceback."""
+    monkeypatch.setattr("lincorr.fit.measure_relation", allocate)
+    assert main(filled(FIT, assets) + ["--out", str(tmp_path / "run")]) == 2
+    assert "ran out of memory" in one_error_line(capsys)
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setattr("lincorr.fit.measure_relation", lambda *a, **k: torch.zeros(2) @ torch.zeros(3))
+    with pytest.raises(RuntimeError, match="size"):
+        main(filled(FIT, assets) + ["--out", str(tmp_path / "run")])

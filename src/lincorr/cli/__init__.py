@@ -23,13 +23,15 @@ from lincorr.cli.config import with_config
 from lincorr.cli.listing import MODULE, SYSTEMS
 from lincorr.cli.options import CommandParser, check_output_directories, check_tracking, check_user_files
 from lincorr.cli.spellings import add_global_options, apply_preset
-from lincorr.errors import LincorrError, StorageError, UsageError
+from lincorr.errors import DeviceError, LincorrError, StorageError, UsageError
 from lincorr.progress import quiet
 
 # What the machine, not lincorr, refused: a full disk or quota, a read-only disk, a missing permission.
 SHARED_ERROR_GRACE_S = 30  # far longer than the two ranks of one launch drift apart, even on a loaded machine
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 # numpy's `tofile` (under `np.save`) reports a write the disk cut short with no errno, only the byte counts.
+# How torch's CPU allocator and safetensors' mmap say that an allocation failed (they raise a plain RuntimeError).
+OUT_OF_MEMORY_WORDS = ("Cannot allocate memory", "can't allocate memory", "DefaultCPUAllocator: not enough memory")
 SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
 
 
@@ -101,6 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         # The reader went away (`| head`): the command is over; `lincorr.__main__` ends the process quietly.
         finished = True
         raise
+    except (MemoryError, RuntimeError) as error:
+        if not out_of_memory(error):
+            raise
+        finished = True
+        status = report_error(DeviceError(f"the machine ran out of memory ({' '.join(str(error).split())[:200] or 'MemoryError'}); "
+                                          "nothing half-written was left; `lincorr models` says what each model needs: choose a "
+                                          "smaller model, --batch-size 8, --dtype bfloat16, or a machine with more memory"))
     except OSError as error:
         short_write = error.errno is None and SHORT_WRITE.fullmatch(str(error)) is not None
         if error.errno not in ENVIRONMENT_ERRNOS and not short_write:
@@ -116,6 +125,15 @@ def main(argv: list[str] | None = None) -> int:
     if met:
         end_rank_process(status)
     return status
+
+
+def out_of_memory(error: BaseException) -> bool:
+    """Whether `error` says an allocation failed: Python's MemoryError, torch's on a GPU, or the CPU allocator's and
+    safetensors' mmap under a memory limit (raised as RuntimeError with ENOMEM's words)."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    message = str(error)
+    return any(words in message for words in OUT_OF_MEMORY_WORDS)
 
 
 def join_run(args):
