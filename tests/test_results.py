@@ -29,7 +29,7 @@ SUMMARY_FILES = {
     "ovector": ("ovector.json", None), "ffn-ablate": ("ffn_ablation.json", None), "ovector-w": ("ovector_w.json", None),
     "extractive-ocr": ("ocr.json", None), "extractive-scores": ("scores.json", None), "extractive-freeze": ("freeze.json", None),
     "extractive-ordering": ("ordering.json", None), "extractive-graft": ("graft.json", None), "extractive-predict": ("ocr_prediction.json", None),
-    "reproduce": ("reproduction.json", None),
+    "reproduce": ("reproduction.json", None), "ripple": ("ripple.json", None),
 }
 
 
@@ -43,9 +43,11 @@ def without_reasons(value):
 
 
 def saving_classes() -> set[str]:
-    """"module:Class" of every class in the studies, the core fit and the reproductions that defines `save`."""
+    """"module:Class" of every class in the studies, the core fit, the reproductions and the ripple benchmark that defines
+    `save`."""
     found = set()
-    for path in [SOURCE / "fit.py", *sorted((SOURCE / "studies").rglob("*.py")), *sorted((SOURCE / "reproduce").rglob("*.py"))]:
+    for path in [SOURCE / "fit.py", *sorted((SOURCE / "studies").rglob("*.py")), *sorted((SOURCE / "reproduce").rglob("*.py")),
+                 *sorted((SOURCE / "ripple").rglob("*.py"))]:
         module = ".".join(("lincorr", *path.relative_to(SOURCE).with_suffix("").parts))
         for node in ast.parse(path.read_text(encoding="utf-8")).body:
             if isinstance(node, ast.ClassDef) and any(isinstance(item, ast.FunctionDef) and item.name == "save" for item in node.body):

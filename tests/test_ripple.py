@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import lincorr
+
 import lincorr.ripple.edits as edits_module
 from lincorr.errors import InputError, UsageError
 from lincorr.ripple import COUNTRY_RELATIONS, EDITS_FILE, read_edits, relation_counts
@@ -179,7 +181,8 @@ def test_the_whole_benchmark_runs_at_a_tiny_budget_on_the_bundled_model(bundled,
     assert all(-1 <= row["spearman"] <= 1 for row in every["predictors"])
     assert {claim["decision"]["unit"] for claim in every["claims"]} == {"edits"}
     assert summary["seconds_per_edit"]["edit"] > 0 and summary["gradient_parameters"] == "all parameters"
-    loaded = RippleResult.load(tmp_path / "run")
+    loaded = lincorr.load_result(tmp_path / "run")
+    assert isinstance(loaded, RippleResult) and loaded.summary() == RippleResult.load(tmp_path / "run").summary()
     assert len(loaded.rows) == summary["n_queries_scored"] and all(row["learned"] in (True, False) for row in loaded.rows)
     assert main(["report", str(tmp_path / "run"), "--out", str(tmp_path / "report.html")]) == 0
     page = (tmp_path / "report.html").read_text(encoding="utf-8")

@@ -13,7 +13,7 @@ TRAIN = ["-n", "40", "--n-facts", "3", "--epochs", "8", "--lr", "1e-2", "--train
 # Study directory -> how many figures its section draws: one directory per result type (`lincorr.studies.RESULT_TYPES`).
 FIGURES = {"reproduce": 2, "fit": 2, "matrix": 3, "precision": 1, "precision-curve": 1, "lre": 1, "cases": 1, "resilience": 4, "scale": 3, "generalize": 1,
            "subwords": 1, "gradcorr": 1, "predict": 1, "table5": 1, "table7": 1, "widths": 1, "scores": 2, "ocr": 1, "freeze": 2,
-           "ordering": 2, "graft": 1, "extractive-predict": 1, "lens": 1, "ovector": 1, "ffn-ablate": 1, "ovector-w": 1}
+           "ordering": 2, "graft": 1, "extractive-predict": 1, "lens": 1, "ovector": 1, "ffn-ablate": 1, "ovector-w": 1, "ripple": 4}
 # The study each run directory's provenance.json names.
 STUDIES = {"predict": "predict-edit", "table5": "generalize-table5", "table7": "ablate-table7", "widths": "ablate-widths",
            "scores": "extractive-scores", "ocr": "extractive-ocr", "freeze": "extractive-freeze", "ordering": "extractive-ordering",
@@ -163,7 +163,33 @@ def write_tiny_runs(root) -> dict:
     write_extractive_and_lens_runs(root)
     write_vector_runs(root)
     write_reproduction_run(root)
+    write_ripple_run(root)
     return {name: root / name for name in FIGURES}
+
+
+def write_ripple_run(root) -> None:
+    """A planted ripple run: four queries of each of eight edits, W tracking the change, benchmarked by the study's own
+    `benchmark` (its ROC curves and W against the change on both sets of queries: four figures)."""
+    from lincorr.ripple.benchmark import CLARE, PREDICTORS, PRIOR, W_PAPER, benchmark
+    from lincorr.ripple.study import RippleResult
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for edit in range(8):
+        for query in range(4):
+            change, before = rng.normal(), int(rng.integers(2, 5))
+            row = {"edit": edit, "problem": query, "subject": f"subject {edit}", "new_object": "Japan", "relation": "CONTINENT",
+                   "answer": "Asia", PRIOR: float(rng.normal() - 3), f"{W_PAPER} rank": int(rng.integers(1, 6)),
+                   "condition_rank": 1 + query % 2, "clare_layers": [float(x) for x in rng.normal(size=3)], "rank_before": before,
+                   "rank_after": 1 if change > 0 else before, "held_answer": "Europe", "held_logprob": -1.0,
+                   "held_rank_after": 2 if change > 0 else 1, "held_logprob_after": -1.0 - change, "learned": True}
+            row["logprob_after"] = row[PRIOR] + change
+            row.update({name: float(rng.normal()) for name in PREDICTORS if name not in (PRIOR, CLARE)})
+            row[W_PAPER] = float(change + rng.normal())
+            rows.append(row)
+    RippleResult("tiny-llama", "params:planted", "planted edits", 8, {"changes no country": 3}, tuple(rows), (),
+                 benchmark(rows, n_boot=50), {W_PAPER: 1.0, "edit": 2.0}, "all parameters",
+                 {"max_edits": 8, "n_boot": 50}).save(root / "ripple")
 
 
 def write_reproduction_run(root) -> None:

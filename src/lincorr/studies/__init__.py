@@ -38,6 +38,7 @@ RESULT_TYPES = {
     "extractive-ocr": "lincorr.studies.extractive.ocr:OcrResult",
     "extractive-scores": "lincorr.studies.extractive.scores:ScoresResult",
     "extractive-freeze": "lincorr.studies.extractive.freeze:FreezeResult",
+    "ripple": "lincorr.ripple.study:RippleResult",
     "extractive-ordering": "lincorr.studies.extractive.origins:OrderingResult",
     "extractive-graft": "lincorr.studies.extractive.origins:GraftResult",
     "extractive-predict": "lincorr.studies.extractive.predict:PredictResult",
