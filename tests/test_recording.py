@@ -12,6 +12,8 @@ import sys
 import textwrap
 
 import numpy as np
+import re
+
 import pytest
 
 import lincorr
@@ -277,6 +279,7 @@ def test_refresh_measures_exactly_the_stale_claims_and_rewrites_their_file(two_s
     assert main(["reproduce", "--refresh", str(saved.parent.parent)]) == 0
     printed = capsys.readouterr().out
     assert f"1 stale of 2 in {saved} (peng.fits)" in printed and f"wrote {saved}: 1 claims measured again" in printed, printed
+    assert re.search(rf"\[1/1\] peng.fits of {re.escape(str(saved))}: measured in \d+ s; about 0 s left", printed), printed
     after = ReproductionResult.load(saved)
     assert after.stale_claims() == [] and after.claims[0].code["lincorr.linear:fit_ridge"] == "edited"
     assert after.claims[1] == before.claims[1], "the claim whose code did not change was left as it was"
@@ -356,3 +359,25 @@ def test_on_every_step_an_edit_stales_exactly_the_committed_claims_that_ran_it(m
         assert stale_after_editing(helper) == {c.id for c in claims if helper in c.code}, (step, helper)
         never = sorted(functions - ran)[0]
         assert not stale_after_editing(never) & {c.id for c in its}, (step, never)
+
+
+def test_a_refreshs_time_left_is_the_remaining_claims_last_measurements_at_this_refreshs_pace(tmp_path):
+    """Three stale claims last measured in 10, 20 and 30 s; the first takes 20 s now (twice its record), so the other
+    two's 50 s read as about 100 s (2 min) left; one served from the cache takes nothing and slows the pace."""
+    from lincorr.reproduce.refresh import RefreshProgress, SavedReproduction
+    from lincorr.reproduce.runner import ClaimResult, ReproductionResult
+
+    def claim(name: str, seconds: float) -> ClaimResult:
+        return ClaimResult(name, "", "", {}, {}, "", "", None, None, "inconclusive", "", seconds=seconds)
+
+    path = tmp_path / "peng.json"
+    stale = (claim("peng.a", 10), claim("peng.b", 20), claim("peng.c", 30))
+    lines: list[str] = []
+    progress = RefreshProgress([SavedReproduction(path, ReproductionResult("peng", "", "m", "f", "quick", stale), stale)],
+                               lines.append)
+    finished = progress.listener(path)
+    finished(claim("peng.a", 20), True)
+    finished(claim("peng.b", 0), False)
+    finished(claim("peng.unrelated", 5), True)  # a claim the refresh did not ask for (none: it asks for the stale ones)
+    assert lines == [f"[1/3] peng.a of {path}: measured in 20 s; about 2 min left",
+                     f"[2/3] peng.b of {path}: from the cache; about 20 s left"]

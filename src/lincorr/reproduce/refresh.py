@@ -74,7 +74,33 @@ def plan_text(saved: Sequence[SavedReproduction]) -> str:
                       f"{duration_text(total)} by their last measurements"])
 
 
-def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: CollectSettings) -> ReproductionResult:
+class RefreshProgress:
+    """A line per claim as a refresh finishes it, with the time left: the remaining claims' last measurements, scaled by
+    how this refresh's measurements have compared with theirs so far."""
+
+    def __init__(self, saved: Sequence[SavedReproduction], report: Callable[[str], None]):
+        self.recorded = {(s.path, claim.id): claim.seconds or 0.0 for s in saved for claim in s.stale}
+        self.report = report
+        self.done: list[tuple[float, float]] = []  # (recorded, taken) of each claim finished so far
+
+    def listener(self, path: Path) -> Callable[[ClaimResult, bool], None]:
+        """What `reproduce` tells of each claim of the file at `path`."""
+        def finished(claim: ClaimResult, measured_now: bool) -> None:
+            recorded = self.recorded.pop((path, claim.id), None)
+            if recorded is None:
+                return
+            taken = (claim.seconds or 0.0) if measured_now else 0.0
+            self.done.append((recorded, taken))
+            left = sum(self.recorded.values())
+            pace = sum(t for _, t in self.done) / max(sum(r for r, _ in self.done), 1.0)
+            how = f"measured in {duration_text(taken)}" if measured_now else "from the cache"
+            self.report(f"[{len(self.done)}/{len(self.done) + len(self.recorded)}] {claim.id} of {path}: {how}; about "
+                        f"{duration_text(left * pace if self.done and pace > 0 else left)} left")
+        return finished
+
+
+def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: CollectSettings,
+              on_finished: Callable[[ClaimResult, bool], None] | None = None) -> ReproductionResult:
     """`saved` with its stale claims measured again on `lm` (the model that measured them) and every claim judged again."""
     if saved.result.model_fingerprint and lm.fingerprint != saved.result.model_fingerprint:
         raise InputError(f"{saved.path}: measured on a model with fingerprint {saved.result.model_fingerprint[:24]}..., but "
@@ -82,7 +108,7 @@ def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: Co
                          f"{saved.result.paper} --model {saved.result.model_name}")
     started = time.perf_counter()
     again = reproduce(saved.result.paper, lm, only=",".join(c.id for c in saved.stale), budget=saved.result.budget or "quick",
-                      settings=settings, eval_model=eval_lm)
+                      settings=settings, eval_model=eval_lm, on_finished=on_finished)
     measured = {claim.id: claim for claim in again.claims}
     claims = [measured.get(claim.id, claim) for claim in saved.result.claims]
     return dataclasses.replace(saved.result, claims=judged([retested(claim) for claim in claims]),
@@ -107,10 +133,11 @@ def refresh(directory: str | Path, load: Callable[[str], LM], settings: CollectS
     report(plan_text(saved))
     stale = [s for s in saved if s.stale]
     models = sorted({(s.result.model_name, s.result.eval_model) for s in stale})
+    progress = RefreshProgress(stale, report)
     for model, eval_model in models:
         lm, eval_lm = load(model), load(eval_model) if eval_model else None
         for entry in (s for s in stale if (s.result.model_name, s.result.eval_model) == (model, eval_model)):
-            result = refreshed(entry, lm, eval_lm, settings)
+            result = refreshed(entry, lm, eval_lm, settings, progress.listener(entry.path))
             write_refreshed(entry, result)
             left = [c.id for c in result.claims if changed_code(c)]
             report(f"wrote {entry.path}: {result.measured} claims measured again in {duration_text(result.seconds or 0)}"

@@ -16,7 +16,7 @@ import datetime
 import logging
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -337,13 +337,14 @@ def measure_claim(claim: Claim, ctx: Context) -> dict:
 
 
 def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, budget: str = "quick", registry=None,
-              settings: CollectSettings = CollectSettings(), eval_model: LM | str | None = None) -> ReproductionResult:
+              settings: CollectSettings = CollectSettings(), eval_model: LM | str | None = None,
+              on_finished: Callable[[ClaimResult, bool], None] | None = None) -> ReproductionResult:
     """Every claim of `paper` ("peng") on a model (an LM or a model spec) at `budget` ("quick" or "paper"), or those named in `only`.
 
     `settings` say how the logit tables are collected; without their cache every claim is measured again.
     `eval_model` is a second checkpoint of the model (base -> instruct) for the claims that need one; without it they are
     not applicable. Each finished claim is stored at once; a rerun finds it and measures only what is missing or whose
-    code changed.
+    code changed. `on_finished(claim, measured_now)` hears of each claim as it finishes (a refresh's progress).
     """
     started = time.perf_counter()
     claims_of = load_paper(paper)
@@ -362,6 +363,8 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
     def finished(result: ClaimResult) -> None:
         results.append(result)
         log.info("%s (%d of %d): %s", result.id, len(results), len(chosen), finished_note(result, result.id in measured))
+        if on_finished is not None:
+            on_finished(result, result.id in measured)
 
     for claim in progress_bar(chosen, desc=f"reproduce {paper}", unit="claim"):
         reason = unmeasured_reason(claim, budget, with_eval_model=second is not None)
