@@ -30,9 +30,9 @@ from lincorr.progress import quiet
 SHARED_ERROR_GRACE_S = 30  # far longer than the two ranks of one launch drift apart, even on a loaded machine
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 # numpy's `tofile` (under `np.save`) reports a write the disk cut short with no errno, only the byte counts.
+SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
 # How torch's CPU allocator and safetensors' mmap say that an allocation failed (they raise a plain RuntimeError).
 OUT_OF_MEMORY_WORDS = ("Cannot allocate memory", "can't allocate memory", "DefaultCPUAllocator: not enough memory")
-SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
 
 
 def build_parser(built: Collection[str] | None = None) -> argparse.ArgumentParser:

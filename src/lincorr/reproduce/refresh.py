@@ -95,7 +95,7 @@ class RefreshProgress:
             pace = sum(t for _, t in self.done) / max(sum(r for r, _ in self.done), 1.0)
             how = f"measured in {duration_text(taken)}" if measured_now else "from the cache"
             self.report(f"[{len(self.done)}/{len(self.done) + len(self.recorded)}] {claim.id} of {path}: {how}; about "
-                        f"{duration_text(left * pace if self.done and pace > 0 else left)} left")
+                        f"{duration_text(left * pace if pace > 0 else left)} left")
         return finished
 
 
