@@ -11,6 +11,7 @@ print strict JSON (no NaN or Infinity); the faults and reproducibility tests fol
 from __future__ import annotations
 
 import errno
+import shutil
 import json
 import os
 import re
@@ -461,7 +462,6 @@ def test_the_batch_size_is_part_of_a_tables_key(assets, capsys, monkeypatch):
 def nearly_full_filesystem(tmp_path):
     """A 256 KiB tmpfs with 8 KiB left: a real full disk, whose short writes numpy reports with no errno. Needs root
     (CI runs as root); skipped where mounting is not allowed."""
-    import shutil
     import subprocess
 
     mount_point = tmp_path / "full"
@@ -509,3 +509,27 @@ def test_running_out_of_memory_is_one_line_and_leaves_nothing(allocate, assets, 
     monkeypatch.setattr("lincorr.fit.measure_relation", lambda *a, **k: torch.zeros(2) @ torch.zeros(3))
     with pytest.raises(RuntimeError, match="size"):
         main(filled(FIT, assets) + ["--out", str(tmp_path / "run")])
+
+
+@pytest.mark.parametrize("kept", ["none", "half", "reshaped"])
+def test_weights_that_leave_parameters_at_random_are_refused_naming_them(kept, assets, tmp_path, capsys):
+    """A model directory whose model.safetensors holds none, or only some, of the model's tensors (or one in another
+    shape) loaded with exit 0 on randomly initialised weights; it is refused before any work, naming the tensors."""
+    from safetensors.torch import load_file, save_file
+
+    directory = tmp_path / "model"
+    shutil.copytree(assets["model"], directory)
+    tensors = load_file(directory / "model.safetensors")
+    names = sorted(tensors)
+    if kept == "none":
+        tensors = {"unrelated.weight": torch.zeros(3)}
+    elif kept == "half":
+        tensors = {name: tensors[name] for name in names[: len(names) // 2]}
+    else:
+        tensors[names[0]] = tensors[names[0]].flatten()[:5].clone()
+    save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    out = tmp_path / "run"
+    assert main(filled(FIT, {**assets, "model": str(directory)}) + ["--out", str(out)]) == 2
+    line = one_error_line(capsys)
+    assert ("other shapes" if kept == "reshaped" else "of the model's tensors") in line, line
+    assert not out.exists()

@@ -368,15 +368,33 @@ def load_pretrained(spec: str, *, options: LoadOptions, trust_remote_code: bool,
     try:
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, revision=revision)
         # Never a pickled checkpoint: unpickling can run code from the file.
-        model = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, use_safetensors=True,
-                                                     revision=revision, **options.kwargs())
+        model, loading = AutoModelForCausalLM.from_pretrained(source, trust_remote_code=trust_remote_code, use_safetensors=True,
+                                                              revision=revision, output_loading_info=True, **options.kwargs())
     except OSError as error:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = "unset HF_HUB_OFFLINE or download it first" if offline else "check the name, or download it first"
         raise ModelError(f"cannot load model '{spec}' ({first_line(error)}); {hint}") from None
     except (ValueError, TypeError) as error:  # TypeError: a model kwarg this model's class does not take
         raise ModelError(f"cannot load model '{spec}' ({first_line(error)})") from None
+    except RuntimeError as error:
+        if "ignore_mismatched_sizes" not in str(error):
+            raise
+        raise ModelError(f"the weights of '{spec}' hold tensors of other shapes than its config.json says; save the model "
+                         "whole with save_pretrained(dir)") from None
+    check_all_weights_loaded(spec, loading)
     return LM(spec, model, prepare_tokenizer(tokenizer), options.fingerprint(pretrained_fingerprint(source, model)))
+
+
+def check_all_weights_loaded(spec: str, loading: Mapping) -> None:
+    """Refuse a model some of whose parameters its weight files do not hold: transformers would leave them at their random
+    initialisation and only warn, and every number measured on it would be noise. (A tensor of another shape than the
+    config's is refused by transformers itself, as a RuntimeError.)"""
+    missing = sorted(loading.get("missing_keys") or ())
+    if not missing:
+        return
+    shown = ", ".join(missing[:SHOWN_TENSORS]) + (f" and {len(missing) - SHOWN_TENSORS:,} more" if len(missing) > SHOWN_TENSORS else "")
+    raise ModelError(f"the weights of '{spec}' hold no {len(missing):,} of the model's tensors ({shown}); they would be left at "
+                     "random values: save the model whole with save_pretrained(dir), or name the directory that holds all its weights")
 
 
 def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
@@ -406,6 +424,9 @@ def needs_remote_code(config: dict) -> bool:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     return "auto_map" in config and config.get("model_type") not in CONFIG_MAPPING
+
+
+SHOWN_TENSORS = 5  # how many missing tensors an error names
 
 
 def first_line(error: BaseException) -> str:
