@@ -70,6 +70,11 @@ def test_the_package_data_carries_every_lre_file():
      '"samples": [{"subject": "a", "object": 3}]}', "samples[0].object is a whole number, not text"),
     ('{"prompt_templates": ["{} is"], "properties": {"domain_name": "x", "range_name": "y"}, "samples": [{"subject": "a", "object": "b"}]}',
      "properties.relation_type is missing"),
+    # lincorr writes domain_name into both prompts ("{}'s x is"): a {} there was a second slot ("{}'s country {} of is")
+    ('{"prompt_templates": ["{} is"], "properties": {"relation_type": "factual", "domain_name": "country {} of", "range_name": "y"}, '
+     '"samples": [{"subject": "a", "object": "b"}]}', "properties.domain_name 'country {} of' holds {}"),
+    ('{"prompt_templates": ["{} is {}"], "properties": {"relation_type": "factual", "domain_name": "x", "range_name": "y"}, '
+     '"samples": [{"subject": "a", "object": "b"}]}', "needs exactly one {}"),
 ])
 def test_a_malformed_lre_file_is_one_input_error_line(tmp_path, text, problem):
     path = tmp_path / "broken.json"

@@ -91,6 +91,14 @@ def _filled(value: str, path: Path, where: str) -> str:
     return value
 
 
+def _named(value: str, path: Path, where: str) -> str:
+    """A property lincorr writes into a prompt ("{}'s country is"): a "{}" in it would be a second slot for the subject."""
+    if "{}" in _filled(value, path, where):
+        raise InputError(f"{WHAT} {path}: {where} {value[:100]!r} holds {{}}, which would put the subject in the prompt twice; "
+                         "name what a subject is in words")
+    return value
+
+
 def read_lre_relation(path) -> LreRelation:
     """One LRE JSON file, checked against LRE_FILE: any departure from LRE's shape is one InputError line naming the file and the field."""
     path = Path(path)
@@ -106,7 +114,7 @@ def read_lre_relation(path) -> LreRelation:
     return LreRelation(
         name=path.stem,
         relation_type=_filled(properties["relation_type"], path, "properties.relation_type"),
-        domain_name=_filled(properties["domain_name"], path, "properties.domain_name"),
+        domain_name=_named(properties["domain_name"], path, "properties.domain_name"),
         range_name=_filled(properties["range_name"], path, "properties.range_name"),
         templates=tuple(templates),
         samples=pairs,
