@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -203,8 +203,11 @@ def all_learned(lm: LM, source: Prompt, entities: Sequence[str], answer_rows: Se
     return check
 
 
-def planned_facts(relation: BoundRelation, n_facts: int, seed: int, tokenizer, *, balance_categories: bool = False) -> tuple[list[str], list[int]]:
-    """Fresh entity names and the source rows they are taught (distinct while the reference has enough subjects).
+def planned_facts(relation: BoundRelation, n_facts: int, seed: int, tokenizer, *, balance_categories: bool = False,
+                  taken_rows: Collection[int] = (), taken_names: Collection[str] = ()) -> tuple[list[str], list[int]]:
+    """Fresh entity names and the source rows they are taught (distinct while the reference has enough subjects), none of
+    `taken_rows` and `taken_names` (what earlier runs taught: a subject in two runs would enter a test over runs twice)
+    while enough others are left. Without anything taken, a seed draws what it always drew.
 
     With `balance_categories`, the facts are split evenly over the token categories of the subjects'
     reference answers, so that a rare category (subwords) still gets facts.
@@ -216,9 +219,22 @@ def planned_facts(relation: BoundRelation, n_facts: int, seed: int, tokenizer, *
         category = {s: relation.target.domain.categories[relation.columns[s][0]] for s in subjects}
         groups = [np.array([s for s in subjects if category[s] == c]) for c in sorted(set(category.values()))]
     shares = np.diff(np.linspace(0, n_facts, len(groups) + 1).round().astype(int))
+    taken = set(taken_rows)
+    groups = [fresh if (fresh := np.array([s for s in group if s not in taken], dtype=group.dtype)).size >= share else group
+              for group, share in zip(groups, shares)]
     rows = np.concatenate([rng.choice(group, size=share, replace=share > group.size) for group, share in zip(groups, shares)])
-    # Offset keeps a seed's names apart from other studies that draw pseudo names with small seeds.
-    return pseudo_names(n_facts, tokenizer, seed + 10_000), [int(r) for r in rows]
+    return fresh_names(n_facts, tokenizer, seed, set(taken_names)), [int(r) for r in rows]
+
+
+def fresh_names(n: int, tokenizer, seed: int, taken: set[str]) -> list[str]:
+    """`n` made-up names of `seed`, none in `taken`: the seed's first names that are not taken (its first `n` when none is)."""
+    drawn = n
+    while True:
+        # Offset keeps a seed's names apart from other studies that draw pseudo names with small seeds.
+        names = [name for name in pseudo_names(drawn, tokenizer, seed + 10_000) if name not in taken]
+        if len(names) >= n:
+            return names[:n]
+        drawn += n - len(names)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -387,8 +403,13 @@ def measure_generalization(lm: LM, registry, relation: RelationSpec | FittedRela
                                 settings=settings)
     seconds_fit = time.perf_counter() - started
     outcomes, target_before, losses, seconds_train = [], [], [], 0.0
+    taught_rows: list[int] = []
+    taught_names: list[str] = []
     for seed in config.seeds:
-        entities, rows = planned_facts(relation, config.n_facts, seed, lm.tokenizer, balance_categories=config.balance_categories)
+        entities, rows = planned_facts(relation, config.n_facts, seed, lm.tokenizer, balance_categories=config.balance_categories,
+                                       taken_rows=taught_rows, taken_names=taught_names)
+        taught_rows += rows
+        taught_names += entities
         facts = [Fact(fill(relation.source.template, e), relation.source.domain.words[r], relation.source.answer_prefix)
                  for e, r in zip(entities, rows)]
         before = [entity_logits(lm, p, entities) for p in (relation.source, relation.target)]
