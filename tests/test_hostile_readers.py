@@ -37,7 +37,7 @@ from lincorr.knowledge.files import read_registry_file
 from lincorr.knowledge.lre import LRE_FILE, read_lre_relation
 from lincorr.ripple.edits import EDITS, EDITS_FILE, read_edits
 from lincorr.linear import MAP_FILE, LinearMap
-from lincorr.models import MODEL_CONFIG, check_model_directory
+from lincorr.model_directory import MODEL_CONFIG, check_model_directory
 from lincorr.reading import MAX_FILE_BYTES, MAX_NESTING
 from lincorr.relations import read_reference_file
 from lincorr.report import read_run
@@ -148,7 +148,7 @@ READ_SITES = {
     "lincorr.knowledge.files:read_registry_file": "registry file",
     "lincorr.knowledge.lre:read_lre_relation": "LRE relation file",
     "lincorr.linear:LinearMap.load": "linear map file",
-    "lincorr.models:check_model_directory": "model config",
+    "lincorr.model_directory:check_model_directory": "model config",
     "lincorr.relations:read_reference_file": "reference file",
     "lincorr.ripple.edits:read_edits": "RippleEdits file",
     "lincorr.reproduction_file:read_reproduction_file": "saved reproduction",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import math
 import re
 import time
@@ -13,9 +14,13 @@ from typing import Generic, TypeVar
 import torch
 
 from lincorr.errors import LincorrError
+from lincorr.memory_plan import (AUTO, PLANS, MemoryPlan, StepsInBackward, WholeGradientSteps, available_bytes, chosen_plan, plan_named,
+                                 predicted_peak)
 from lincorr.models import left_pad
 from lincorr.models import apply_logit_transform, position_ids_from_mask
 from lincorr.progress import progress_bar
+
+log = logging.getLogger(__name__)
 
 # The trained model is a copy of the one given (or that one, in place): of its type.
 ModelT = TypeVar("ModelT", bound=torch.nn.Module)
@@ -59,12 +64,15 @@ class TrainConfig:
     max_grad_norm: float | None = 1.0
     schedule: str = "constant"
     warmup: float = 0.0
+    memory_plan: str = AUTO  # `memory_plan.PLANS` by name, or the first that fits the free memory
 
     def __post_init__(self) -> None:
         if self.learning_rate <= 0 or self.epochs < 1 or self.batch_size < 1:
             raise LincorrError("TrainConfig needs learning_rate > 0, epochs >= 1 and batch_size >= 1")
         if self.schedule not in SCHEDULES or not 0 <= self.warmup < 1:
             raise LincorrError(f"TrainConfig schedule must be one of {', '.join(SCHEDULES)} and warmup a fraction in [0, 1)")
+        if self.memory_plan != AUTO:
+            plan_named(self.memory_plan)
         if self.layers is not None and not (0 <= self.layers[0] < self.layers[1]):
             raise LincorrError(f"layers={self.layers} is not a range; pass (start, stop) with 0 <= start < stop")
 
@@ -90,6 +98,7 @@ class TrainResult(Generic[ModelT]):
     n_trainable_params: int
     steps: int
     seconds: float
+    memory_plan: str  # the `memory_plan.PLANS` name it was trained with
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,8 +247,9 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
     for name, parameter in parameters.items():
         parameter.requires_grad_(name in trained_set)
     trainable = [parameters[name] for name in trained]
-    optimizer = torch.optim.AdamW(trainable, lr=config.learning_rate, weight_decay=config.weight_decay, fused=_can_fuse(trainable))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _rate_factor(config, total_steps))
+    plan = _plan_for(target, trainable, config, copied=not inplace)
+    steps_of = (StepsInBackward(trainable, config, _rate_factor(config, total_steps), plan.moment_dtype) if plan.step_in_backward
+                else WholeGradientSteps(trainable, config, _rate_factor(config, total_steps)))
     pad_token_id = _pad_token_id(tokenizer)
     was_training = target.training
     # Dropout off: a fact edit and a one-step gradient should not depend on a random mask.
@@ -251,8 +261,8 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
             for epoch in epochs:
                 loss_sum, token_sum = 0.0, 0
                 for step in epoch:
-                    step_loss, n_tokens = _step(target, [collate(chunk, pad_token_id) for chunk in step], optimizer, scheduler,
-                                                trainable, config)
+                    batches = [collate(chunk, pad_token_id) for chunk in step]
+                    step_loss, n_tokens = steps_of.step(lambda batch: _answer_loss_sum(target, batch), batches)
                     steps += 1
                     loss_sum += step_loss * n_tokens
                     token_sum += n_tokens
@@ -265,7 +275,7 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
                     if stop_when is not None and stop_when(target):
                         break
     finally:
-        optimizer.zero_grad(set_to_none=True)
+        steps_of.close()
         for name, parameter in parameters.items():
             parameter.requires_grad_(saved_requires_grad[name])
         target.train(was_training)
@@ -276,25 +286,27 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
         n_trainable_params=sum(p.numel() for p in trainable),
         steps=steps,
         seconds=time.perf_counter() - started,
+        memory_plan=plan.name,
     )
 
 
 
-def _step(target, batches, optimizer, scheduler, trainable, config: TrainConfig) -> tuple[float, int]:
-    """One optimiser step over micro-batches whose gradients add up: (the step's loss per answer token, its answer tokens)."""
-    n_tokens = sum(b.n_answer_tokens for b in batches)
-    optimizer.zero_grad(set_to_none=True)
-    step_loss = 0.0
-    for batch in batches:
-        # Token-weighted so that accumulated chunks give the gradient of the whole step.
-        loss = _answer_loss_sum(target, batch) / n_tokens
-        loss.backward()
-        step_loss += loss.item()
-    if config.max_grad_norm is not None:
-        torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
-    optimizer.step()
-    scheduler.step()
-    return step_loss, n_tokens
+def _plan_for(target, trainable: Sequence[torch.nn.Parameter], config: TrainConfig, *, copied: bool) -> MemoryPlan:
+    """The memory plan of this run (`memory_plan.chosen_plan`), logged with what it predicts."""
+    copy_bytes = sum(p.numel() * p.element_size() for p in target.parameters()) if copied else 0
+    device = trainable[0].device if trainable else torch.device("cpu")
+    largest = max((p.numel() for p in trainable), default=0)
+    n_trainable = sum(p.numel() for p in trainable)
+    available = available_bytes(device)
+    plan = chosen_plan(config.memory_plan, n_trainable, largest, copy_bytes, available)
+    paper_plan = PLANS[0]
+    if plan is not paper_plan and config.memory_plan == AUTO:
+        log.warning("fine-tuning with %s (%s): the paper's %s would need about %.1f GB of the %.1f GB free", plan.name,
+                    plan.description, paper_plan.name, predicted_peak(paper_plan, n_trainable, largest, copy_bytes) / 1e9, available / 1e9)
+    else:
+        log.info("fine-tuning %s parameters with %s: %s", f"{n_trainable:,}", plan.name, plan.description)
+    return plan
+
 
 def _rate_factor(config: TrainConfig, total_steps: int) -> Callable[[int], float]:
     """The multiplier of the learning rate before optimiser step `step` (0-based)."""
@@ -328,11 +340,6 @@ def _answer_loss_sum(model, batch: Batch) -> torch.Tensor:
 
 def _forward(module, batch: Batch):
     return module(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids, use_cache=False)
-
-
-def _can_fuse(parameters: Sequence[torch.nn.Parameter]) -> bool:
-    """The fused AdamW kernel (3x faster than the per-tensor loop on CPU) takes float tensors on CPU or CUDA."""
-    return all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in parameters)
 
 
 def _pad_token_id(tokenizer) -> int:

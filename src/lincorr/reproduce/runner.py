@@ -26,6 +26,7 @@ from lincorr.cache import recorded_result
 from lincorr.collection import CollectSettings
 from lincorr.errors import InputError, LincorrError, UsageError
 from lincorr.knowledge import load_registry
+from lincorr.memory_plan import PLANS
 from lincorr.models import LM, load_model, require_other_checkpoint
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
 from lincorr.progress import progress_bar
@@ -258,21 +259,24 @@ class NotMeasuredHere(Exception):
 
 def memory_reason(claim: Claim, lm: LM) -> str | None:
     """Why a claim that fine-tunes is not measured on this machine (None when it is): its paper's measured peak, in
-    multiples of the bytes of the model's weights as loaded, comes to more than the machine's memory. Only the weights held
-    in the machine's memory count (the CPU's, and Apple's MPS, which shares it); a CUDA device's memory is not checked. It
-    stops only the measuring: a result the cache holds, measured on a machine with the memory, is served."""
+    multiples of the bytes of the model's weights as loaded, less what the leanest memory plan saves on every parameter
+    (`memory_plan.PLANS`: no whole-model gradient, moments in bfloat16), comes to more than the machine's memory. Only the
+    weights held in the machine's memory count (the CPU's, and Apple's MPS, which shares it); a CUDA device's memory is
+    not checked. It stops only the measuring: a result the cache holds, measured on a machine with the memory, is served."""
     if claim.fine_tuning_peak is None:
         return None
-    weights = sum(parameter.numel() * parameter.element_size() for parameter in lm.model.parameters()
-                  if parameter.device.type in ("cpu", "mps"))
+    held = [parameter for parameter in lm.model.parameters() if parameter.device.type in ("cpu", "mps")]
+    weights = sum(parameter.numel() * parameter.element_size() for parameter in held)
     if not weights:
         return None
-    needed, total = int(claim.fine_tuning_peak * weights), machine_memory()
+    paper_plan, leanest = PLANS[0], PLANS[-1]
+    saved = (paper_plan.bytes_per_trainable() - leanest.bytes_per_trainable()) * sum(parameter.numel() for parameter in held)
+    needed, total = int(claim.fine_tuning_peak * weights) - saved, machine_memory()
     if needed <= total:
         return None
-    return (f"fine-tuning {lm.name} needs about {human_size(needed)} of memory ({claim.fine_tuning_peak:g} times its weights of "
-            f"{human_size(weights)}: {claim.fine_tuning_measured}), more than this machine's {human_size(total)}; "
-            "run this claim on a machine with more memory")
+    return (f"fine-tuning {lm.name} needs about {human_size(needed)} of memory even with {leanest.name} ({claim.fine_tuning_peak:g} "
+            f"times its weights of {human_size(weights)} with the paper's AdamW: {claim.fine_tuning_measured}), more than this "
+            f"machine's {human_size(total)}; run this claim on a machine with more memory")
 
 
 def finished_note(claim: ClaimResult, measured_now: bool) -> str:

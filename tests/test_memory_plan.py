@@ -1,0 +1,110 @@
+"""Fine-tuning that fits the memory (`lincorr.memory_plan`): the lean plans take the paper's AdamW steps, hold fewer
+gradients, and the plan is chosen from the model's size and the free memory."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from lincorr.errors import LincorrError
+from lincorr.finetune import Fact, TrainConfig, single_step, train_on_facts
+from lincorr.memory_plan import PLANS, StepsInBackward, chosen_plan, plan_named, predicted_peak
+from helpers.tiny import tiny_llama, tiny_tokenizer
+
+FACTS = (
+    Fact("Alice lives in the city of", "Paris"),
+    Fact("Bob lives in the city of", "Tokyo Japan"),
+    Fact("Carol lives in the country of", "Italy"),
+    Fact("X lives in the city of", "Berlin Germany"),
+)
+# Several steps of two facts, a linear schedule with warm-up, weight decay, and clipping that bites (the tiny model's
+# first gradients have norms of about 5 here): every part of the step the plans must agree on.
+TRAINING = TrainConfig(learning_rate=1e-3, epochs=3, batch_size=2, weight_decay=0.01, schedule="linear", warmup=0.2,
+                       max_grad_norm=0.5)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tiny_tokenizer()
+
+
+def updates(result, before: torch.nn.Module) -> torch.Tensor:
+    """Every weight's change, as one float64 vector."""
+    return torch.cat([(after.detach().double() - start.detach().double()).flatten()
+                      for after, start in zip(result.model.parameters(), before.parameters())])
+
+
+def trained(tokenizer, plan: str, config: TrainConfig = TRAINING, train=train_on_facts):
+    model = tiny_llama(len(tokenizer), seed=3)
+    return train(model, tokenizer, FACTS, dataclasses.replace(config, memory_plan=plan)), model
+
+
+@pytest.mark.parametrize("train", [train_on_facts, single_step])
+def test_stepping_in_the_backward_pass_takes_the_papers_adamw_steps(tokenizer, train):
+    """Six clipped, decayed, scheduled steps (and one step of accumulated micro-batches): the same weights as torch's
+    fused AdamW. Both are float32 arithmetic in another order, so each step's weights may round apart by an ulp: the
+    difference stays within steps x float32's epsilon x the weights' norm (9e-6 here; seen 1.6e-7, where a step without
+    its clipping would differ by about 0.3)."""
+    reference, start = trained(tokenizer, "adamw-float32", train=train)
+    lean, _ = trained(tokenizer, "adamw-step-in-backward", train=train)
+    expected, got = updates(reference, start), updates(lean, start)
+    weights = torch.cat([p.detach().double().flatten() for p in start.parameters()])
+    assert expected.abs().max() > 1e-4, "the steps moved the weights"
+    assert (got - expected).norm() <= reference.steps * torch.finfo(torch.float32).eps * weights.norm()
+    assert lean.memory_plan == "adamw-step-in-backward" and reference.memory_plan == "adamw-float32"
+
+
+def test_moments_in_bfloat16_keep_a_step_of_lr_5e_6(tokenizer):
+    """The paper's rate: an update of 5e-6 in float32 weights, the moments rounded to bfloat16 between steps; the
+    weights move as float32 AdamW moves them, within 10% (bfloat16 keeps 8 bits: about 0.4% of a moment; seen 0.1%)."""
+    config = dataclasses.replace(TRAINING, learning_rate=5e-6)
+    reference, start = trained(tokenizer, "adamw-float32", config)
+    lean, _ = trained(tokenizer, "adamw-bfloat16-moments", config)
+    expected, got = updates(reference, start), updates(lean, start)
+    assert expected.abs().max() > 1e-6
+    assert (got - expected).norm() <= 0.1 * expected.norm()
+
+
+def test_a_step_in_the_backward_pass_never_holds_the_models_gradients(tokenizer, monkeypatch):
+    """When a parameter's gradient completes, every other gradient has been applied and dropped (or not made yet)."""
+    held: list[int] = []
+    completed = StepsInBackward.completed
+
+    def counting(self, parameter):
+        held.append(sum(p.grad is not None for p in self.trainable))
+        completed(self, parameter)
+
+    monkeypatch.setattr(StepsInBackward, "completed", counting)
+    result, _ = trained(tokenizer, "adamw-step-in-backward")
+    assert held and max(held) == 1 and len(held) >= len(result.trained_parameters)
+    assert all(p.grad is None for p in result.model.parameters())
+
+
+def test_predicted_peaks_are_bytes_per_trainable_parameter():
+    """Gradient 4 and moments 8 bytes a parameter (the paper's), moments 8 without the gradient, moments 4 in bfloat16;
+    a step-in-backward plan holds one gradient, the largest."""
+    trainable, largest, copy = 1_000, 100, 7
+    counted = {"adamw-float32": copy + trainable * (4 + 2 * 4), "adamw-step-in-backward": copy + trainable * 2 * 4 + largest * 4,
+               "adamw-bfloat16-moments": copy + trainable * 2 * 2 + largest * 4}
+    assert {plan.name: predicted_peak(plan, trainable, largest, copy) for plan in PLANS} == counted
+
+
+def test_auto_takes_the_papers_plan_where_it_fits_and_the_next_where_not():
+    trainable, largest, copy = 10**9, 10**8, 4 * 10**9
+    needs = [predicted_peak(plan, trainable, largest, copy) * 1.15 for plan in PLANS]
+    assert chosen_plan("auto", trainable, largest, copy, int(needs[0]) + 1).name == "adamw-float32"
+    assert chosen_plan("auto", trainable, largest, copy, int(needs[0]) - 1).name == "adamw-step-in-backward"
+    assert chosen_plan("auto", trainable, largest, copy, int(needs[2]) + 1).name == "adamw-bfloat16-moments"
+    with pytest.raises(LincorrError, match="fits no memory plan"):
+        chosen_plan("auto", trainable, largest, copy, int(needs[2]) - 1)
+    assert chosen_plan("adamw-float32", trainable, largest, copy, 0).name == "adamw-float32", "a plan asked for is taken"
+
+
+def test_an_unknown_plan_is_one_clear_error():
+    with pytest.raises(LincorrError, match="no memory plan is called 'sgd'"):
+        TrainConfig(memory_plan="sgd")
+    assert plan_named("adamw-float32") is PLANS[0]
