@@ -112,14 +112,7 @@ class WholeGradientSteps:
         """One optimiser step over micro-batches whose gradients add up: (the step's loss per answer token, its answer tokens)."""
         n_tokens = sum(b.n_answer_tokens for b in batches)
         self.optimizer.zero_grad(set_to_none=True)
-        step_loss = 0.0
-        for batch in batches:
-            # Token-weighted so that accumulated chunks give the gradient of the whole step.
-            loss = loss_of(batch) / n_tokens
-            loss.backward()
-            step_loss += loss.item()
-        if self.config.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm)
+        step_loss = clipped_gradients(loss_of, batches, n_tokens, self.trainable, self.config.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         return step_loss, n_tokens
@@ -192,13 +185,7 @@ class StepsInBackward:
     def accumulated(self, loss_of: Callable[[Any], torch.Tensor], batches: Sequence, n_tokens: int) -> float:
         """A step of several micro-batches: their gradients added up, clipped, then each parameter stepped."""
         self.mode = "accumulate"
-        step_loss = 0.0
-        for batch in batches:
-            loss = loss_of(batch) / n_tokens
-            loss.backward()
-            step_loss += loss.item()
-        if self.config.max_grad_norm is not None:
-            torch.nn.utils.clip_grad_norm_(self.trainable, self.config.max_grad_norm)
+        step_loss = clipped_gradients(loss_of, batches, n_tokens, self.trainable, self.config.max_grad_norm)
         for parameter in self.trainable:
             if parameter.grad is not None:
                 self.apply(parameter, parameter.grad)
@@ -210,6 +197,20 @@ class StepsInBackward:
             hook.remove()
         for parameter in self.trainable:
             parameter.grad = None
+
+
+def clipped_gradients(loss_of: Callable[[Any], torch.Tensor], batches: Sequence, n_tokens: int,
+                      trainable: Sequence[torch.nn.Parameter], max_grad_norm: float | None) -> float:
+    """The step's gradients added up over its micro-batches (each loss token-weighted, so that the sum is the gradient
+    of the whole step) and clipped by their global norm; the step's loss per answer token."""
+    step_loss = 0.0
+    for batch in batches:
+        loss = loss_of(batch) / n_tokens
+        loss.backward()
+        step_loss += loss.item()
+    if max_grad_norm is not None:
+        torch.nn.utils.clip_grad_norm_(trainable, max_grad_norm)
+    return step_loss
 
 
 def fusable(parameters: Sequence[torch.nn.Parameter]) -> bool:
