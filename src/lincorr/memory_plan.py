@@ -29,6 +29,7 @@ from lincorr.errors import LincorrError
 FLOAT32, BFLOAT16 = 4, 2  # bytes of a value
 # torch.optim.AdamW's defaults, which every plan's steps use.
 ADAMW_BETAS, ADAMW_EPS = (0.9, 0.999), 1e-8
+UPDATE_CHUNK = 1 << 22  # values updated at once in the backward pass: float32 temporaries of 16 MB each
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,9 +70,11 @@ def plan_named(name: str) -> MemoryPlan:
 
 def predicted_peak(plan: MemoryPlan, n_trainable: int, largest_trainable: int, copy_bytes: int) -> int:
     """The bytes a training run adds to what is loaded: the trained copy of the weights (`copy_bytes`, 0 when trained in
-    place), its gradients and AdamW's moments, and for a step-in-backward plan the one gradient being applied."""
-    held_gradient = largest_trainable * FLOAT32 if plan.step_in_backward else 0
-    return copy_bytes + n_trainable * plan.bytes_per_trainable() + held_gradient
+    place), its gradients and AdamW's moments, and the backward pass's gradients in flight: two of the largest parameter
+    (a tied embedding's gradient arrives from the head and from the input, then is summed), plus the one being applied
+    in a step-in-backward plan."""
+    in_flight = (3 if plan.step_in_backward else 2) * largest_trainable * FLOAT32
+    return copy_bytes + n_trainable * plan.bytes_per_trainable() + in_flight
 
 
 def available_bytes(device: torch.device) -> int:
@@ -148,19 +151,26 @@ class StepsInBackward:
 
     @torch.no_grad()
     def apply(self, parameter: torch.Tensor, gradient: torch.Tensor) -> None:
-        """torch.optim.AdamW's update of one parameter (decoupled weight decay, bias-corrected moments) in float32."""
+        """torch.optim.AdamW's update of one parameter (decoupled weight decay, bias-corrected moments) in float32, a
+        chunk of UPDATE_CHUNK values at a time: the float32 temporaries of a whole embedding would cost more than the
+        gradients this plan does not hold."""
         beta1, beta2, eps = ADAMW_BETAS[0], ADAMW_BETAS[1], ADAMW_EPS
         rate = self.config.learning_rate * self.rate(self.steps_taken)
         step = self.steps_taken + 1
-        gradient = gradient.float() * self.scale
-        first, second = (moment.float() for moment in self.moments[parameter])
-        first.lerp_(gradient, 1 - beta1)
-        second.mul_(beta2).addcmul_(gradient, gradient, value=1 - beta2)
-        parameter.mul_(1 - rate * self.config.weight_decay)
-        denominator = (second.sqrt() / math.sqrt(1 - beta2**step)).add_(eps)
-        parameter.addcdiv_(first, denominator, value=-rate / (1 - beta1**step))
-        for stored, value in zip(self.moments[parameter], (first, second)):
-            stored.copy_(value)
+        values, gradients = parameter.view(-1), gradient.view(-1)
+        moments = [moment.view(-1) for moment in self.moments[parameter]]
+        for start in range(0, values.numel(), UPDATE_CHUNK):
+            part = slice(start, start + UPDATE_CHUNK)
+            change = gradients[part].float().mul_(self.scale)
+            first, second = (moment[part].float() for moment in moments)  # the moments themselves when they are float32
+            first.lerp_(change, 1 - beta1)
+            second.mul_(beta2).addcmul_(change, change, value=1 - beta2)
+            values[part].mul_(1 - rate * self.config.weight_decay)
+            denominator = second.sqrt().div_(math.sqrt(1 - beta2**step)).add_(eps)
+            values[part].addcdiv_(first, denominator, value=-rate / (1 - beta1**step))
+            for moment, value in zip(moments, (first, second)):
+                if moment.dtype != value.dtype:
+                    moment[part].copy_(value)
 
     def step(self, loss_of: Callable[[Any], torch.Tensor], batches: Sequence) -> tuple[float, int]:
         """One step (see `WholeGradientSteps.step`)."""
