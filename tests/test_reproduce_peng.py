@@ -239,9 +239,19 @@ def test_table6_and_fig5_read_w_from_ridge_std_with_ols_beside(llama_lm):
                    if not right)
     assert measured.ours["n_hallucinated"] == 3 and measured.ours["ridge-std"]["wrong_weight"] == expected
     assert "ridge-std" in measured.test.name and "ols" in measured.variant.name and measured.test.interest == 0.25
-    assert measured.test.units == 3
+    assert measured.test.units == 2 and measured.test.unit == "runs", "three hallucinated facts of two runs: the runs are the units"
     figure5 = STEPS["weights"](ctx)
     assert figure5.ours["n_generalized"] == 1 and "ridge-std" in figure5.test.name and "ols" in figure5.variant.name
+    assert figure5.test.units == 1, "only the second run has a generalized and a non-generalized fact to compare"
+
+
+def test_within_run_auc_compares_only_facts_of_one_run():
+    from lincorr.reproduce.peng.training import runs_of, within_run_auc
+
+    assert within_run_auc([3.0, 1.0, 2.0], [True, False, False]) == 1.0
+    assert within_run_auc([1.0, 1.0], [True, False]) == 0.5, "a tie counts half"
+    assert within_run_auc([1.0, 2.0], [True, True]) is None, "a run whose facts all generalized has nothing to compare"
+    assert runs_of([("a", 0, "x"), ("a", 1, "y"), ("a", 0, "z")]) == {("a", 0): [0, 2], ("a", 1): [1]}
 
 
 def test_the_runs_of_section_5_are_checked_for_homogeneity():

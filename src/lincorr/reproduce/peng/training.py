@@ -17,7 +17,7 @@ from lincorr.fit import FitConfig, fit_relation
 from lincorr.paper import paper_table
 from lincorr.relations import RelationSpec
 from lincorr.reproduce.step import Context, Measured, NotApplicable
-from lincorr.reproduce.verdicts import Test, all_of, binomial_above, correlation_above, fisher_greater, paired_greater, ranks_greater
+from lincorr.reproduce.verdicts import Test, all_of, correlation_above, fisher_greater, paired_greater
 from lincorr.studies.logits.precision import precision_fits, ranked_weights
 from lincorr.studies.training.ablation import AblationConfig, ablate, vocabulary_from_model
 from lincorr.studies.training.generalization import DEFAULT_TRAIN, PAPER_PRESET, GeneralizationConfig, measure_generalization
@@ -133,38 +133,70 @@ def reading_weights(ctx: Context) -> dict[str, dict[tuple, tuple[float, float]]]
     return ctx.shared[key]
 
 
+def runs_of(keys: list[tuple]) -> dict[tuple, list[int]]:
+    """The positions of `keys` ((relation, seed, entity) of learned facts) by training run: (relation, seed)."""
+    runs: dict[tuple, list[int]] = {}
+    for position, (label, seed, _) in enumerate(keys):
+        runs.setdefault((label, seed), []).append(position)
+    return runs
+
+
+def within_run_auc(values: list[float], generalized: list[bool]) -> float | None:
+    """Within one run: the chance that a generalized fact's value exceeds a non-generalized one's (ties half); None
+    when the run's facts all went one way."""
+    right = [v for v, g in zip(values, generalized) if g]
+    wrong = [v for v, g in zip(values, generalized) if not g]
+    if not right or not wrong:
+        return None
+    return float(np.mean([(r > w) + 0.5 * (r == w) for r in right for w in wrong]))
+
+
 def weights(ctx: Context) -> Measured:
-    """Fig. 5: facts that generalize have a larger W[s, ref] than those that do not (Mann-Whitney), W fitted with ridge-std,
-    ols beside."""
+    """Fig. 5: within a training run, facts that generalize have a larger W[s, ref] than those that do not: each run's
+    AUC (a generalized fact's W[s, ref] above a non-generalized one's), Student's t over the runs that have both (the
+    facts of a run share its training; runs are the independent units). W fitted with ridge-std, ols beside."""
     learned = learned_outcomes(ctx)
     read = reading_weights(ctx)
-    tests, ours = {}, {"n_learned": len(learned), "n_generalized": sum(o.generalized for _, o in learned)}
+    keys = [(label, o.seed, o.entity) for label, o in learned]
+    generalized = [o.generalized for _, o in learned]
+    runs = runs_of(keys)
+    tests, ours = {}, {"n_learned": len(learned), "n_generalized": sum(generalized), "n_runs": len(runs)}
     for fit in READING_FITS:
-        right = [read[fit][label, o.seed, o.entity][0] for label, o in learned if o.generalized]
-        wrong = [read[fit][label, o.seed, o.entity][0] for label, o in learned if not o.generalized]
+        values = [read[fit][key][0] for key in keys]
+        aucs = [auc for rows in runs.values()
+                if (auc := within_run_auc([values[i] for i in rows], [generalized[i] for i in rows])) is not None]
+        right = [v for v, g in zip(values, generalized) if g]
+        wrong = [v for v, g in zip(values, generalized) if not g]
         ours[fit] = {"w_ref_generalized": round(float(np.mean(right)), 4) if right else None,
-                     "w_ref_not": round(float(np.mean(wrong)), 4) if wrong else None}
-        tests[fit] = ranks_greater(right, wrong, f"W[s,ref] ({fit}) of generalized vs other learned facts", ctx.interest)
+                     "w_ref_not": round(float(np.mean(wrong)), 4) if wrong else None,
+                     "auc_per_run": [round(auc, 3) for auc in aucs]}
+        tests[fit] = paired_greater(aucs, [0.5] * len(aucs), f"W[s,ref] ({fit}) of generalized vs other learned facts within a "
+                                    "run (AUC)", ctx.interest, "runs")
     text = "; ".join(f"{fit} W[s,ref] {ours[fit]['w_ref_generalized']} when generalized ({ours['n_generalized']}) vs "
-                     f"{ours[fit]['w_ref_not']} ({ours['n_learned'] - ours['n_generalized']})" for fit in READING_FITS)
+                     f"{ours[fit]['w_ref_not']} ({ours['n_learned'] - ours['n_generalized']}), within-run AUC over "
+                     f"{len(ours[fit]['auc_per_run'])} runs with both" for fit in READING_FITS)
     return Measured(ours, text, tests[READING_FITS[0]], tests[READING_FITS[1]])
 
 
 def hallucination(ctx: Context) -> Measured:
     """Table 6: a learned fact that does not generalize mostly has W[s,gen] above W[s,ref] ("wrong weight", 3 of the
-    paper's 4 cases; the fourth a low prior): the share of such facts above 1/2 (exact binomial), W fitted with ridge-std,
-    ols beside."""
+    paper's 4 cases; the fourth a low prior): each run's share of such facts above 1/2, Student's t over the runs with a
+    hallucinated fact (the facts of a run share its training). W fitted with ridge-std, ols beside."""
     wrong = [(label, o.seed, o.entity) for label, o in learned_outcomes(ctx) if not o.generalized]
     read = reading_weights(ctx)
-    ours: dict[str, Any] = {"n_hallucinated": len(wrong)}
+    runs = runs_of(wrong)
+    ours: dict[str, Any] = {"n_hallucinated": len(wrong), "n_runs": len(runs)}
     tests = {}
     for fit in READING_FITS:
         pairs = [read[fit][key] for key in wrong]
-        above = sum(gen > ref for ref, gen in pairs)
-        ours[fit] = {"wrong_weight": above, "w_gen_mean": round(float(np.mean([gen for _, gen in pairs])), 4) if pairs else None,
+        above = [gen > ref for ref, gen in pairs]
+        shares = [float(np.mean([above[i] for i in rows])) for rows in runs.values()]
+        ours[fit] = {"wrong_weight": sum(above), "share_per_run": [round(share, 3) for share in shares],
+                     "w_gen_mean": round(float(np.mean([gen for _, gen in pairs])), 4) if pairs else None,
                      "w_ref_mean": round(float(np.mean([ref for ref, _ in pairs])), 4) if pairs else None}
-        tests[fit] = binomial_above(above, len(pairs), 0.5, f"facts with W[s,gen] above W[s,ref] ({fit})", ctx.interest) if pairs else None
-    text = f"{len(wrong)} learned facts did not generalize; W[s,gen] above W[s,ref] in " + ", ".join(
+        tests[fit] = paired_greater(shares, [0.5] * len(shares), f"share of a run's hallucinated facts with W[s,gen] above "
+                                    f"W[s,ref] ({fit})", ctx.interest, "runs") if pairs else None
+    text = f"{len(wrong)} learned facts in {len(runs)} runs did not generalize; W[s,gen] above W[s,ref] in " + ", ".join(
         f"{ours[fit]['wrong_weight']} ({fit})" for fit in READING_FITS)
     return Measured(ours, text, tests[READING_FITS[0]], tests[READING_FITS[1]],
                     "" if wrong else "every learned fact generalized: no hallucination to read")
