@@ -146,8 +146,9 @@ def test_each_sources_ovector_raises_the_answers_rank_where_the_model_does_not_a
     control = TaskSpec("other", "the capital is {} of", "{x} {y} the capital is {x} of", tuple((f"name{i}", ("Tokyo",)) for i in range(40, 80)), 0)
     runs = source_runs(planted, spec, 1, control, n_sources=4, n_contexts=16)
     assert len(runs.sources) == 4 and runs.replaced == (0, 1) and not set(runs.sources) & set(runs.context_arguments)
+    assert sorted(runs.context_source) == sorted(list(range(4)) * 4), "each source its own four of the sixteen contexts"
     before, after = runs.ranks("copy", "none"), runs.ranks("copy", "with")
-    assert after.shape == (4, 16) and (before > 0).all() and (after == 0).all()  # each source's vector puts Paris on top
+    assert after.shape == (16,) and (before > 0).all() and (after == 0).all()  # each source's vector puts Paris on top
     assert (runs.ranks("copy", "other_task") > 0).all() and (runs.ranks("copy", "random") > 0).all()
     assert (runs.per_source_rr("copy", "with") > runs.per_source_rr("copy", "other_task")).all()
     assert runs.described("copy")["with"]["top1"] == 1.0 and runs.described("copy")["none"]["median_rank"] > 0

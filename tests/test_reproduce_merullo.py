@@ -47,13 +47,16 @@ def test_every_measured_merullo_claim_names_its_effect_of_interest_with_a_reason
 
 
 def runs_of(task: str, with_rr: list[float], none: float = 0.01, other: float = 0.01, random: float = 0.01, n_contexts: int = 64) -> SourceRuns:
-    """Source runs whose every context of a source has the same answer rank, giving each source's RR in `with_rr`."""
-    def rows(rr: float) -> np.ndarray:
-        return np.full((1, n_contexts), round(1 / rr) - 1)
+    """Source runs whose every context of a source has the same answer rank, giving each source's RR in `with_rr`; the
+    contexts dealt out among the sources in turn."""
+    owner = np.arange(n_contexts) % len(with_rr)
 
-    answer = np.concatenate([rows(none), *(rows(rr) for rr in with_rr), rows(other), rows(random), rows(none)])
+    def row(rr) -> np.ndarray:
+        return np.broadcast_to(np.round(1 / np.asarray(rr, float)) - 1, (n_contexts,))
+
+    answer = np.stack([row(none), row(np.asarray(with_rr)[owner]), row(other), row(random), row(none)])
     return SourceRuns(task, "other", 5, (4, 5), tuple(f"s{i}" for i in range(len(with_rr))), tuple(f"c{i}" for i in range(n_contexts)),
-                      {"copy": answer}, {"copy": np.full_like(answer, 7)}, 1.0)
+                      tuple(int(o) for o in owner), {"copy": answer}, {"copy": np.full_like(answer, 7)}, 1.0)
 
 
 @pytest.mark.parametrize("runs, expected", [

@@ -118,15 +118,16 @@ def task_runs(ctx: Context, name: str) -> SourceRuns:
 
 
 def over_control(runs: SourceRuns, kind: str, control: str, interest: float | None) -> Test:
-    """Each source's vector above `control` on the answer's mean RR over the `kind` contexts (Wilcoxon over sources)."""
+    """Each source's vector above its own `control` on the answer's mean RR over the source's own `kind` contexts
+    (over sources: no context or control serves two)."""
     return paired_greater(runs.per_source_rr(kind, "with"), runs.per_source_rr(kind, control),
-                          f"{runs.task} o-vector vs {control.replace('_', ' ')}, answer's RR on {len(runs.context_arguments)} {kind} contexts",
-                          interest, "sources")
+                          f"{runs.task} o-vector vs {control.replace('_', ' ')}, answer's RR on {len(runs.context_arguments)} {kind} "
+                          "contexts dealt out among the sources", interest, "sources")
 
 
 def averaged_test(runs: SourceRuns, kind: str, interest: float | None) -> Test:
     """lincorr's averaged vector (one vector) above no vector, per context (Wilcoxon over contexts, the units of one vector)."""
-    rr = {condition: 1.0 / (runs.ranks(kind, condition)[0] + 1) for condition in ("averaged", "none")}
+    rr = {condition: 1.0 / (runs.ranks(kind, condition) + 1) for condition in ("averaged", "none")}
     return paired_greater(rr["averaged"], rr["none"], f"{runs.task} averaged vector vs none, answer's RR", interest, f"{kind} contexts")
 
 

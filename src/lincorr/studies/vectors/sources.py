@@ -4,10 +4,11 @@ Beijing) repeated with each of `n_sources` solved prompts, so a claim about the 
 Each source is a few-shot prompt the model solves; its o-vector is its FFN output `mlp[L]` at the last position, and it
 replaces every FFN from block L - 1 to the last (`protocol.replaced_layers`), at every position but the special ones,
 in contexts of OTHER pairs where the model does not answer by itself (`protocol.CONTEXTS`: copy and zero-shot). The
-sources are the independent units (the contexts of one source share its vector): a source's number is the mean over
-the same contexts. Beside each source's vector: no vector, another task's o-vector (its first solved source, the same
-block), a random vector of the sources' mean norm, and lincorr's averaged vector (the sources' mean, added once at
-`mlp[L]`, x `OVECTOR_SCALE`). Every replacement of a kind of context runs in one batched pass, one value per prompt.
+sources are the independent units, so no value serves two of them: the contexts are dealt out among the sources (each
+source its own), and each source has its own controls on its own contexts: no vector, another task's o-vector (that
+task's solved source of the same place, the same block) and a random vector of the source's own norm. lincorr's
+averaged vector (the sources' mean, added once at `mlp[L]`, x `OVECTOR_SCALE`) is one vector, scored on every context.
+Every condition of a kind of context runs in one batched pass, one value per prompt.
 """
 
 from __future__ import annotations
@@ -30,44 +31,39 @@ from lincorr.tasks import BoundTask, bind_task, score_prompts
 
 __all__ = ["CONDITIONS", "SourceRuns", "source_pool", "source_runs"]
 
-# Rows of `SourceRuns.answer_rank[kind]`: "with" holds one row per source, every other condition one row.
+# Rows of `SourceRuns.answer_rank[kind]`, one value per context under each condition.
 CONDITIONS = ("none", "with", "other_task", "random", "averaged")
 
 
 @dataclasses.dataclass(frozen=True)
 class SourceRuns:
-    """Full-vocabulary ranks (0 = top) of the answer and of the argument on `n_contexts` contexts of each kind, per
-    condition: `answer_rank[kind]` is `[n_sources + 4, n_contexts]`, rows no vector, each source's vector, the other
-    task's, the random one and the averaged one."""
+    """Full-vocabulary ranks (0 = top) of the answer and of the argument on the contexts of each kind, per condition:
+    `answer_rank[kind]` is `[len(CONDITIONS), n_contexts]`; context i belongs to source `context_source[i]`, and under
+    "with", "other_task" and "random" it is given that source's vector, its other-task vector and its random one."""
 
     task: str
     other_task: str
     layer: int  # the block whose FFN output is the o-vector
     replaced: tuple[int, ...]  # the blocks whose FFN output it replaces
-    sources: tuple[str, ...]  # the source prompts' arguments, in row order
+    sources: tuple[str, ...]  # the source prompts' arguments
     context_arguments: tuple[str, ...]
+    context_source: tuple[int, ...]  # the source each context belongs to
     answer_rank: dict[str, np.ndarray]
     argument_rank: dict[str, np.ndarray]
-    norm: float  # the sources' mean o-vector norm (the random vector's)
-
-    def rows(self, condition: str) -> slice:
-        n = len(self.sources)
-        start = {"none": 0, "with": 1, "other_task": n + 1, "random": n + 2, "averaged": n + 3}[condition]
-        return slice(start, start + (n if condition == "with" else 1))
+    norm: float  # the sources' mean o-vector norm
 
     def ranks(self, kind: str, condition: str, of: str = "answer") -> np.ndarray:
-        """`[rows, n_contexts]` ranks of the answer (or the argument) under `condition`: a row per source for "with"."""
-        return (self.answer_rank if of == "answer" else self.argument_rank)[kind][self.rows(condition)]
+        """`[n_contexts]` ranks of the answer (or the argument) under `condition`."""
+        return (self.answer_rank if of == "answer" else self.argument_rank)[kind][CONDITIONS.index(condition)]
 
     def per_source_rr(self, kind: str, condition: str) -> np.ndarray:
-        """`[n_sources]` the answer's mean reciprocal rank over the contexts: each source's own under "with", the one
-        condition's repeated for the others (every source is compared with the same contexts under it)."""
-        rr = (1.0 / (self.ranks(kind, condition) + 1)).mean(1)
-        return rr if condition == "with" else np.repeat(rr, len(self.sources))
+        """`[n_sources]` the answer's mean reciprocal rank over each source's own contexts under `condition`."""
+        rr, owner = 1.0 / (self.ranks(kind, condition) + 1), np.asarray(self.context_source)
+        return np.array([rr[owner == source].mean() for source in range(len(self.sources))])
 
     def described(self, kind: str) -> dict:
-        """Per condition: the answer's mean RR, median rank and top-1 share over sources and contexts; the argument's
-        top-1 share (the context still copying); and each source's RR under its own vector."""
+        """Per condition: the answer's mean RR, median rank and top-1 share over the contexts; the argument's top-1 share
+        (the context still copying); and each source's RR under its own vector on its own contexts."""
         rows = {}
         for condition in CONDITIONS:
             ranks = self.ranks(kind, condition)
@@ -100,30 +96,33 @@ def solved_vectors(lm: LM, task: BoundTask, pool: Sequence[int], layer: int, n_s
 
 def source_runs(lm: LM, task: TaskSpec, layer: int, control: TaskSpec, *, n_sources: int = 8, n_contexts: int = 64,
                 contexts: Sequence[str] = CONTEXTS, first: str | None = None, seed: int = 0, batch_size: int = 32) -> SourceRuns:
-    """Each source's o-vector from `mlp[layer]` and the controls on `n_contexts` contexts of each kind (see the module)."""
+    """Each source's o-vector from `mlp[layer]` and its controls on its own share of `n_contexts` contexts of each kind,
+    and the averaged vector on all of them (see the module)."""
     check_layer(lm, layer, "o-vector layer")
     bound, control_bound = bind_task(task, lm.tokenizer), bind_task(control, lm.tokenizer)
     pool, rest = source_pool(bound, n_sources, seed, first)
     evaluation = rest[:n_contexts]
-    if len(evaluation) < 2:
-        raise LincorrError(f"task '{task.name}' keeps {len(bound.pairs)} pairs, too few for {2 * n_sources} source prompts and contexts; lower n_sources")
     sources, vectors = solved_vectors(lm, bound, pool, layer, n_sources, seed, batch_size)
-    _, other = solved_vectors(lm, control_bound, source_pool(control_bound, 4, seed)[0], layer, 1, seed, batch_size)
-    norm = float(np.linalg.norm(vectors, axis=1).mean())
-    random = np.random.default_rng(seed).standard_normal(vectors.shape[1]).astype(np.float32)
-    replacing = np.concatenate([vectors, other[:1], norm * random[None] / np.linalg.norm(random)])  # [n_sources + 2, d]
-    averaged = vectors.mean(0)
+    if len(evaluation) < 2 * len(sources):
+        raise LincorrError(f"task '{task.name}' keeps {len(bound.pairs)} pairs, too few for {2 * n_sources} source prompts and two "
+                           "contexts a source; lower n_sources")
+    _, others = solved_vectors(lm, control_bound, source_pool(control_bound, n_sources, seed)[0], layer, n_sources, seed, batch_size)
+    owner = np.arange(len(evaluation)) % len(sources)  # dealt out in turn: each source its own contexts
+    norms = np.linalg.norm(vectors, axis=1)
+    random = np.random.default_rng(seed).standard_normal(vectors.shape).astype(np.float32)
+    random *= (norms / np.linalg.norm(random, axis=1))[:, None]
+    given = {"with": vectors[owner], "other_task": others[owner % len(others)], "random": random[owner]}
     n_layers = layout(lm).n_layers
     prompts = context_prompts(bound, evaluation, contexts)
     answer, argument = {}, {}
     for kind, kind_prompts in prompts.items():
-        def scored(repeats: int, interventions):
-            return score_prompts(lm, bound, list(evaluation) * repeats, list(kind_prompts) * repeats, layers=[n_layers],
-                                 interventions=interventions, batch_size=batch_size)
+        def scored(interventions):
+            return score_prompts(lm, bound, list(evaluation), list(kind_prompts), layers=[n_layers], interventions=interventions,
+                                 batch_size=batch_size)
 
-        runs = [scored(1, []), scored(len(replacing), o_interventions("paper", layer, n_layers, np.repeat(replacing, len(evaluation), 0), 1.0)),
-                scored(1, o_interventions("averaged", layer, n_layers, averaged, OVECTOR_SCALE))]
-        answer[kind], argument[kind] = (np.concatenate([getattr(run, field)[:, -1].reshape(-1, len(evaluation)) for run in runs])
-                                        for field in ("answer_rank", "argument_rank"))
+        runs = [scored([]), *(scored(o_interventions("paper", layer, n_layers, given[condition], 1.0)) for condition in CONDITIONS[1:4]),
+                scored(o_interventions("averaged", layer, n_layers, vectors.mean(0), OVECTOR_SCALE))]
+        answer[kind], argument[kind] = (np.stack([getattr(run, field)[:, -1] for run in runs]) for field in ("answer_rank", "argument_rank"))
     return SourceRuns(task.name, control.name, layer, tuple(replaced_layers(n_layers, layer)), tuple(bound.pairs[i].argument for i in sources),
-                      tuple(bound.pairs[i].argument for i in evaluation), answer, argument, norm)
+                      tuple(bound.pairs[i].argument for i in evaluation), tuple(int(source) for source in owner), answer, argument,
+                      float(norms.mean()))
