@@ -130,3 +130,25 @@ def test_reproduce_merullo_runs_end_to_end_on_a_tiny_model(llama_lm, planted_reg
     assert [c.id for c in result.claims] == [c.id for c in load_paper("merullo").claims]
     assert all(c.verdict in VERDICTS for c in result.claims)
     assert result.claims[0].verdict == "not applicable" and result.claims[1].step == "merullo_lens"
+
+
+def test_transfer_restates_the_copy_claims_part_for_part_and_is_not_counted_again(llama_lm, planted_registry):
+    """Each source's contexts are other pairs', so merullo.transfer's parts are the three copy claims' parts value for
+    value: it is decided at the run's level without adding to the family; a transfer whose parts differ is counted."""
+    from lincorr.reproduce.runner import judged, restating
+
+    result = reproduce("merullo", llama_lm, registry=planted_registry)
+    claims = {c.id: c for c in result.claims}
+    copies = [f"merullo.ovector.{task}.copy" for task in TASKS]
+    parts = lambda claim: sorted((p["name"], p["p_value"], p["effect"]) for p in claim.detail["parts"])  # noqa: E731
+    assert parts(claims["merullo.transfer"]) == sorted(part for copy in copies for part in parts(claims[copy]))
+    assert restating(result.claims) == {"merullo.transfer": tuple(copies)}
+    family = sum(c.detail is not None for c in result.claims) - 1
+    assert {c.decision["claims"] for c in result.claims if c.decision} == {family}
+    assert "merullo.transfer restates" in result.family_text() and f"/ {family} (Bonferroni)" in result.family_text()
+
+    detail = claims["merullo.transfer"].detail
+    moved = {**detail, "parts": [{**detail["parts"][0], "p_value": 0.5}, *detail["parts"][1:]]}
+    other = [dataclasses.replace(c, detail=moved) if c.id == "merullo.transfer" else c for c in result.claims]
+    assert restating(other) == {}
+    assert {c.decision["claims"] for c in judged(other) if c.decision} == {family + 1}

@@ -128,19 +128,44 @@ def retested(claim: ClaimResult) -> ClaimResult:
 def judged(claims: Sequence[ClaimResult]) -> tuple[ClaimResult, ...]:
     """The claims of one run, their tests made by the current code (`retested`), decided together (`decisions.decide`):
     each of the m measured claims' two one-sided tests at ALPHA / m, its interval at the same level; a variant is decided at
-    that level too, outside the family."""
+    that level too, outside the family, and so is a claim that restates others of the run (`restating`)."""
     measured = [i for i, c in enumerate(claims) if c.detail is not None]
+    family = len(measured) - len(restating(claims))
     out = list(claims)
     for i in measured:
         claim = claims[i]
-        decision = decide(cast(Test, claim.measured_test()), len(measured))
+        decision = decide(cast(Test, claim.measured_test()), family)
         variant = claim.variant
         if variant and variant.get("detail"):
-            beside = decide(Test.from_summary(variant["detail"]), len(measured))
+            beside = decide(Test.from_summary(variant["detail"]), family)
             variant = {**variant, "test": beside.method, "p_value": beside.p_effect, "verdict": beside.verdict, "decision": beside.summary()}
         out[i] = dataclasses.replace(claim, test=decision.method, p_value=decision.p_effect, adjusted_p=decision.adjusted_p_effect,
                                      verdict=decision.verdict, variant=variant, decision=decision.summary())
     return tuple(out)
+
+
+def restating(claims: Sequence[ClaimResult]) -> dict[str, tuple[str, ...]]:
+    """The measured claims of a run whose parts are, value for value, the parts of other claims of the run that they name
+    (`Claim.restates`), each with those claims. Such a claim's T+ rejects only where each restated claim's does, and its
+    T− (each part at a level no larger than within its own claim) only where one of theirs does, so a false rejection
+    of it is a false rejection of a restated claim, which the family's union bound already counts: it is decided at
+    ALPHA / m without adding to m. A claim whose parts differ from theirs is counted as any other."""
+    measured = {c.id: c for c in claims if c.detail is not None}
+    out = {}
+    for claim in measured.values():
+        paper = claim.id.partition(".")[0]
+        restates = next((c.restates for c in load_paper(paper).claims if c.id == claim.id), ()) if paper in known_papers() else ()
+        if restates and all(other in measured for other in restates) and \
+                sorted_parts(claim) == sorted((part for other in restates for part in sorted_parts(measured[other])), key=repr):
+            out[claim.id] = restates
+    return out
+
+
+def sorted_parts(claim: ClaimResult) -> list[tuple]:
+    """Each part of a claim's stored test (the test itself where it has none) as (name, p, effect, interval, units), sorted."""
+    detail = cast(dict, claim.detail)
+    return sorted(((part["name"], part["p_value"], part["effect"], tuple(part["interval"] or ()), part["units"])
+                   for part in (detail.get("parts") or [detail])), key=repr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,9 +209,12 @@ class ReproductionResult:
 
     def family_text(self) -> str:
         """"each claim's two one-sided tests at 0.05 / 18 ...": how the run's claims were decided together."""
-        measured = sum(c.detail is not None for c in self.claims)
-        return (f"each of the {measured} measured claims' two one-sided tests at {ALPHA:g} / {measured} (Bonferroni), "
-                f"its interval at the same level on each side")
+        repeated = restating(self.claims)
+        family = sum(c.detail is not None for c in self.claims) - len(repeated)
+        return (f"each of the {family} measured claims' two one-sided tests at {ALPHA:g} / {family} (Bonferroni), "
+                f"its interval at the same level on each side" + "".join(
+                    f"; {claim_id} restates {', '.join(others)}, decided at that level and not counted"
+                    for claim_id, others in repeated.items()))
 
     def text(self) -> str:
         """One line per claim, the measured first: id, verdict, effect [interval] vs Δ, both tests' p, our numbers or the reason."""

@@ -178,7 +178,8 @@ def ordering_claim(ctx: Context) -> Measured:
 
 def transfer_claim(ctx: Context) -> Measured:
     """One pair's vector (Poland -> Warsaw) turns OTHER pairs' copy contexts into their answers (China -> Beijing): every
-    source's vector above no vector on contexts of pairs other than its own, over sources, for each task."""
+    source's vector above every control on contexts of pairs other than its own, over sources, for each task. These are,
+    part for part, the tests of the tasks' copy claims (`merullo.transfer` restates them)."""
     runs = {name: task_runs(ctx, name) for name in ctx.settings.get("tasks", TASKS)}
     for run in runs.values():
         assert not set(run.sources) & set(run.context_arguments), "a source's own pair among its contexts"
@@ -186,7 +187,8 @@ def transfer_claim(ctx: Context) -> Measured:
                    "top1_with": run.described("copy")["with"]["top1"]} for name, run in runs.items()}
     text = "; ".join(f"{name} from {len(v['sources'])} pairs ({v['sources'][0]}, ...): answer RR {v['rr_none']:.3f} -> {v['rr_with']:.3f}"
                      for name, v in ours.items())
-    return Measured(ours, text, all_of([over_control(run, "copy", "none", ctx.interest) for run in runs.values()], "tasks"))
+    return Measured(ours, text, all_of([over_control(run, "copy", control, ctx.interest) for run in runs.values() for control in CONTROLS],
+                                       "tasks and controls"))
 
 
 def ablation_outcomes(ctx: Context, name: str) -> dict:
