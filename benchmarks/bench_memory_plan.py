@@ -24,6 +24,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # Parameters of the models the papers' sections run on, from their configs (embeddings counted once where tied).
 LARGER = {"llama-3.2-3b": 3_212_749_824, "llama-3-8b": 8_030_261_248, "llama-3-70b": 70_553_706_496}
 GPU_BYTES = 80 * 10**9  # one 80 GB GPU
+SHARDED_PROCESSES = 8  # one process per GPU of an eight-GPU node
 
 
 def resident_bytes() -> int:
@@ -63,7 +64,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(one_plan(args.model, args.one, args.facts)))
         return
-    from lincorr.memory_plan import PLANS, predicted_peak
+    from lincorr.memory_plan import PLANS, SHARDED, predicted_peak
 
     print(f"fine-tuning {args.model} (float32), {args.facts} facts, three steps: peak resident memory beyond the loaded model")
     print(f"{'plan':<26} {'predicted GB':>13} {'measured GB':>12} {'ratio':>6}")
@@ -79,6 +80,10 @@ def main() -> None:
         needs = [4 * parameters + predicted_peak(plan, parameters, parameters // 16, 4 * parameters) for plan in PLANS]
         cells = [f"{need / 1e9:>8.0f} GB ({need / GPU_BYTES:>4.1f} GPUs)" for need in needs]
         print(f"{name:<14} " + " ".join(f"{cell:>26}" for cell in cells))
+    print(f"\n{SHARDED.name} over {SHARDED_PROCESSES} processes (each also holds the whole loaded model), per process:")
+    for name, parameters in LARGER.items():
+        need = 4 * parameters + predicted_peak(SHARDED, parameters, parameters // 16, 4 * parameters, processes=SHARDED_PROCESSES)
+        print(f"{name:<14} {need / 1e9:>8.0f} GB ({'fits' if need <= GPU_BYTES else 'does not fit'} one 80 GB GPU)")
 
 
 if __name__ == "__main__":

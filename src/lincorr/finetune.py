@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 import torch
 
 from lincorr.errors import LincorrError
+from lincorr import sharded_training
 from lincorr.memory_plan import (AUTO, PLANS, MemoryPlan, StepsInBackward, WholeGradientSteps, available_bytes, chosen_plan, plan_named,
                                  predicted_peak)
 from lincorr.models import left_pad
@@ -248,7 +249,13 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
         parameter.requires_grad_(name in trained_set)
     trainable = [parameters[name] for name in trained]
     plan = _plan_for(target, trainable, config, copied=not inplace)
-    steps_of = (StepsInBackward(trainable, config, _rate_factor(config, total_steps), plan.moment_dtype) if plan.step_in_backward
+    if plan.sharded:
+        if inplace:
+            raise LincorrError("sharded fine-tuning trains a copy and gathers it back; call it without inplace=True")
+        sharded_training.require_process_group()
+        trainable = [p for name, p in sharded_training.shard(target).named_parameters() if name in trained_set]
+    steps_of = (sharded_training.ShardedSteps(trainable, config, _rate_factor(config, total_steps)) if plan.sharded
+                else StepsInBackward(trainable, config, _rate_factor(config, total_steps), plan.moment_dtype) if plan.step_in_backward
                 else WholeGradientSteps(trainable, config, _rate_factor(config, total_steps)))
     pad_token_id = _pad_token_id(tokenizer)
     was_training = target.training
@@ -262,7 +269,7 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
                 loss_sum, token_sum = 0.0, 0
                 for step in epoch:
                     batches = [collate(chunk, pad_token_id) for chunk in step]
-                    step_loss, n_tokens = steps_of.step(lambda batch: _answer_loss_sum(target, batch), batches)
+                    step_loss, n_tokens = steps_of.step(lambda batch: _answer_loss_sum(target, batch, plan.sharded), batches)
                     steps += 1
                     loss_sum += step_loss * n_tokens
                     token_sum += n_tokens
@@ -280,7 +287,7 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
             parameter.requires_grad_(saved_requires_grad[name])
         target.train(was_training)
     return TrainResult(
-        model=target,
+        model=sharded_training.gathered(model, target) if plan.sharded else target,
         losses=tuple(losses),
         trained_parameters=trained,
         n_trainable_params=sum(p.numel() for p in trainable),
@@ -322,15 +329,16 @@ def _rate_factor(config: TrainConfig, total_steps: int) -> Callable[[int], float
     return linear
 
 
-def _answer_loss_sum(model, batch: Batch) -> torch.Tensor:
-    """Summed cross-entropy of the answer tokens of `batch`, a scalar tensor."""
+def _answer_loss_sum(model, batch: Batch, whole_forward: bool = False) -> torch.Tensor:
+    """Summed cross-entropy of the answer tokens of `batch`, a scalar tensor; `whole_forward` through the model's own
+    forward (a sharded model gathers its outer weights there, and only there)."""
     # Only positions that predict an answer token go through the head: with a 262k vocabulary the
     # full head is most of a step's time and memory (and slicing inside the model's own forward
     # makes a strided copy of the unembedding per row).
     batch = batch.to(model.device)
     predicts_answer = batch.labels[:, 1:] != IGNORE_INDEX  # position p predicts token p + 1
     head = model.get_output_embeddings()
-    if head is None:
+    if head is None or whole_forward:
         logits = _forward(model, batch).logits[:, :-1][predicts_answer]
     else:
         hidden = _forward(model.base_model, batch).last_hidden_state[:, :-1][predicts_answer]  # [n_answer, d_model]

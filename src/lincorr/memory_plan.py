@@ -40,6 +40,7 @@ class MemoryPlan:
     step_in_backward: bool  # each parameter stepped as its gradient completes: no whole-model gradient is held
     moment_dtype: torch.dtype  # AdamW's first and second moments
     description: str
+    sharded: bool = False  # the trained copy, its gradients and moments split among the processes of a run
 
     def bytes_per_trainable(self) -> int:
         """Gradient and moments per trainable parameter (a step-in-backward plan's one gradient at a time aside)."""
@@ -54,7 +55,11 @@ PLANS = (
     MemoryPlan("adamw-bfloat16-moments", True, torch.bfloat16,
                "AdamW stepped in the backward pass, its moments kept in bfloat16, weights and update in float32"),
 )
-PLAN_NAMES = tuple(plan.name for plan in PLANS)
+# Never chosen by "auto": every process of the run must make the same call (`lincorr.sharded_training`).
+SHARDED = MemoryPlan("adamw-sharded", False, torch.float32,
+                     "the paper's AdamW with the trained copy, its gradients and moments sharded among the run's processes (FSDP)",
+                     sharded=True)
+PLAN_NAMES = tuple(plan.name for plan in (*PLANS, SHARDED))
 AUTO = "auto"
 # What a plan leaves free beside its prediction: the activations of a batch of facts, the allocator's slack and the
 # process itself (Python, torch, the tokenizer) are not counted in bytes per parameter.
@@ -62,19 +67,21 @@ HEADROOM = 0.15
 
 
 def plan_named(name: str) -> MemoryPlan:
-    for plan in PLANS:
+    for plan in (*PLANS, SHARDED):
         if plan.name == name:
             return plan
     raise LincorrError(f"no memory plan is called {name!r}; one of {', '.join((AUTO, *PLAN_NAMES))}")
 
 
-def predicted_peak(plan: MemoryPlan, n_trainable: int, largest_trainable: int, copy_bytes: int) -> int:
-    """The bytes a training run adds to what is loaded: the trained copy of the weights (`copy_bytes`, 0 when trained in
-    place), its gradients and AdamW's moments, and the backward pass's gradients in flight: two of the largest parameter
-    (a tied embedding's gradient arrives from the head and from the input, then is summed), plus the one being applied
-    in a step-in-backward plan."""
-    in_flight = (3 if plan.step_in_backward else 2) * largest_trainable * FLOAT32
-    return copy_bytes + n_trainable * plan.bytes_per_trainable() + in_flight
+def predicted_peak(plan: MemoryPlan, n_trainable: int, largest_trainable: int, copy_bytes: int, processes: int = 1) -> int:
+    """The bytes a training run adds, in each process, to what is loaded: the trained copy of the weights (`copy_bytes`, 0
+    when trained in place), its gradients and AdamW's moments (a sharded plan's split among `processes`), and the
+    backward pass's gradients in flight: two of the largest parameter (a tied embedding's gradient arrives from the head
+    and from the input, then is summed), plus the one being applied in a step-in-backward plan, or the gathered one in a
+    sharded plan."""
+    in_flight = (3 if plan.step_in_backward or plan.sharded else 2) * largest_trainable * FLOAT32
+    held = copy_bytes + n_trainable * plan.bytes_per_trainable()
+    return (math.ceil(held / processes) if plan.sharded else held) + in_flight
 
 
 def available_bytes(device: torch.device) -> int:

@@ -113,7 +113,7 @@ def hop_scores(ctx: Context, hop: str, seed: int, upstream: bool = False) -> dic
     return ctx.shared[key]
 
 
-def over_runs(values: Sequence[float], controls: Sequence[float], what: str, interest: float | None) -> Test:
+def over_runs(values: Sequence[float] | np.ndarray, controls: Sequence[float] | np.ndarray, what: str, interest: float | None) -> Test:
     """`values` above `controls`, one pair per fine-tuning run: the runs are the independent units."""
     return paired_greater(np.asarray(values, float), np.asarray(controls, float), f"{what}, one value per fine-tuning run", interest,
                           "fine-tuning runs")
@@ -154,7 +154,7 @@ def depth_offset(mass: np.ndarray, toward: str) -> np.ndarray:
     return centre - 0.5 if toward == "late" else 0.5 - centre
 
 
-def depth_test(offsets: Sequence[float], what: str, interest: float | None = None) -> Test:
+def depth_test(offsets: Sequence[float] | np.ndarray, what: str, interest: float | None = None) -> Test:
     """The positive mass of scores sits toward the claimed blocks, run by run: `offsets` `[n_runs]` each run's mean depth's
     offset from the middle toward them (`depth_offset`), above 0 over the fine-tuning runs; a run with no positive mass
     has no depth and is left out."""
@@ -234,8 +234,8 @@ def freeze(ctx: Context) -> Measured:
     split = paper_split(n_layers)
     rows, test = freeze_tests(ctx, split, pre)
     layers = [c.layer for c in score_components(ctx.lm)]
-    by_layer = {hop: sum(np.bincount(layers, weights=hop_scores(ctx, hop, seed)["informative"], minlength=n_layers) for seed in seeds_of(ctx))
-                for hop in ("first", "second")}
+    by_layer = {hop: np.sum([np.bincount(layers, weights=hop_scores(ctx, hop, seed)["informative"], minlength=n_layers)
+                             for seed in seeds_of(ctx)], axis=0) for hop in ("first", "second")}
     score_split = choose_split(by_layer["first"], by_layer["second"])
     variant = freeze_tests(ctx, score_split, False) if score_split is not None else None
     for hop in ("first", "second"):
