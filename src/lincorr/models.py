@@ -10,7 +10,7 @@ import struct
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -365,9 +365,10 @@ def load_pretrained(spec: str, *, options: LoadOptions, trust_remote_code: bool,
         tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=trust_remote_code, revision=revision)
         # Never a pickled checkpoint: unpickling can run code from the file.
         # With output_loading_info, a (model, what it loaded) pair, which transformers' annotations do not say.
-        model, loading = cast(Any, AutoModelForCausalLM.from_pretrained(
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
             source, trust_remote_code=trust_remote_code, use_safetensors=True, revision=revision, output_loading_info=True,
-            **options.kwargs()))
+            **options.kwargs())
+        model, loading = loaded
     except OSError as error:
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         hint = "unset HF_HUB_OFFLINE or download it first" if offline else "check the name, or download it first"

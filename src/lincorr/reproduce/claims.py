@@ -46,9 +46,6 @@ class Claim:
     # that value: a test that could not have seen it ends `inconclusive`, never `not reproduced`.
     interest: float | None = None
     interest_reason: str | None = None
-    # Claims whose tests hold, value for value, every part of this claim's test: where they are measured in the same run,
-    # this claim is decided at the run's level but not counted in its family (`runner.judged`).
-    restates: tuple[str, ...] = ()
 
     def settings_for(self, budget: str) -> Mapping[str, object] | None:
         """The step's settings at `budget`, or None when the claim is not run at that budget."""
@@ -113,7 +110,6 @@ def claim_from(entry: dict, paper: str, fine_tuning_memory: dict | None = None) 
         interest_reason=str(entry["interest"]["reason"]) if "interest" in entry else None,
         fine_tuning_peak=float(fine_tuning_memory["peak"]) if fine_tunes and fine_tuning_memory else None,
         fine_tuning_measured=str(fine_tuning_memory["measured"]) if fine_tunes and fine_tuning_memory else None,
-        restates=tuple(str(claim_id) for claim_id in entry.get("restates", ())),
     )
     if not claim.id.startswith(f"{paper}."):
         raise LincorrError(f"claim {claim.id} of {paper}/claims.yaml must start with '{paper}.'")
@@ -137,8 +133,19 @@ def load_paper(name: str) -> Paper:
     duplicates = sorted({c.id for c in claims if sum(d.id == c.id for d in claims) > 1})
     if duplicates:
         raise LincorrError(f"{name}/claims.yaml repeats claim ids: {', '.join(duplicates)}")
-    measured = {c.id for c in claims if c.step is not None}
-    unknown = sorted({f"{c.id} -> {other}" for c in claims for other in c.restates if other not in measured or other == c.id})
+    return Paper(name, data["title"], claims)
+
+
+@recording.cache
+def restatements(name: str) -> dict[str, tuple[str, ...]]:
+    """Paper `name`'s claims that restate others (`restates` in its claims.yaml), each with the claims whose tests hold,
+    value for value, every part of its own: where those are measured in the same run, it is decided at the run's level
+    without counting in its family (`runner.restating`)."""
+    data = yaml.safe_load(resources.files("lincorr.reproduce").joinpath(name, "claims.yaml").read_text(encoding="utf-8"))
+    found = {str(entry["id"]): tuple(str(other) for other in entry["restates"]) for entry in data["claims"] if entry.get("restates")}
+    measured = {str(entry["id"]) for entry in data["claims"] if entry.get("step")}
+    unknown = sorted(f"{claim_id} -> {other}" for claim_id, others in found.items() for other in others
+                     if other not in measured or other == claim_id)
     if unknown:
         raise LincorrError(f"{name}/claims.yaml: a claim restates no other measured claim of the paper: {', '.join(unknown)}")
-    return Paper(name, data["title"], claims)
+    return found

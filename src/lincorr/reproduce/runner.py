@@ -31,7 +31,7 @@ from lincorr.models import LM, load_model, require_other_checkpoint
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
 from lincorr.progress import progress_bar
 from lincorr.reading import human_size
-from lincorr.reproduce.claims import BUDGETS, Claim, known_papers, load_paper
+from lincorr.reproduce.claims import BUDGETS, Claim, known_papers, load_paper, restatements
 from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
 from lincorr.reproduce.series import series_key
 from lincorr.reproduce.step import Context
@@ -146,7 +146,7 @@ def judged(claims: Sequence[ClaimResult]) -> tuple[ClaimResult, ...]:
 
 def restating(claims: Sequence[ClaimResult]) -> dict[str, tuple[str, ...]]:
     """The measured claims of a run whose parts are, value for value, the parts of other claims of the run that they name
-    (`Claim.restates`), each with those claims. Such a claim's T+ rejects only where each restated claim's does, and its
+    (`claims.restatements`), each with those claims. Such a claim's T+ rejects only where each restated claim's does, and its
     T− (each part at a level no larger than within its own claim) only where one of theirs does, so a false rejection
     of it is a false rejection of a restated claim, which the family's union bound already counts: it is decided at
     ALPHA / m without adding to m. A claim whose parts differ from theirs is counted as any other."""
@@ -154,7 +154,7 @@ def restating(claims: Sequence[ClaimResult]) -> dict[str, tuple[str, ...]]:
     out = {}
     for claim in measured.values():
         paper = claim.id.partition(".")[0]
-        restates = next((c.restates for c in load_paper(paper).claims if c.id == claim.id), ()) if paper in known_papers() else ()
+        restates = restatements(paper).get(claim.id, ()) if paper in known_papers() else ()
         if restates and all(other in measured for other in restates) and \
                 sorted_parts(claim) == sorted((part for other in restates for part in sorted_parts(measured[other])), key=repr):
             out[claim.id] = restates
