@@ -64,6 +64,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(one_plan(args.model, args.one, args.facts)))
         return
+    from lincorr import sharded_training
     from lincorr.memory_plan import PLANS, SHARDED, predicted_peak
 
     print(f"fine-tuning {args.model} (float32), {args.facts} facts, three steps: peak resident memory beyond the loaded model")
@@ -82,7 +83,7 @@ def main() -> None:
         print(f"{name:<14} " + " ".join(f"{cell:>26}" for cell in cells))
     print(f"\n{SHARDED.name} over {SHARDED_PROCESSES} processes (each also holds the whole loaded model), per process:")
     for name, parameters in LARGER.items():
-        need = 4 * parameters + predicted_peak(SHARDED, parameters, parameters // 16, 4 * parameters, processes=SHARDED_PROCESSES)
+        need = 4 * parameters + sharded_training.predicted_peak(parameters, parameters // 16, 4 * parameters, SHARDED_PROCESSES)
         print(f"{name:<14} {need / 1e9:>8.0f} GB ({'fits' if need <= GPU_BYTES else 'does not fit'} one 80 GB GPU)")
 
 

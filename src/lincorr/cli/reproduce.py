@@ -29,7 +29,7 @@ def add_commands(commands) -> None:
                         help="the paper: peng (linear correlation), merullo (vector arithmetic) or feng (extractive structures)")
     parser.add_argument("--only", default=None, metavar="ID,...", help="only these claims (e.g. peng.table2,peng.table4); --list names them")
     parser.add_argument("--budget", choices=("quick", "paper"), default="quick",
-                        help="quick: small N and few relations, a first look (3 to 15 minutes a paper for "
+                        help="quick: small N and few relations, a first look (3 to 22 minutes a paper for "
                              "gemma-3-270m-q4km on a 2-core CPU, docs/benchmarks.md); paper: the paper's N, relations and training")
     parser.add_argument("--list", action="store_true", help="list the paper's claims and exit")
     parser.add_argument("--status", default=None, metavar="DIR",

@@ -26,6 +26,7 @@ from lincorr.cache import recorded_result
 from lincorr.collection import CollectSettings
 from lincorr.errors import InputError, LincorrError, UsageError
 from lincorr.knowledge import load_registry
+from lincorr.finetune import layer_index
 from lincorr.memory_plan import PLANS
 from lincorr.models import LM, load_model, require_other_checkpoint
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
@@ -155,16 +156,25 @@ def restating(claims: Sequence[ClaimResult]) -> dict[str, tuple[str, ...]]:
     for claim in measured.values():
         paper = claim.id.partition(".")[0]
         restates = restatements(paper).get(claim.id, ()) if paper in known_papers() else ()
-        if restates and all(other in measured for other in restates) and \
+        if restates and all(other in measured for other in restates) and each_part(claim) and \
+                all(each_part(measured[other]) for other in restates) and \
                 sorted_parts(claim) == sorted((part for other in restates for part in sorted_parts(measured[other])), key=repr):
             out[claim.id] = restates
     return out
 
 
-def sorted_parts(claim: ClaimResult) -> list[tuple]:
-    """Each part of a claim's stored test (the test itself where it has none) as (name, p, effect, interval, units), sorted."""
+def each_part(claim: ClaimResult) -> bool:
+    """Whether a claim's stored test holds only where each of its parts does (one test, or `all_of`): the restatement
+    argument needs it of both sides (an "any of" claim's T+ is not its parts')."""
     detail = cast(dict, claim.detail)
-    return sorted(((part["name"], part["p_value"], part["effect"], tuple(part["interval"] or ()), part["units"])
+    return not detail.get("parts") or bool(detail.get("every_part"))
+
+
+def sorted_parts(claim: ClaimResult) -> list[tuple]:
+    """Each part of a claim's stored test (the test itself where it has none) as (name, p, effect, interval, units, Δ),
+    sorted: a T− at another Δ would not reject where the restated one does."""
+    detail = cast(dict, claim.detail)
+    return sorted(((part["name"], part["p_value"], part["effect"], tuple(part["interval"] or ()), part["units"], part["interest"])
                    for part in (detail.get("parts") or [detail])), key=repr)
 
 
@@ -288,7 +298,8 @@ class NotMeasuredHere(Exception):
 def memory_reason(claim: Claim, lm: LM) -> str | None:
     """Why a claim that fine-tunes is not measured on this machine (None when it is): its paper's measured peak, in
     multiples of the bytes of the model's weights as loaded, less what the leanest memory plan saves on every parameter
-    (`memory_plan.PLANS`: no whole-model gradient, moments in bfloat16), comes to more than the machine's memory. Only the
+    of the model's blocks, which every training recipe trains (`memory_plan.PLANS`: no whole-model gradient, moments in
+    bfloat16; the embeddings some recipes leave frozen saved nothing), comes to more than the machine's memory. Only the
     weights held in the machine's memory count (the CPU's, and Apple's MPS, which shares it); a CUDA device's memory is
     not checked. It stops only the measuring: a result the cache holds, measured on a machine with the memory, is served."""
     if claim.fine_tuning_peak is None:
@@ -298,7 +309,9 @@ def memory_reason(claim: Claim, lm: LM) -> str | None:
     if not weights:
         return None
     paper_plan, leanest = PLANS[0], PLANS[-1]
-    saved = (paper_plan.bytes_per_trainable() - leanest.bytes_per_trainable()) * sum(parameter.numel() for parameter in held)
+    in_blocks = sum(parameter.numel() for name, parameter in lm.model.named_parameters()
+                    if parameter.device.type in ("cpu", "mps") and layer_index(name) is not None)
+    saved = (paper_plan.bytes_per_trainable() - leanest.bytes_per_trainable()) * in_blocks
     needed, total = int(claim.fine_tuning_peak * weights) - saved, machine_memory()
     if needed <= total:
         return None
