@@ -28,14 +28,14 @@ import torch
 import torch.distributed as dist
 
 from lincorr.errors import LincorrError
-from lincorr.memory_plan import FLOAT32
+from lincorr.memory_plan import FLOAT32, SHARDED
 
 
 def predicted_peak(n_trainable: int, largest_trainable: int, copy_bytes: int, processes: int) -> int:
     """The bytes sharded training adds, in each of `processes`, to the loaded model: the trained copy whole (while it is
     made and while the result is gathered), the shard of its gradients and AdamW's moments, and the gradients in flight
     (two of the largest parameter, and the gathered one)."""
-    states = n_trainable * (FLOAT32 + 2 * FLOAT32)
+    states = n_trainable * SHARDED.bytes_per_trainable()
     return copy_bytes + math.ceil(states / processes) + 3 * largest_trainable * FLOAT32
 
 

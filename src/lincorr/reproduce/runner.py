@@ -304,13 +304,12 @@ def memory_reason(claim: Claim, lm: LM) -> str | None:
     not checked. It stops only the measuring: a result the cache holds, measured on a machine with the memory, is served."""
     if claim.fine_tuning_peak is None:
         return None
-    held = [parameter for parameter in lm.model.parameters() if parameter.device.type in ("cpu", "mps")]
-    weights = sum(parameter.numel() * parameter.element_size() for parameter in held)
+    held = {name: parameter for name, parameter in lm.model.named_parameters() if parameter.device.type in ("cpu", "mps")}
+    weights = sum(parameter.numel() * parameter.element_size() for parameter in held.values())
     if not weights:
         return None
     paper_plan, leanest = PLANS[0], PLANS[-1]
-    in_blocks = sum(parameter.numel() for name, parameter in lm.model.named_parameters()
-                    if parameter.device.type in ("cpu", "mps") and layer_index(name) is not None)
+    in_blocks = sum(parameter.numel() for name, parameter in held.items() if layer_index(name) is not None)
     saved = (paper_plan.bytes_per_trainable() - leanest.bytes_per_trainable()) * in_blocks
     needed, total = int(claim.fine_tuning_peak * weights) - saved, machine_memory()
     if needed <= total:
