@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
+from lincorr.cli.values import finite_number_that
 from lincorr.cli.options import (
     add_collect_settings,
     add_command,
@@ -22,15 +24,21 @@ from lincorr.cli.options import (
 from lincorr.errors import InputError, UsageError
 from lincorr.filesystem import lies_within
 
+DEFAULT_MAX_HOURS = 2.0
+
 
 def add_commands(commands) -> None:
     parser = add_command(commands, "reproduce")
     parser.add_argument("paper", nargs="?", default=None,
                         help="the paper: peng (linear correlation), merullo (vector arithmetic) or feng (extractive structures)")
     parser.add_argument("--only", default=None, metavar="ID,...", help="only these claims (e.g. peng.table2,peng.table4); --list names them")
-    parser.add_argument("--budget", choices=("quick", "paper"), default="quick",
+    parser.add_argument("--budget", choices=("quick", "paper", "decide"), default="quick",
                         help="quick: small N and few relations, a first look (3 to 22 minutes a paper for "
-                             "gemma-3-270m-q4km on a 2-core CPU, docs/benchmarks.md); paper: the paper's N, relations and training")
+                             "gemma-3-270m-q4km on a 2-core CPU, docs/benchmarks.md); paper: the paper's N, relations and training; "
+                             "decide: the quick budget, then each claim it left inconclusive measured again with the units its "
+                             "tests need (planned and printed first, within --max-hours)")
+    parser.add_argument("--max-hours", type=finite_number_that(lambda hours: hours > 0, "more than 0"), default=None, metavar="H",
+                        help=f"--budget decide: the most hours its second look may be predicted to take (default {DEFAULT_MAX_HOURS:g})")
     parser.add_argument("--list", action="store_true", help="list the paper's claims and exit")
     parser.add_argument("--status", default=None, metavar="DIR",
                         help="list the claims of saved reproductions (a --out directory, or a tree of MODEL/PAPER.json such as "
@@ -80,10 +88,22 @@ def run_reproduce(args) -> None:
         return
     from lincorr.reproduce import claims_to_run, reproduce
 
-    claims_to_run(args.paper, args.only, args.budget, with_eval_model=bool(args.eval_model))  # a choice that measures nothing fails now
+    deciding = args.budget == "decide"
+    if args.max_hours is not None and not deciding:
+        raise UsageError("--max-hours caps --budget decide's second look; add --budget decide, or drop --max-hours")
+    max_hours = args.max_hours or DEFAULT_MAX_HOURS
+    # a choice that measures nothing fails now
+    claims_to_run(args.paper, args.only, "quick" if deciding else args.budget, with_eval_model=bool(args.eval_model))
     refuse_same_model(args)
-    result = reproduce(args.paper, load_lm(args), only=args.only, budget=args.budget, registry=load_registry_from(args),
-                       settings=collect_settings(args), eval_model=load_lm(args, args.eval_model) if args.eval_model else None)
+    run = {"registry": load_registry_from(args), "settings": collect_settings(args),
+           "eval_model": load_lm(args, args.eval_model) if args.eval_model else None}
+    if deciding:
+        from lincorr.reproduce.sizing import decided, plan_text
+
+        result = decided(args.paper, load_lm(args), max_hours=max_hours, only=args.only,
+                         on_plan=lambda plans: print(plan_text(plans, max_hours), file=sys.stderr, flush=True), **run)
+    else:
+        result = reproduce(args.paper, load_lm(args), only=args.only, budget=args.budget, **run)
     save_and_print(args, result)
 
 

@@ -20,6 +20,8 @@ from lincorr.errors import LincorrError, UsageError
 from lincorr.paper import paper_entry
 
 BUDGETS = ("quick", "paper")
+# A budget sized from the quick budget's look where that look did not decide (`sizing`), no settings of its own.
+DECIDE = "decide"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,4 +151,42 @@ def restatements(name: str) -> dict[str, tuple[str, ...]]:
                      if other not in measured or other in found)
     if unknown:
         raise LincorrError(f"{name}/claims.yaml: a claim may restate only measured claims that restate none: {', '.join(unknown)}")
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Growth:
+    """The quick setting a claim's units grow with (`grows` in its claims.yaml): a count (n_sources) or a list of seeds,
+    and the most the data allow (None: no limit known)."""
+
+    setting: str
+    most: int | None = None
+
+    def size(self, value) -> int:
+        return len(value) if isinstance(value, list) else int(value)
+
+    def grown(self, value, size: int):
+        """`value` grown to `size` (within `most`): a count becomes `size`, a list of seeds gains the next unused ones."""
+        size = min(size, self.most) if self.most is not None else size
+        if not isinstance(value, list):
+            return max(size, int(value))
+        start = max(value, default=-1) + 1
+        return [*value, *range(start, start + max(size - len(value), 0))]
+
+
+@recording.cache
+def growth(name: str) -> dict[str, Growth]:
+    """Paper `name`'s claims whose units grow with one quick setting (`grows` in its claims.yaml), for `--budget decide`;
+    a claim without one has units its design fixes (the paper's five rows, a model's layers)."""
+    data = yaml.safe_load(resources.files("lincorr.reproduce").joinpath(name, "claims.yaml").read_text(encoding="utf-8"))
+    found = {}
+    for entry in data["claims"]:
+        grows = entry.get("grows")
+        if grows is None:
+            continue
+        quick = entry.get("quick") or {}
+        if not isinstance(grows, dict) or grows.get("setting") not in quick or not isinstance(quick[grows["setting"]], (int, list)):
+            raise LincorrError(f"{name}/claims.yaml: {entry['id']} grows with {grows!r}, which names none of its quick count "
+                               f"or seed settings ({', '.join(quick)})")
+        found[str(entry["id"])] = Growth(str(grows["setting"]), int(grows["most"]) if grows.get("most") is not None else None)
     return found

@@ -16,7 +16,7 @@ import datetime
 import logging
 import textwrap
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, cast
 
@@ -32,7 +32,7 @@ from lincorr.models import LM, load_model, require_other_checkpoint
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
 from lincorr.progress import progress_bar
 from lincorr.reading import human_size
-from lincorr.reproduce.claims import BUDGETS, Claim, known_papers, load_paper, restatements
+from lincorr.reproduce.claims import BUDGETS, DECIDE, Claim, known_papers, load_paper, restatements
 from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
 from lincorr.reproduce.series import series_key
 from lincorr.reproduce.step import Context
@@ -126,19 +126,19 @@ def retested(claim: ClaimResult) -> ClaimResult:
     return dataclasses.replace(claim, test=test.name, statistic=test.statistic, p_value=test.p_value, detail=test.summary(), variant=variant)
 
 
-def judged(claims: Sequence[ClaimResult]) -> tuple[ClaimResult, ...]:
+def judged(claims: Sequence[ClaimResult], alpha: float = ALPHA) -> tuple[ClaimResult, ...]:
     """The claims of one run, their tests made by the current code (`retested`), decided together (`decisions.decide`):
-    each of the m measured claims' two one-sided tests at ALPHA / m, its interval at the same level; a variant is decided at
-    that level too, outside the family, and so is a claim that restates others of the run (`restating`)."""
+    each of the m measured claims' two one-sided tests at `alpha` / m, its interval at the same level; a variant is decided
+    at that level too, outside the family, and so is a claim that restates others of the run (`restating`)."""
     measured = [i for i, c in enumerate(claims) if c.detail is not None]
     family = len(measured) - len(restating(claims))
     out = list(claims)
     for i in measured:
         claim = claims[i]
-        decision = decide(cast(Test, claim.measured_test()), family)
+        decision = decide(cast(Test, claim.measured_test()), family, alpha)
         variant = claim.variant
         if variant and variant.get("detail"):
-            beside = decide(Test.from_summary(variant["detail"]), family)
+            beside = decide(Test.from_summary(variant["detail"]), family, alpha)
             variant = {**variant, "test": beside.method, "p_value": beside.p_effect, "verdict": beside.verdict, "decision": beside.summary()}
         out[i] = dataclasses.replace(claim, test=decision.method, p_value=decision.p_effect, adjusted_p=decision.adjusted_p_effect,
                                      verdict=decision.verdict, variant=variant, decision=decision.summary())
@@ -221,7 +221,8 @@ class ReproductionResult:
         """"each claim's two one-sided tests at 0.05 / 18 ...": how the run's claims were decided together."""
         repeated = restating(self.claims)
         family = sum(c.detail is not None for c in self.claims) - len(repeated)
-        return (f"each of the {family} measured claims' two one-sided tests at {ALPHA:g} / {family} (Bonferroni), "
+        looks = " (each of two looks at half the run's 0.05: `lincorr.reproduce.sizing`)" if self.budget == DECIDE else ""
+        return (f"each of the {family} measured claims' two one-sided tests at {alpha_of(self.budget):g} / {family} (Bonferroni){looks}, "
                 f"its interval at the same level on each side" + "".join(
                     f"; {claim_id} restates {', '.join(others)}, decided at that level and not counted"
                     for claim_id, others in repeated.items()))
@@ -254,7 +255,7 @@ class ReproductionResult:
 
     def rejudged(self) -> ReproductionResult:
         """The same measurements judged by the current code (`judged`): tests made again from their recipes and decided. A test whose recipe the current code cannot make raises ValueError."""
-        return dataclasses.replace(self, claims=judged([retested(claim) for claim in self.claims]))
+        return dataclasses.replace(self, claims=judged([retested(claim) for claim in self.claims], alpha_of(self.budget)))
 
     def stale_claims(self) -> list[ClaimResult]:
         """Measured claims that some code they ran has changed since (`changed_code`)."""
@@ -278,6 +279,11 @@ class ReproductionResult:
         return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
                    tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""), data.get("seconds"),
                    data.get("measured"))
+
+
+def alpha_of(budget: str) -> float:
+    """The level a run at `budget` shares among its claims: ALPHA, or half of it for each look of `--budget decide`."""
+    return ALPHA / 2 if budget == DECIDE else ALPHA
 
 
 def unmeasured_reason(claim: Claim, budget: str, *, with_eval_model: bool) -> str | None:
@@ -382,13 +388,15 @@ def measure_claim(claim: Claim, ctx: Context) -> dict:
 
 def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, budget: str = "quick", registry=None,
               settings: CollectSettings = CollectSettings(), eval_model: LM | str | None = None,
-              on_finished: Callable[[ClaimResult, bool], None] | None = None) -> ReproductionResult:
+              on_finished: Callable[[ClaimResult, bool], None] | None = None,
+              grown: Mapping[str, Mapping[str, object]] | None = None) -> ReproductionResult:
     """Every claim of `paper` ("peng") on a model (an LM or a model spec) at `budget` ("quick" or "paper"), or those named in `only`.
 
     `settings` say how the logit tables are collected; without their cache every claim is measured again.
     `eval_model` is a second checkpoint of the model (base -> instruct) for the claims that need one; without it they are
     not applicable. Each finished claim is stored at once; a rerun finds it and measures only what is missing or whose
-    code changed. `on_finished(claim, measured_now)` hears of each claim as it finishes (a refresh's progress).
+    code changed. `on_finished(claim, measured_now)` hears of each claim as it finishes (a refresh's progress). `grown`
+    gives some claims other settings than the budget's (claim id -> settings: `sizing`'s second look).
     """
     started = time.perf_counter()
     claims_of = load_paper(paper)
@@ -415,7 +423,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
         if reason is not None:
             finished(unmeasured(claim, reason))
             continue
-        claim_settings = claim.settings_for(budget)
+        claim_settings = (grown or {}).get(claim.id) or claim.settings_for(budget)
         ctx = Context(lm, registry, claim_settings, settings, shared, claim.interest)
         # The fingerprint names the weights, not what they were loaded as: the dtype and the device change the numbers too.
         key = {"paper": paper, "claim": claim.id, "budget": budget, "model": lm.fingerprint, "dtype": str(lm.head_weight.dtype),
