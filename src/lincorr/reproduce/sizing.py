@@ -3,8 +3,8 @@
 The first look is the quick budget's run. Each claim it leaves `inconclusive` is planned again: the units that give its
 two tests a power of 0.8 at Δ at the second look's level (`decisions.units_for_power`, from the first look's standard
 error, never from its effect), the quick setting its units grow with (`grows` in the paper's claims.yaml: sources, facts,
-runs, seeds, names, inputs) scaled to them, and its predicted time: the first look's seconds of its step's costliest
-claim, times the growth (claims of one step often share their work, so this errs long). The planned claims are taken
+runs, seeds, names, inputs) scaled to them, and its predicted time: the first look's seconds of every claim that grows
+with the same setting, times the growth (claims share work, so this errs long). The planned claims are taken
 cheapest first while their predicted time fits `max_hours`; the others are named with their cost. The second look
 measures them at the grown settings, the first look's units among its own.
 
@@ -50,9 +50,15 @@ class Planned:
     def line(self) -> str:
         """"merullo.transfer: planned, 8 -> 53 sources (n_sources 8 -> 53), about 12 min"."""
         if self.outcome in (PLANNED, OVER_CAP):
-            return (f"{self.id}: {self.outcome}, {self.units} -> {self.planned_units} {self.unit} ({self.setting} {self.value} -> "
-                    f"{self.planned_value}), about {minutes(self.predicted_seconds)}" + (f"; {self.why}" if self.why else ""))
+            return (f"{self.id}: {self.outcome}, {self.units} -> {self.planned_units} {self.unit} ({self.setting} "
+                    f"{value_text(self.value)} -> {value_text(self.planned_value)}), about {minutes(self.predicted_seconds)}"
+                    + (f"; {self.why}" if self.why else ""))
         return f"{self.id}: {self.outcome}" + (f" ({self.why})" if self.why else "")
+
+
+def value_text(value) -> str:
+    """A setting's value as the plan prints it: a count, or a list of seeds by its length and ends."""
+    return f"{len(value)} ({value[0]}-{value[-1]})" if isinstance(value, list) and value else str(value)
 
 
 def minutes(seconds: float | None) -> str:
@@ -66,10 +72,12 @@ def plan(first: ReproductionResult, max_hours: float) -> tuple[Planned, ...]:
     restated = restating(first.claims)
     family = sum(c.detail is not None for c in first.claims) - len(restated)
     level = alpha_of(DECIDE) / max(family, 1)
-    step_seconds: dict[str, float] = {}
+    # A claim often reads work another claim did (Feng's localisation the fine-tuning of Fig. 2): each is charged the
+    # first look's seconds of every claim that grows with its setting, which errs long.
+    setting_seconds: dict[str, float] = {}
     for claim in first.claims:
-        if claim.step is not None and claim.seconds is not None:
-            step_seconds[claim.step] = max(step_seconds.get(claim.step, 0.0), claim.seconds)
+        if claim.id in grows and claim.seconds is not None:
+            setting_seconds[grows[claim.id].setting] = setting_seconds.get(grows[claim.id].setting, 0.0) + claim.seconds
     rows, candidates = [], []
     for claim in first.claims:
         if claim.detail is None:
@@ -98,7 +106,7 @@ def plan(first: ReproductionResult, max_hours: float) -> tuple[Planned, ...]:
         capped = f"{rule.setting} capped at the {rule.most} its data hold: power below 0.8" if short else ""
         candidates.append(dataclasses.replace(
             row, outcome=PLANNED, why=capped, planned_units=math.ceil(row.units * factor), setting=rule.setting, value=value,
-            planned_value=planned_value, predicted_seconds=step_seconds.get(str(claim.step), 0.0) * factor))
+            planned_value=planned_value, predicted_seconds=setting_seconds.get(rule.setting, 0.0) * factor))
     spent = 0.0
     for row in sorted(candidates, key=lambda r: r.predicted_seconds or 0.0):
         fits = spent + (row.predicted_seconds or 0.0) <= max_hours * 3600
