@@ -276,6 +276,8 @@ def test_refresh_measures_exactly_the_stale_claims_and_rewrites_their_file(two_s
     edited(monkeypatch, "lincorr.linear:fit_ridge")
     assert main(["reproduce", "--status", str(saved.parent.parent)]) == 0
     assert "peng.fits" in capsys.readouterr().out
+    assert main(["reproduce", "--status", str(saved.parent)]) == 0, "one model's directory of PAPER.json"
+    assert "peng.fits" in capsys.readouterr().out
     assert main(["reproduce", "--refresh", str(saved.parent.parent)]) == 0
     printed = capsys.readouterr().out
     assert f"1 stale of 2 in {saved} (peng.fits)" in printed and f"wrote {saved}: 1 claims measured again" in printed, printed

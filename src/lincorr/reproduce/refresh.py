@@ -35,14 +35,15 @@ class SavedReproduction:
 
 
 def reproduction_files(directory: str | Path) -> list[Path]:
-    """The reproduction files of `directory`: a run's reproduction.json (or that file named itself), or each MODEL/PAPER.json
-    of a tree like docs/reproductions/."""
+    """The reproduction files of `directory`: a run's reproduction.json (or that file named itself), each MODEL/PAPER.json
+    of a tree like docs/reproductions/, or each PAPER.json of one of its model directories."""
     path = Path(directory)
     if not path.is_dir():
         return [path]  # its reader says what it is, if not a reproduction
     if os.path.lexists(path / RESULT_FILE):
         return [path / RESULT_FILE]
-    found = sorted(p for p in path.glob("*/*.json") if not p.name.endswith(".provenance.json"))
+    # A tree of MODEL/PAPER.json, or one model's directory of PAPER.json.
+    found = [p for p in sorted(path.glob("*/*.json")) or sorted(path.glob("*.json")) if not p.name.endswith(".provenance.json")]
     if not found:
         raise InputError(f"{directory}: no saved reproduction there; pass the --out directory of `lincorr reproduce`, its "
                          f"{RESULT_FILE}, or a directory of MODEL/PAPER.json files such as docs/reproductions")

@@ -25,6 +25,7 @@ from lincorr.models import LM, load_model
 from lincorr.reproduce.claims import DECIDE, growth, load_paper
 from lincorr.reproduce.decisions import INCONCLUSIVE, units_for_power
 from lincorr.reproduce.evidence import evidence_of
+from lincorr.reproduce.refresh import duration_text
 from lincorr.reproduce.runner import ReproductionResult, alpha_of, judged, reproduce, restating
 from lincorr.reproduce.verdicts import Test
 
@@ -51,7 +52,7 @@ class Planned:
         """"merullo.transfer: planned, 8 -> 53 sources (n_sources 8 -> 53), about 12 min"."""
         if self.outcome in (PLANNED, OVER_CAP):
             return (f"{self.id}: {self.outcome}, {self.units} -> {self.planned_units} {self.unit} ({self.setting} "
-                    f"{value_text(self.value)} -> {value_text(self.planned_value)}), about {minutes(self.predicted_seconds)}"
+                    f"{value_text(self.value)} -> {value_text(self.planned_value)}), about {duration_text(self.predicted_seconds or 0.0)}"
                     + (f"; {self.why}" if self.why else ""))
         return f"{self.id}: {self.outcome}" + (f" ({self.why})" if self.why else "")
 
@@ -59,10 +60,6 @@ class Planned:
 def value_text(value) -> str:
     """A setting's value as the plan prints it: a count, or a list of seeds by its length and ends."""
     return f"{len(value)} ({value[0]}-{value[-1]})" if isinstance(value, list) and value else str(value)
-
-
-def minutes(seconds: float | None) -> str:
-    return "? min" if seconds is None else f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 def plan(first: ReproductionResult, max_hours: float) -> tuple[Planned, ...]:
@@ -130,7 +127,7 @@ def wanted_units(test: Test, level: float) -> int | None:
 def plan_text(plans: tuple[Planned, ...], max_hours: float) -> str:
     planned = [p for p in plans if p.outcome == PLANNED]
     total = sum(p.predicted_seconds or 0.0 for p in planned)
-    return "\n".join([f"--budget decide: {len(planned)} claims measured again, about {minutes(total)} of the {max_hours:g} h "
+    return "\n".join([f"--budget decide: {len(planned)} claims measured again, about {duration_text(total)} of the {max_hours:g} h "
                       f"allowed (--max-hours); each look decides at half the run's 0.05"] + [p.line() for p in plans])
 
 
