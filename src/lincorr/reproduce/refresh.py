@@ -17,7 +17,8 @@ from lincorr.collection import CollectSettings
 from lincorr.errors import InputError
 from lincorr.models import LM
 from lincorr.outputs import write_text_atomic
-from lincorr.reproduce.runner import ClaimResult, ReproductionResult, changed_code, judged, reproduce, retested
+from lincorr.reproduce.claims import DECIDE
+from lincorr.reproduce.runner import ClaimResult, ReproductionResult, alpha_of, changed_code, judged, reproduce, retested
 from lincorr.reproduction_file import RESULT_FILE
 from lincorr.strict_json import dumps
 
@@ -107,12 +108,15 @@ def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: Co
         raise InputError(f"{saved.path}: measured on a model with fingerprint {saved.result.model_fingerprint[:24]}..., but "
                          f"{saved.result.model_name} now loads {lm.fingerprint[:24]}...; measure it again whole: lincorr reproduce "
                          f"{saved.result.paper} --model {saved.result.model_name}")
+    if saved.result.budget == DECIDE and saved.stale:  # its second look's units were planned from its first look's
+        raise InputError(f"{saved.path}: a --budget decide reproduction is measured again whole: lincorr reproduce "
+                         f"{saved.result.paper} --model {saved.result.model_name} --budget decide")
     started = time.perf_counter()
     again = reproduce(saved.result.paper, lm, only=",".join(c.id for c in saved.stale), budget=saved.result.budget or "quick",
                       settings=settings, eval_model=eval_lm, on_finished=on_finished)
     measured = {claim.id: claim for claim in again.claims}
     claims = [measured.get(claim.id, claim) for claim in saved.result.claims]
-    return dataclasses.replace(saved.result, claims=judged([retested(claim) for claim in claims]),
+    return dataclasses.replace(saved.result, claims=judged([retested(claim) for claim in claims], alpha_of(saved.result.budget)),
                                seconds=round(time.perf_counter() - started, 1), measured=again.measured)
 
 
