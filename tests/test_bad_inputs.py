@@ -108,6 +108,15 @@ MISTAKES = [
     ("out-is-a-file", ["matrix", "--prompts", "city,country", "--model", "{model}", "--out", "{a_file}"], OutputError),
     ("demo-out-of-other-files", ["demo", "--out", "{notes_dir}"], OutputError),
     ("disk-fills-during-save", FIT + ["--out", "{ws}/run"], StorageError, "disk_fills_while_saving"),
+    # paths no file system takes: refused before the work, not by the save after it
+    ("out-name-longer-than-a-file-name", FIT + ["--out", "{ws}/" + "b" * 300], OutputError),
+    ("out-deeper-than-lincorr-makes", FIT + ["--out", "{ws}/" + "a/" * 300], OutputError),
+    # a prompt template is a sentence: a 40,000-character one is refused while parsing, and quoted briefly
+    ("template-of-40000-characters", FIT + ["--source-template", "ab" * 20_000], UsageError),
+    # trackers whose address or store cannot work: refused before the work
+    ("mlflow-unclosed-ipv6-address", FIT + ["--out", "{ws}/run", "--mlflow", "http://[::1"], OutputError),
+    ("mlflow-store-name-too-long", FIT + ["--out", "{ws}/run", "--mlflow", "file:{ws}/" + "b" * 300], OutputError),
+    ("mlflow-store-through-a-link-loop", FIT + ["--out", "{ws}/run", "--mlflow", "file:{loop_one}/mlruns"], OutputError),
     # the cache
     ("cache-dir-is-a-file", FIT, CacheError, "cache_dir_is_a_file"),
     ("cache-dir-read-only", FIT, StorageError, "read_only_cache"),
@@ -150,6 +159,8 @@ def assets(tmp_path_factory, tokenizer) -> dict[str, str]:
     (ws / "truncated.gguf").write_bytes((ws / "tiny.gguf").read_bytes()[:2000])
     (ws / "garbage.gguf").write_text("this is not a model\n")
     (ws / "a_file").write_text("a file\n")
+    (ws / "loop_one").symlink_to(ws / "loop_two")
+    (ws / "loop_two").symlink_to(ws / "loop_one")
     lines = {"inputs": NAMES[:60], "eight_inputs": NAMES[:8], "long_inputs": [*NAMES[:30], " ".join(["word"] * 2000)],
              "cities": CITIES, "countries": COUNTRIES, "one_country": COUNTRIES[:1]}
     for name, content in lines.items():
@@ -533,3 +544,24 @@ def test_weights_that_leave_parameters_at_random_are_refused_naming_them(kept, a
     line = one_error_line(capsys)
     assert ("other shapes" if kept == "reshaped" else "of the model's tensors") in line, line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("given", [["--inputs", "x" * 5000], ["--inputs", "/" + "y " * 3000]])
+def test_an_error_quoting_a_huge_value_stays_a_short_line(given, assets, capsys):
+    """What a user gave is quoted in the error line at its ends: a long word to 60 + 30 characters, a long line to 2,000."""
+    assert main(filled(FIT, assets) + given) == 2
+    line = one_error_line(capsys)
+    assert len(line) <= 2100 and "characters)" in line, line[:300]
+
+
+def test_a_repeatable_option_checks_each_value_once_against_the_values_before_it():
+    """`Distinct` appends in place and checks a value against a set: 20,000 words parse, and a repeat among them is named."""
+    from lincorr.cli.options import CommandParser, Distinct
+
+    parser = CommandParser(prog="t")
+    parser.add_argument("--top", action=Distinct, default=[])
+    words = [f"w{i}" for i in range(20_000)]
+    assert parser.parse_args([token for word in words for token in ("--top", word)]).top == words
+    with pytest.raises(UsageError, match="w7 given more than once"):
+        parser.parse_args([token for word in [*words[:10], "w7"] for token in ("--top", word)])
+    assert parser.parse_args([]).top == [], "the default list is never appended to"

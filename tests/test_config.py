@@ -54,6 +54,10 @@ def test_a_group_commands_options_go_after_its_own_name(tmp_path):
     ("seed: 2024-01-01\n", "seed: "),
     ("seed: !!binary aGVsbG8=\n", "!!binary is not an option's value"),
     ("seed: !!set {1, 2}\n", "!!set is not an option's value"),
+    # No command line can hold a NUL, and no path or word may: refused by the file, not by the first open() it reaches.
+    ('out: "ab\\0cd"\n', "out holds a NUL character"),
+    ('mlflow: "file:/tmp/ab\\0cd"\n', "mlflow holds a NUL character"),
+    ('top: ["Paris", "a\\0b"]\n', "top holds a NUL character"),
 ])
 def test_a_wrong_file_is_one_error_line_naming_it(text, message, tmp_path, capsys):
     study = tmp_path / "study.yaml"

@@ -239,6 +239,30 @@ def holds_working_directory(directory: Path) -> bool:
     return directory == here or directory in here.parents
 
 
+# Path.mkdir(parents=True), which makes an output's parents, recurses once a directory: a path of 2,000 of them ended a
+# finished run in a RecursionError. No output needs more than this many.
+MAX_DEPTH = 200
+
+
+def path_trouble(path) -> str | None:
+    """Why `path` can name no file here (None when it can): a NUL character, a name longer than the file system takes, a
+    path longer than the system takes, or more than MAX_DEPTH directories deep."""
+    text = os.fspath(path)
+    if "\0" in text:
+        return "holds a NUL character (\\0), which no file name may"
+    longest = max((len(os.fsencode(part)) for part in Path(text).parts), default=0)
+    if longest > NAME_MAX:
+        return f"has a name of {longest:,} bytes, and a file name may have at most {NAME_MAX}"
+    if len(os.fsencode(os.path.abspath(text))) >= PATH_MAX:
+        return f"is {len(os.fsencode(os.path.abspath(text))):,} bytes long, and a path may have fewer than {PATH_MAX:,}"
+    if len(Path(os.path.abspath(text)).parts) > MAX_DEPTH:
+        return f"lies {len(Path(os.path.abspath(text)).parts):,} directories deep, more than the {MAX_DEPTH} lincorr makes"
+    return None
+
+
+NAME_MAX, PATH_MAX = 255, 4096  # Linux's and macOS's limits (os.pathconf reads them only of a path that exists)
+
+
 def check_output_directory(path, option: str = "output directory") -> Path:
     """Fail before any work when `path` cannot become an output directory; its real path (links resolved) when it can.
 
@@ -247,6 +271,9 @@ def check_output_directory(path, option: str = "output directory") -> Path:
     or one that it wrote itself, never the directory the user stands in or one holding it, and
     through a link only to a place that exists.
     """
+    trouble = path_trouble(path)
+    if trouble:
+        raise OutputError(f"{option} {path} {trouble}; name another directory")
     trouble = link_trouble(path)
     if trouble:
         raise OutputError(f"{option} {path}: {trouble}; fix the link or name another directory")

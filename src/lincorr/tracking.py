@@ -54,18 +54,25 @@ def check_tracker(tracking_uri: str) -> None:
     import socket
     import urllib.parse
 
-    from lincorr.filesystem import check_writable
+    from lincorr.filesystem import check_writable, link_trouble, path_trouble
 
     shown = tracking_uri if len(tracking_uri) <= 200 else f"{tracking_uri[:200]}... ({len(tracking_uri):,} characters)"
     if len(tracking_uri) > MOST_URI_CHARACTERS:
         raise OutputError(f"--mlflow {shown} is no tracking URI; give a store such as file:./mlruns or http://host:5000")
-    parts = urllib.parse.urlparse(tracking_uri)
+    try:
+        parts = urllib.parse.urlparse(tracking_uri)
+    except ValueError as error:  # an unclosed "[" of an IPv6 address
+        raise OutputError(f"--mlflow {shown} is no URI ({error}); give a store such as file:./mlruns or http://host:5000") from None
     scheme = parts.scheme or "file"  # a plain path is a file store to MLflow
     if scheme not in SCHEMES:
         raise OutputError(f"--mlflow {shown}: lincorr logs to {', '.join(f'{s}:' for s in SCHEMES)} stores, not {scheme}:; "
                           f"give e.g. file:./mlruns or http://host:5000")
     if scheme == "file":
         path = Path(urllib.parse.unquote(parts.path if parts.scheme else tracking_uri)).expanduser()
+        trouble = path_trouble(path)
+        trouble = f"{path} {trouble}" if trouble else link_trouble(path)
+        if trouble:
+            raise OutputError(f"--mlflow {shown}: {trouble}; name another directory for MLflow's file store")
         if ".." in path.parts:
             raise OutputError(f"--mlflow {shown} climbs out of a directory with ..; name the store's directory directly")
         if path.exists() and not path.is_dir():

@@ -31,6 +31,10 @@ SHARED_ERROR_GRACE_S = 30  # far longer than the two ranks of one launch drift a
 ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}
 # numpy's `tofile` (under `np.save`) reports a write the disk cut short with no errno, only the byte counts.
 SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
+# An error line quotes what a user gave (a path, a template), which can be thousands of characters long: each word is
+# cut to its ends past QUOTED_WORD characters, and the line past MAX_LINE, so that it still says what to do.
+QUOTED_WORD, MAX_LINE = 200, 2000
+LONG_WORD = re.compile(rf"\S{{{QUOTED_WORD + 1},}}")
 # How torch's CPU allocator and safetensors' mmap say that an allocation failed (they raise a plain RuntimeError).
 OUT_OF_MEMORY_WORDS = ("Cannot allocate memory", "can't allocate memory", "DefaultCPUAllocator: not enough memory")
 
@@ -221,8 +225,14 @@ def report_error(error: LincorrError, *, rank: int | None = None) -> int:
     if rank is None and launched_rank != "0":
         time.sleep(SHARED_ERROR_GRACE_S)
         where = f"rank {launched_rank}: "
-    print(f"lincorr: error: {where}{' '.join(str(error).splitlines())}", file=sys.stderr)
+    print(f"lincorr: error: {where}{shortened(' '.join(str(error).splitlines()))}", file=sys.stderr)
     return 2
+
+
+def shortened(line: str) -> str:
+    """An error line with each word of over QUOTED_WORD characters cut to its ends, and then the line to MAX_LINE."""
+    line = LONG_WORD.sub(lambda word: f"{word[0][:60]}...{word[0][-30:]} ({len(word[0]):,} characters)", line)
+    return line if len(line) <= MAX_LINE else f"{line[:MAX_LINE - 500]} ... ({len(line):,} characters) ... {line[-400:]}"
 
 
 def configure_logging(verbose: bool) -> None:

@@ -131,7 +131,10 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
         action = known.get(option)
         if action is None or option in ("--config", "--help"):
             raise InputError(f"{CONFIG_FILE.what} {path}: '{quoted(key)}' is not an option of `{parser.prog}`; see `{parser.prog} --help`")
-        tokens += option_tokens(option, action, value, path)
+        given = option_tokens(option, action, value, path)
+        if any("\0" in token for token in given):  # no command line can hold one, and no path or word may
+            raise InputError(f"{CONFIG_FILE.what} {path}: {quoted(key)} holds a NUL character (\\0); remove it")
+        tokens += given
     return tokens
 
 

@@ -29,6 +29,7 @@ from lincorr.cli.values import (  # noqa: F401 - the commands import the option 
     json_object,
     fraction,
     model_spec,
+    prompt_template,
     positive_number,
     names,
     ridge_alpha,
@@ -138,7 +139,7 @@ def add_custom_prompt_options(parser) -> None:
     """--source-template/--source-domain and --target-template/--target-domain: a prompt of your own for either side."""
     group = parser.add_argument_group("your own prompts (instead of registry prompts; SOURCE/TARGET become their labels)")
     for side in SIDES:
-        group.add_argument(f"--{side}-template", default=None, help=f'custom {side} template with one "{{}}"')
+        group.add_argument(f"--{side}-template", type=prompt_template, default=None, help=f'custom {side} template with one "{{}}"')
         group.add_argument(f"--{side}-domain", default=None, metavar="FILE", help=f"custom {side} answer words, one per line")
 
 

@@ -76,13 +76,43 @@ class Distinct(argparse.Action):
     value would be measured or shown twice, an empty one means nothing."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        given = list(values) if isinstance(values, list) else [*(getattr(namespace, self.dest) or ()), values]
-        if any(isinstance(value, str) and not value.strip() for value in given):
-            parser.error(f"argument {option_string or self.metavar}: an empty value; give a value or leave the option out")
-        repeated = sorted({str(value) for value in given if given.count(value) > 1})
+        current = getattr(namespace, self.dest)
+        # Appended in place, each value checked against a set: a config file's list of 100,000 --top words takes a
+        # moment, where copying and counting the list at every value took hours.
+        given = current if isinstance(current, DistinctValues) and not isinstance(values, list) else DistinctValues()
+        repeated = set()
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, str) and not value.strip():
+                parser.error(f"argument {option_string or self.metavar}: an empty value; give a value or leave the option out")
+            if str(value) in given.seen:
+                repeated.add(str(value))
+            given.append(value)
+            given.seen.add(str(value))
         if repeated:
-            parser.error(f"argument {option_string or self.metavar}: {', '.join(repeated)} given more than once; give each once")
+            shown = sorted(repeated)
+            parser.error(f"argument {option_string or self.metavar}: {', '.join(shown[:10])}"
+                         f"{f' and {len(shown) - 10} more' if len(shown) > 10 else ''} given more than once; give each once")
         setattr(namespace, self.dest, given)
+
+
+class DistinctValues(list):
+    """The values of a `Distinct` option so far, with the set of their spellings."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.seen: set[str] = set(map(str, self))
+
+
+def prompt_template(text: str) -> str:
+    """An argparse type: a prompt template of at most MAX_TEMPLATE characters (its one "{}" is checked with the prompt)."""
+    if len(text) > MAX_TEMPLATE:
+        raise argparse.ArgumentTypeError(f"a template of {len(text):,} characters, over {MAX_TEMPLATE:,}; a prompt template "
+                                         "is a sentence with one {}")
+    return text
+
+
+# A prompt is a sentence; 20,000 words of one took over a minute to tokenize for every input, and as long to stop.
+MAX_TEMPLATE = 1000
 
 
 def finite_number(text: str) -> float:
