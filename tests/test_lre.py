@@ -72,7 +72,12 @@ def test_the_package_data_carries_every_lre_file():
      "properties.relation_type is missing"),
     # lincorr writes domain_name into both prompts ("{}'s x is"): a {} there was a second slot ("{}'s country {} of is")
     ('{"prompt_templates": ["{} is"], "properties": {"relation_type": "factual", "domain_name": "country {} of", "range_name": "y"}, '
-     '"samples": [{"subject": "a", "object": "b"}]}', "properties.domain_name 'country {} of' holds {}"),
+     '"samples": [{"subject": "a", "object": "b"}]}', "properties.domain_name 'country {} of' holds a brace"),
+    # ... and a lone brace there completes one with a template's stray brace ("of {}}" + "country {")
+    ('{"prompt_templates": ["The capital city of {}} is"], "properties": {"relation_type": "factual", "domain_name": "x", '
+     '"range_name": "y"}, "samples": [{"subject": "a", "object": "b"}]}', "and no other brace"),
+    ('{"prompt_templates": ["{} is"], "properties": {"relation_type": "factual", "domain_name": "country {", "range_name": "y"}, '
+     '"samples": [{"subject": "a", "object": "b"}]}', "properties.domain_name 'country {' holds a brace"),
     ('{"prompt_templates": ["{} is {}"], "properties": {"relation_type": "factual", "domain_name": "x", "range_name": "y"}, '
      '"samples": [{"subject": "a", "object": "b"}]}', "needs exactly one {}"),
 ])

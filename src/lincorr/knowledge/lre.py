@@ -92,10 +92,11 @@ def _filled(value: str, path: Path, where: str) -> str:
 
 
 def _named(value: str, path: Path, where: str) -> str:
-    """A property lincorr writes into a prompt ("{}'s country is"): a "{}" in it would be a second slot for the subject."""
-    if "{}" in _filled(value, path, where):
-        raise InputError(f"{WHAT} {path}: {where} {value[:100]!r} holds {{}}, which would put the subject in the prompt twice; "
-                         "name what a subject is in words")
+    """A property lincorr writes into a prompt ("{}'s country is"): a brace in it would make or complete a second slot for
+    the subject ("country {" beside a template's "{}}")."""
+    if "{" in _filled(value, path, where) or "}" in value:
+        raise InputError(f"{WHAT} {path}: {where} {value[:100]!r} holds a brace, which would put the subject in the prompt "
+                         "twice; name what a subject is in words")
     return value
 
 
@@ -107,8 +108,9 @@ def read_lre_relation(path) -> LreRelation:
     if not templates or not samples:
         raise InputError(f"{WHAT} {path}: {'prompt_templates' if not templates else 'samples'} is empty; {SHAPE}")
     for number, template in enumerate(templates):
-        if template.count("{}") != 1:
-            raise InputError(f"{WHAT} {path}: prompt_templates[{number}] {template!r} needs exactly one {{}} where the subject goes; {SHAPE}")
+        if template.count("{}") != 1 or template.count("{") != 1 or template.count("}") != 1:
+            raise InputError(f"{WHAT} {path}: prompt_templates[{number}] {template[:100]!r} needs exactly one {{}} where the "
+                             f"subject goes, and no other brace; {SHAPE}")
     pairs = tuple((_filled(sample["subject"], path, f"samples[{number}].subject"), _filled(sample["object"], path, f"samples[{number}].object"))
                   for number, sample in enumerate(samples))
     return LreRelation(
