@@ -19,7 +19,7 @@ from lincorr.metrics import bootstrap_labelwise_ci, instancewise_pearson, labelw
 from lincorr.models import LM
 from lincorr.domains import Domain
 from lincorr.outputs import settings_key, staged_directory, write_array, write_json
-from lincorr.reading import read_array
+from lincorr.reading import check_array, read_array
 from lincorr.results import decode, record, require_pandas
 from lincorr.schema import NUMBER, REAL, TEXT, Entries, FileKind, Items, read_document
 from lincorr.inputs import sample_vocab_inputs
@@ -219,26 +219,34 @@ class PairResult:
         inputs = tuple(read_document(directory / "inputs.json", dataclasses.replace(PAIR_FILE, shape=Items(TEXT))))
         try:
             return cls.from_saved(directory, result, inputs)
+        except InputError:
+            raise  # a reader's or a size check's error, which names the file and what is wrong in it
         except (TypeError, ValueError, KeyError, OverflowError) as error:
             raise InputError(f"{PAIR_FILE.what} {directory} is not what lincorr writes ({error}); {PAIR_FILE.remedy}") from None
 
     @classmethod
     def from_saved(cls, directory: Path, result: dict, inputs: tuple[str, ...]) -> PairResult:
-        def array(name: str) -> np.ndarray:
-            return read_array(directory / name, PAIR_FILE.what, PAIR_FILE.remedy)
+        domains = {side: decode(Domain, result[f"{side}_domain"]) for side in ("source", "target")}
+        words = {side: (len(domain), f"{side} words") for side, domain in domains.items()}
+
+        def array(name: str, *axes: tuple[int, str], weights: bool = False) -> np.ndarray:
+            path = directory / name
+            return check_array(read_array(path, PAIR_FILE.what, PAIR_FILE.remedy), path, PAIR_FILE.what, PAIR_FILE.remedy, axes,
+                               weights=weights)
 
         def table(side: str) -> LogitTable:
-            return LogitTable(values=array(f"{side}_logits.npy"), inputs=inputs, template=result[f"{side}_template"],
-                              domain=decode(Domain, result[f"{side}_domain"]), kind=result["kind"], model=result["model_fingerprint"])
+            return LogitTable(values=array(f"{side}_logits.npy", (len(inputs), "inputs in inputs.json"), words[side]), inputs=inputs,
+                              template=result[f"{side}_template"], domain=domains[side], kind=result["kind"], model=result["model_fingerprint"])
 
         def numbers(values) -> np.ndarray:
             return np.array([np.nan if value is None else value for value in values], dtype=np.float64)
 
-        low, high = (np.nan if value is None else value for value in result["labelwise_r_ci95"])
         source, target = table("source"), table("target")
+        check_saved_scores(directory / "result.json", result, len(inputs), len(domains["target"]))
+        low, high = (np.nan if value is None else value for value in result["labelwise_r_ci95"])
         config = decode(FitConfig, result["config"])
-        W, intercept = array("W.npy"), array("b.npy")
-        standardized = array("W_standardized.npy") if config.standardize else None
+        W, intercept = array("W.npy", words["source"], words["target"], weights=True), array("b.npy", words["target"], weights=True)
+        standardized = array("W_standardized.npy", words["source"], words["target"], weights=True) if config.standardize else None
         estimator = config.linear_map().with_weights(W, intercept, float(result["alpha"]), W_standardized=standardized)
         kept_pairs = tuple((subject, tuple(objects)) for subject, objects in result["reference_pairs"].items())
         return cls(
@@ -301,6 +309,19 @@ class PairResult:
                     f"{self.model_name}: W for {self.source_name} -> {self.target_name}",
                     reference=reference or None,
                 )
+
+
+def check_saved_scores(path: Path, result: dict, n_inputs: int, n_target: int) -> None:
+    """result.json's scores, once each has an entry per target word or test input and its split indexes only the run's inputs:
+    `PairResult` pairs them with the domain's words by position, so a list of another length would name words wrongly."""
+    lengths = {"labelwise_r": n_target, "control_labelwise_r": n_target, "instancewise_r": len(result["test_index"])}
+    for key, expected in lengths.items():
+        if len(result[key]) != expected:
+            raise InputError(f"{PAIR_FILE.what} {path} is not what lincorr writes: {key} has {len(result[key])} entries where the run "
+                             f"lists {expected} {'test inputs' if key == 'instancewise_r' else 'target words'}; {PAIR_FILE.remedy}")
+    if any(not 0 <= index < n_inputs for index in (*result["train_index"], *result["test_index"])):
+        raise InputError(f"{PAIR_FILE.what} {path} is not what lincorr writes: its train_index or test_index names an input "
+                         f"outside the {n_inputs} of inputs.json; {PAIR_FILE.remedy}")
 
 
 def tops_text(tops: Mapping[str, Sequence[tuple[str, float]]], title: str) -> str:

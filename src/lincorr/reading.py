@@ -15,6 +15,7 @@ import json
 import math
 import re
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -115,6 +116,34 @@ def read_array(path, what: str, fix: str) -> np.ndarray:
         # unpickle the file anyway, is no advice for a file from someone else.
         problem = f"numpy cannot load it as an array ({str(error).partition('. ')[0].rstrip('.')})"
     raise InputError(f"{what} {path} is not what lincorr writes: {problem}; {fix}")
+
+
+def array_problem(values: np.ndarray, axes: Sequence[tuple[int, str]], *, weights: bool = False) -> str | None:
+    """How `values` differ from one axis per (length, what the axis counts) in `axes`, and with `weights` from finite
+    numbers; None where they do not.
+
+    A run's arrays are sized by the words and inputs it lists: an array of another shape is another run's file (or
+    none), and indexing it by those words would label its numbers wrongly rather than fail. No fit writes a NaN or an
+    infinite weight (fitting refuses non-finite logits), so such a weight is a damaged file, not a result.
+    """
+    if values.ndim != len(axes):
+        layout = "a matrix of " if len(axes) == 2 else "a list of " if len(axes) == 1 else f"a {len(axes)}-dimensional array of "
+        return f"it is a {values.ndim}-dimensional array, not {layout}{' by '.join(name for _, name in axes)}"
+    if values.shape != tuple(length for length, _ in axes):
+        size = f"a list of {values.shape[0]}" if values.ndim == 1 else " x ".join(map(str, values.shape))
+        return f"it is {size}, not {' by '.join(f'{length} {name}' for length, name in axes)}"
+    if weights and not np.isfinite(values).all():
+        counts = {"NaN": int(np.isnan(values).sum()), "infinite": int(np.isinf(values).sum())}
+        return f"it holds {' and '.join(f'{n} {kind}' for kind, n in counts.items() if n)} weights, which no fit writes"
+    return None
+
+
+def check_array(values: np.ndarray, path, what: str, fix: str, axes: Sequence[tuple[int, str]], *, weights: bool = False) -> np.ndarray:
+    """`values`, read from `path`, once `array_problem` finds nothing; an InputError naming the file where it does."""
+    problem = array_problem(values, axes, weights=weights)
+    if problem:
+        raise InputError(f"{what} {path} is not what lincorr writes: {problem}; {fix}")
+    return values
 
 
 def declared_array_bytes(path) -> int | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from lincorr.errors import InputError
+from lincorr.reading import check_array
 from lincorr.report import figures
 from lincorr.report.files import ANY, NULL, NUMBER, REAL, REMEDY, SCALAR, TEXT, WHAT, Entries, Items, Maybe, grid, number_grid, read_array, read_document
 from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table
@@ -29,12 +30,9 @@ def read_pair(directory: Path) -> Section:
     sources, targets = result["source_domain"]["words"], result["target_domain"]["words"]
     if not sources or not targets:
         raise InputError(f"{WHAT} {path} is not what lincorr writes: it lists no source or no target words; {REMEDY}")
-    if W.ndim != 2:  # not a W of another run, whose shape would tell which: no matrix at all
-        raise InputError(f"{WHAT} {directory / 'W.npy'} is not what lincorr writes: it is a {W.ndim}-dimensional array, not a matrix of "
-                         f"source by target words; {REMEDY}")
-    if W.shape != (len(sources), len(targets)):
-        raise InputError(f"{directory}: W.npy is {' x '.join(map(str, W.shape))} but result.json lists {len(sources)} source and "
-                         f"{len(targets)} target words; the directory mixes two runs: rerun the command that wrote it")
+    # The check `lincorr.load_result` makes of the same file. NaN weights are refused rather than drawn: no fit writes
+    # one, and a heatmap of them would be an empty picture of a damaged file, presented as a result.
+    check_array(W, directory / "W.npy", WHAT, REMEDY, ((len(sources), "source words"), (len(targets), "target words")), weights=True)
     rows, columns = {w: i for i, w in enumerate(sources)}, {w: j for j, w in enumerate(targets)}
     # A reference pair counts where both words are in the domains; a source whose right targets are all outside has none.
     reference = {rows[s]: right for s, objects in result.get("reference_pairs", {}).items()

@@ -63,7 +63,13 @@ def load_result(directory):
     if study is None:
         raise InputError(f"{directory} was saved by a lincorr that did not record its study; rerun the command that wrote it")
     try:
-        return result_type(study).load(directory)
+        kind = result_type(study)
+    except InputError as error:
+        raise InputError(f"{directory}: {error}") from None
+    try:
+        return kind.load(directory)
+    except InputError:
+        raise  # a reader's error, which names the file and what is wrong in it
     except (KeyError, TypeError, ValueError, AttributeError, OSError) as error:
         raise InputError(f"{directory} does not hold the '{study}' result lincorr writes ({error}); "
                          "rerun the command that wrote it") from None
