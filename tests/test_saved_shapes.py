@@ -1,5 +1,5 @@
-"""A saved pair's arrays, checked on reading against each other and against the words and inputs its files
-declare: a mismatch is one InputError naming the file, never a raw numpy error later or a W read
+"""A saved linear map's and a saved pair's arrays, checked on reading against each other and against the words, inputs and
+parameters their files declare: a mismatch is one InputError naming the file, never a raw numpy error later or a W read
 by the wrong words. `lincorr report` and `lincorr.load_result` refuse a damaged W in the same words (one check serves both).
 """
 
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from safetensors.numpy import save
 
 from helpers.cli_errors import one_error_line
 
@@ -21,10 +22,88 @@ from lincorr.collection import LogitTable
 from lincorr.domains import Domain
 from lincorr.errors import InputError
 from lincorr.fit import FitConfig, fit_tables
+from lincorr.linear import LinearMap
 from lincorr.studies import load_result
 
 N_INPUTS, N_SOURCE, N_TARGET = 40, 5, 4
 REMEDY = "rerun the command that wrote it"
+
+
+# ---- a linear map file: its arrays against each other, its parameters against what the estimator allows ----
+
+def saved_map(path: Path, settings: dict, *, one_d: bool) -> tuple[dict, dict]:
+    """The header and arrays `LinearMap.save` writes for a map with `settings` of 4 sources onto 3 targets (or a 1-D target)."""
+    from safetensors.numpy import load
+
+    rng = np.random.default_rng(0)
+    target = rng.normal(size=(30, 3))
+    LinearMap(**{"alpha": 1.0, **settings}).fit(rng.normal(size=(30, 4)), target[:, 0] if one_d else target).save(path)
+    raw = path.read_bytes()
+    header = json.loads(json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])["__metadata__"]["lincorr"])
+    return header, load(raw)
+
+
+def params(**changed) -> Callable[[dict, dict], None]:
+    return lambda header, arrays: header["params"].update(changed)
+
+
+def header_field(**changed) -> Callable[[dict, dict], None]:
+    return lambda header, arrays: header.update(changed)
+
+
+def array(name: str, values) -> Callable[[dict, dict], None]:
+    return lambda header, arrays: arrays.__setitem__(name, np.asarray(values))
+
+
+def dropped(name: str) -> Callable[[dict, dict], None]:
+    return lambda header, arrays: arrays.pop(name)
+
+
+RIDGE, STANDARDIZED, OLS, ONE_D_TARGET = {}, {"standardize": True}, {"estimator": "ols"}, {"one_d": True}
+# id: (the settings of the map saved, damage, what the error says)
+MAP_DAMAGES = {
+    "W-one-number": (RIDGE, array("W", np.float32(1.0)), "W is a single number, not a matrix"),
+    "W-3-D": (RIDGE, array("W", np.ones((2, 2, 3), np.float32)), "W is 2 x 2 x 3, not a matrix"),
+    "W-empty": (RIDGE, array("W", np.ones((0, 3), np.float32)), "W is 0 x 3, not a matrix"),
+    "W-NaN": (RIDGE, array("W", np.full((4, 3), np.nan, np.float32)), "W: it holds 12 NaN weights"),
+    "W-whole-numbers": (RIDGE, array("W", np.ones((4, 3), np.int8)), "it holds int8 arrays, not the floating-point numbers"),
+    "intercept-of-7": (RIDGE, array("intercept", np.ones(7, np.float32)), "intercept: it is a list of 7, not 3 target columns"),
+    "intercept-infinite": (RIDGE, array("intercept", np.array([0, np.inf, 0], np.float32)), "intercept: it holds 1 infinite weights"),
+    "one-d-target-of-3": (RIDGE, header_field(one_d_target=True), "one_d_target is true but W has 3 target columns"),
+    "estimator-banana": (RIDGE, params(estimator="banana"), "params.estimator is 'banana', not ols or ridge"),
+    "cv-negative": (RIDGE, params(cv=-3), "params.cv is not a whole number of 2 folds or more"),
+    "cv-true": (RIDGE, params(cv=True), "params.cv is not a whole number of 2 folds or more"),
+    "seed-text": (RIDGE, params(seed="x"), "params.seed is text, not a whole number"),
+    "seed-negative": (RIDGE, params(seed=-1), "params.seed is not a whole number >= 0"),
+    "alpha-negative": (RIDGE, params(alpha=-1.0), "params.alpha is neither 'cv' nor a non-negative number"),
+    "alpha-other-text": (RIDGE, params(alpha="auto"), "params.alpha is neither 'cv' nor a non-negative number"),
+    "alphas-none": (RIDGE, params(alphas=[]), "params.alphas holds no alpha"),
+    "standardize-text": (RIDGE, params(standardize="yes"), "params.standardize is text, not true or false"),
+    "alpha_-negative": (RIDGE, header_field(alpha_=-5), "alpha_ is not the penalty a fit used"),
+    "ols-with-a-penalty": (OLS, header_field(alpha_=0.5), "alpha_ is not the penalty a fit used: a non-negative number, 0 for ols"),
+    "a-1-D-targets-intercept-of-2": (ONE_D_TARGET, array("intercept", np.ones(2, np.float32)),
+                                     "intercept: it is a list of 2, not 1 target columns"),
+    "no-intercept": (RIDGE, dropped("intercept"), "it holds the arrays ['W'], not the ['W', 'intercept'] of a map"),
+    "standardized-without-its-W": (RIDGE, params(standardize=True), "not the ['W', 'W_standardized', 'intercept'] of a standardized map"),
+    "W_standardized-unasked": (STANDARDIZED, params(standardize=False), "not the ['W', 'intercept'] of a map"),
+    "W_standardized-transposed": (STANDARDIZED, array("W_standardized", np.ones((3, 4), np.float32)),
+                                  "W_standardized: it is 3 x 4, not 4 source columns by 3 target columns"),
+}
+
+
+@pytest.mark.parametrize("case", MAP_DAMAGES)
+def test_a_linear_map_file_at_odds_with_itself_is_one_error_naming_it(case, tmp_path):
+    settings, damage, message = MAP_DAMAGES[case]
+    path = tmp_path / "map.safetensors"
+    settings = dict(settings)
+    one_d = settings.pop("one_d", False)
+    header, arrays = saved_map(path, settings, one_d=one_d)
+    LinearMap.load(path).predict(np.ones((2, 4)))  # the undamaged file loads and predicts
+    damage(header, arrays)
+    path.write_bytes(save(arrays, metadata={"lincorr": json.dumps(header)}))
+    with pytest.raises(InputError) as refused:
+        LinearMap.load(path)
+    assert str(path) in str(refused.value) and message in str(refused.value) and "\n" not in str(refused.value), str(refused.value)
 
 
 # ---- a saved pair: every array against the words of its domains and the inputs of inputs.json ----

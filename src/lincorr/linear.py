@@ -12,12 +12,13 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from lincorr.errors import InputError, LincorrError
 from lincorr.filesystem import atomic_file
-from lincorr.reading import parse_json, read_bytes
+from lincorr.reading import array_problem, parse_json, read_bytes
 from lincorr.schema import REAL, TEXT, FileKind, Items, checked
 
 DEFAULT_ALPHAS = tuple(float(a) for a in np.logspace(-3, 5, 17))
 MAP_FORMAT = "lincorr.LinearMap/1"  # the metadata tag `LinearMap.load` accepts
-MAP_FILE = FileKind("linear map file", {"format": TEXT, "alpha_": REAL, "one_d_target": bool, "params": {"alphas": Items(REAL)}},
+MAP_FILE = FileKind("linear map file", {"format": TEXT, "alpha_": REAL, "one_d_target": bool, "params": {
+    "estimator": TEXT, "alpha": (TEXT, REAL), "alphas": Items(REAL), "cv": int, "seed": int, "standardize": bool}},
                     "pass a file written by LinearMap.save")
 
 
@@ -149,6 +150,8 @@ class LinearMap(RegressorMixin, BaseEstimator):
             arrays = load(raw)
             if header["format"] != MAP_FORMAT:
                 raise ValueError(f"format {header['format']!r}, not {MAP_FORMAT}")
+            if problem := map_params_problem(header) or map_arrays_problem(arrays, header):
+                raise ValueError(problem)
             fitted = cls(**{**header["params"], "alphas": tuple(header["params"]["alphas"])})
             return fitted.with_weights(arrays["W"], arrays["intercept"], header["alpha_"], W_standardized=arrays.get("W_standardized"),
                                        one_d_target=header["one_d_target"])
@@ -167,6 +170,47 @@ class LinearMap(RegressorMixin, BaseEstimator):
             errors += ridge_held_out_errors(source[train], target[train], source[held_out], target[held_out],
                                             [alpha * penalty_unit for alpha in self.alphas])
         return float(self.alphas[int(np.argmin(errors))])
+
+
+def map_params_problem(header: dict) -> str | None:
+    """How a linear map file's parameters (their kinds checked by `MAP_FILE`) differ from what `LinearMap.fit` could have used."""
+    params, alpha_ = header["params"], header["alpha_"]
+
+    def penalty(value) -> bool:
+        return not isinstance(value, bool) and 0 <= value < float("inf")
+
+    checks = (
+        ("params.estimator", params["estimator"] in ("ols", "ridge"), f"is {params['estimator'][:100]!r}, not ols or ridge"),
+        ("params.alpha", params["alpha"] == "cv" or not isinstance(params["alpha"], str) and penalty(params["alpha"]),
+         "is neither 'cv' nor a non-negative number"),
+        ("params.alphas", bool(params["alphas"]) and all(map(penalty, params["alphas"])), "holds no alpha, or one that is no non-negative number"),
+        ("params.cv", not isinstance(params["cv"], bool) and params["cv"] >= 2, "is not a whole number of 2 folds or more"),
+        ("params.seed", not isinstance(params["seed"], bool) and params["seed"] >= 0, "is not a whole number >= 0"),
+        ("alpha_", penalty(alpha_) and (params["estimator"] != "ols" or alpha_ == 0),
+         "is not the penalty a fit used: a non-negative number, 0 for ols"),
+    )
+    return next((f"{field} {problem}" for field, passed, problem in checks if not passed), None)
+
+
+def map_arrays_problem(arrays: dict, header: dict) -> str | None:
+    """How a linear map file's arrays differ from each other and from its header: a W `[n_source, n_target]`, an intercept
+    per target column, W in z units exactly when standardized, one target column for a 1-D target, finite numbers only."""
+    standardize = header["params"]["standardize"]
+    expected = {"W", "intercept"} | ({"W_standardized"} if standardize else set())
+    if set(arrays) != expected:
+        return f"it holds the arrays {[name[:40] for name in sorted(arrays)[:10]]}, not the {sorted(expected)} of a{' standardized' if standardize else ''} map"
+    if kinds := sorted({str(values.dtype) for values in arrays.values() if values.dtype.kind != "f"}):
+        return f"it holds {', '.join(kinds)} arrays, not the floating-point numbers LinearMap.save writes"
+    W = arrays["W"]
+    if W.ndim != 2 or not W.size:
+        return f"W is {' x '.join(map(str, W.shape)) or 'a single number'}, not a matrix of source by target columns"
+    sources, targets = (W.shape[0], "source columns"), (W.shape[1], "target columns")
+    for name, axes in (("W", (sources, targets)), ("intercept", (targets,)), ("W_standardized", (sources, targets))):
+        if name in arrays and (problem := array_problem(arrays[name], axes, weights=True)):
+            return f"{name}: {problem}"
+    if header["one_d_target"] and W.shape[1] != 1:
+        return f"one_d_target is true but W has {W.shape[1]} target columns"
+    return None
 
 
 def column_scales(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
