@@ -17,6 +17,8 @@ import hashlib
 import json
 import os
 import shutil
+import stat
+import time
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,6 +27,7 @@ import numpy as np
 
 from lincorr.errors import CacheError, LincorrError
 from lincorr.filesystem import atomic_file, check_writable, link_trouble, read_json, ready_directory, write_json_atomic
+from lincorr.filesystem import read_record_json
 from lincorr import recording
 
 MODELS, HASHES, TABLES, RESULTS, CHECKPOINTS = "models", "hashes.json", "logits", "results", "checkpoints"
@@ -278,16 +281,37 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+RACY_NS = 2_000_000_000  # the coarsest file-system clock in use (FAT's two seconds)
+
+
+def identity(path: Path) -> dict:
+    """What identifies a regular file's contents without reading them: real path, device, inode, size, mtime and ctime."""
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise CacheError(f"{path} is not a regular file (a FIFO, device or directory); only a file's contents can be hashed")
+    return {"path": str(Path(path).resolve()), "device": info.st_dev, "inode": info.st_ino, "size": info.st_size,
+            "mtime_ns": info.st_mtime_ns, "ctime_ns": info.st_ctime_ns}
+
+
 def file_sha256(path: Path) -> str:
-    """sha256 of a file, remembered per (path, size, mtime) in `hashes.json` so a second load skips the hashing."""
-    stat = path.stat()
+    """sha256 of a regular file, remembered in `hashes.json` so a second load skips the hashing.
+
+    Remembered per `identity` (real path, device, inode, size, mtime, ctime): rewriting a file in place and setting its
+    time back (`touch -d`) still moves its ctime, which no user call can set, so new contents never get the old digest.
+    Not remembered are a file that changed while it was hashed, and one changed within RACY_NS of the hashing: the
+    file system's clock ticks coarsely, and a second write in the same tick would leave every field as it was.
+    """
+    before = identity(path)
     memo_path = cache_directory() / HASHES
-    key = key_digest({"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
-    memo = read_json(memo_path) or {}
-    if key not in memo:
-        memo[key] = sha256_of(path)
+    key = key_digest(before)
+    memo = read_record_json(memo_path) or {}
+    if isinstance(memo.get(key), str):
+        return memo[key]
+    digest = sha256_of(path)
+    if identity(path) == before and time.time_ns() - max(before["mtime_ns"], before["ctime_ns"]) > RACY_NS:
+        memo[key] = digest
         write_json_atomic(memo_path, memo)
-    return memo[key]
+    return digest
 
 
 def converted_model_directory(name: str, fingerprint: str) -> Path:
@@ -300,8 +324,8 @@ def converted_model_directory(name: str, fingerprint: str) -> Path:
 
 
 def file_record(path: Path) -> dict:
-    stat = path.stat()
-    return {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256_of(path)}
+    info = path.stat()
+    return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": sha256_of(path)}
 
 
 def record_conversion(directory: Path, fingerprint: str, source: Path) -> None:
@@ -311,11 +335,30 @@ def record_conversion(directory: Path, fingerprint: str, source: Path) -> None:
 
 
 def conversion_state(directory: Path, fingerprint: str) -> str:
-    """"intact", "missing" (never converted, or from another file) or "damaged" (a file differs from what was written)."""
-    record = read_json(directory / CONVERSION_RECORD) or {}
+    """"intact", "missing" (never converted, or from another file) or "damaged" (a file differs from what was written,
+    or the record is not one lincorr writes: either way the model is converted again)."""
+    record = read_record_json(directory / CONVERSION_RECORD) or {}
     if record.get("fingerprint") != fingerprint:
         return "missing"
     return "intact" if conversion_intact(directory, record) else "damaged"
+
+
+def recorded_file(directory: Path, name: object, entry: object) -> os.stat_result | None:
+    """The status of a file a conversion record names, when the record's entry is one lincorr writes and names a regular
+    file directly inside `directory`; else None.
+
+    A record is data from whoever wrote the cache: a name with a path in it ("/dev/zero", "../../elsewhere") would have
+    files outside the conversion hashed, and a link, FIFO or device could be read forever.
+    """
+    if not (isinstance(name, str) and name not in ("", ".", "..") and Path(name).name == name and isinstance(entry, dict)):
+        return None
+    if not (isinstance(entry.get("size"), int) and isinstance(entry.get("mtime_ns"), int) and isinstance(entry.get("sha256"), str)):
+        return None
+    try:
+        found = os.lstat(directory / name)
+    except OSError:
+        return None
+    return found if stat.S_ISREG(found.st_mode) else None
 
 
 def conversion_intact(directory: Path, record: dict) -> bool:
@@ -328,20 +371,17 @@ def conversion_intact(directory: Path, record: dict) -> bool:
     next load is cheap again. Bit rot that keeps size and time is not caught.
     """
     files = record.get("files")
-    if not files:
+    if not files or not isinstance(files, dict):
         return False
     touched = False
     for name, entry in files.items():
-        try:
-            stat = (directory / name).stat()
-        except OSError:
+        found = recorded_file(directory, name, entry)
+        if found is None or found.st_size != entry["size"]:
             return False
-        if stat.st_size != entry["size"]:
-            return False
-        if stat.st_mtime_ns != entry["mtime_ns"]:
+        if found.st_mtime_ns != entry["mtime_ns"]:
             if sha256_of(directory / name) != entry["sha256"]:
                 return False
-            entry["mtime_ns"], touched = stat.st_mtime_ns, True
+            entry["mtime_ns"], touched = found.st_mtime_ns, True
     if touched:
         write_json_atomic(directory / CONVERSION_RECORD, record)
     return True

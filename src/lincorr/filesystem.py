@@ -19,11 +19,13 @@ import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 import time
 from pathlib import Path
 
 from lincorr.errors import OutputError, StorageError
+from lincorr.reading import MAX_NESTING, json_depth
 
 # Longer than any conversion or save takes, so a live temporary on another host is never taken for a stale one.
 STALE_SECONDS = 24 * 3600
@@ -141,6 +143,40 @@ def read_json(path) -> dict | None:
         return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+
+
+# The most a JSON file lincorr keeps for itself holds: a conversion record lists a model's dozen files (~2 KB), and
+# hashes.json ~200 bytes per file ever hashed, so 16 MB is 80,000 hashes, parsed in well under a second. Anything larger
+# (a link to /dev/zero, a stranger's file) is no file lincorr wrote, and reading it whole could exhaust memory.
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+
+
+def read_record_json(path) -> dict | None:
+    """A JSON object lincorr wrote into its cache, or None when it is missing, unreadable or no such object.
+
+    The cache is data from whoever wrote it: a FIFO or device there is never opened for reading (it could block or
+    never end), a file over MAX_RECORD_BYTES is not read, and one nested deeper than MAX_NESTING is not parsed (the
+    parser recurses once a level).
+    """
+    try:
+        # Non-blocking: opening a FIFO with no writer would otherwise wait forever before fstat could refuse it.
+        handle = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    with os.fdopen(handle, "rb") as opened:
+        try:
+            info = os.fstat(handle)
+            if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RECORD_BYTES:
+                return None
+            raw = opened.read(MAX_RECORD_BYTES + 1)  # a file growing while read is still bounded
+        except OSError:
+            return None
+    try:
+        text = raw.decode("utf-8")
+        value = json.loads(text) if len(raw) <= MAX_RECORD_BYTES and json_depth(text) <= MAX_NESTING else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 @contextlib.contextmanager

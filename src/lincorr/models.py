@@ -391,15 +391,20 @@ def first_line(error: BaseException) -> str:
 
 
 def pretrained_fingerprint(source: str, model) -> str:
-    """The hub commit when known, else a hash of the config and the weight file sizes."""
+    """The hub commit when known, else a hash of the config and of every weight file's name and sha256.
+
+    The weights' contents, not their sizes and times: two directories whose weights differ but whose files were
+    written in one clock tick, or given one time with `touch -d`, would otherwise share the logit tables cached for
+    either. Hashing reads every weight file once (about 0.6 s for 500 MB read from the page cache on this project's
+    machine; see docs/reliability.md); `file_sha256` remembers the digest per file identity, so later loads only stat the files.
+    """
     commit = getattr(model.config, "_commit_hash", None)
     if commit:
         return f"hub:{source}@{commit}"
     digest = hashlib.sha256(model.config.to_json_string().encode())
     directory = Path(source)
     for weights in sorted(directory.glob("*.safetensors")):
-        stat = weights.stat()
-        digest.update(f"{weights.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+        digest.update(f"{weights.name}:{file_sha256(weights)}".encode())
     return f"dir:{digest.hexdigest()}"
 
 
