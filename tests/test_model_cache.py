@@ -9,12 +9,14 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 from helpers.tiny import WORDS, tiny_llama, tiny_tokenizer
 from safetensors.torch import load_file, save_file
 
 from lincorr.bundled import catalogue
 from lincorr.cache import CONVERSION_RECORD, conversion_state, converted_model_directory, file_sha256
 from lincorr.cli import main
+from lincorr.errors import ModelError
 from lincorr.filesystem import MAX_RECORD_BYTES, read_record_json
 from lincorr.models import load_model
 
@@ -117,3 +119,13 @@ def test_models_lists_a_model_with_a_malformed_record_as_not_converted(capsys):
     assert main(["models", "--json"]) == 0
     listed = {row["alias"]: row for row in json.loads(capsys.readouterr().out)}
     assert listed[bundle.alias]["converted"] is False
+
+
+def test_nan_weights_are_refused_by_what_they_are(tmp_path):
+    directory = save_tiny_model(tmp_path / "model")
+    weights = directory / "model.safetensors"
+    save_file({name: torch.full_like(tensor, float("nan")) for name, tensor in load_file(weights).items()}, weights,
+              metadata={"format": "pt"})
+    with pytest.raises(ModelError, match="NaN or infinite values") as raised:
+        load_model(str(directory))
+    assert "--dtype" not in str(raised.value)

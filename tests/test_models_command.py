@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 from helpers.cli_errors import one_error_line
@@ -104,6 +105,41 @@ def test_a_damaged_model_directory_ends_in_one_error_line(tiny_model_directory, 
 def test_model_kwargs_that_from_pretrained_refuses_end_in_one_error_line(tiny_model_directory, kwargs, capsys):
     assert main(["fit", "city", "country", "--model", str(tiny_model_directory), "-n", "20", "--model-kwargs", kwargs]) == 2
     assert str(tiny_model_directory) in one_error_line(capsys)
+
+
+def fifo_weights(directory):
+    (directory / "model.safetensors").unlink()
+    os.mkfifo(directory / "model.safetensors")
+
+
+def weights_linked_to_dev_zero(directory):
+    (directory / "model.safetensors").unlink()
+    (directory / "model.safetensors").symlink_to("/dev/zero")
+
+
+@pytest.mark.parametrize("damage, says", [(fifo_weights, "are a FIFO (named pipe), not a file"),
+                                          (weights_linked_to_dev_zero, "are a character device, not a file")],
+                         ids=["fifo", "link-to-dev-zero"])
+def test_weights_that_are_no_file_are_refused_by_what_they_are(tiny_model_directory, damage, says, capsys):
+    damage(tiny_model_directory)
+    assert main(["fit", "city", "country", "--model", str(tiny_model_directory), "-n", "20"]) == 2
+    line = one_error_line(capsys)
+    assert says in line and "HF_HUB_OFFLINE" not in line
+
+
+@pytest.mark.parametrize("kwargs, says", [
+    ('{"quantization_config": {"load_in_8bit": true}}', "pip install"),  # bitsandbytes is not one of lincorr's dependencies
+    ('{"rms_norm_eps": 1000}', "--model-kwargs"),  # transformers' config wants a float
+], ids=["missing-package", "config-value-of-another-type"])
+def test_model_kwargs_that_transformers_refuses_before_loading_end_in_one_error_line(tiny_model_directory, kwargs, says, capsys):
+    assert main(["fit", "city", "country", "--model", str(tiny_model_directory), "-n", "20", "--model-kwargs", kwargs]) == 2
+    assert says in one_error_line(capsys)
+
+
+def test_a_model_name_too_long_for_any_file_system_ends_in_one_error_line(capsys):
+    assert main(["fit", "city", "country", "--model", "x" * 5000]) == 2
+    line = one_error_line(capsys)
+    assert "too long" in line and len(line) < 500
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -3,11 +3,17 @@ its own unless trusted), and that the weights it loaded are every parameter the 
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from lincorr.errors import ModelError
+from lincorr.bundled import catalogue
+from lincorr.errors import DeviceError, ModelError
+from lincorr.reading import kind_of
 from lincorr.schema import TEXT, FileKind, Maybe, read_document
 
 PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
@@ -42,6 +48,7 @@ def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
             raise ModelError(f"{directory} has its weights only as a pickle ({', '.join(pickles)}), which lincorr never loads because "
                                "unpickling can run code; where you trust it, resave it with save_pretrained(dir, safe_serialization=True)")
         raise ModelError(f"{directory} has no weights (no model.safetensors)")
+    check_weight_files(directory)
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
         raise ModelError(f"{directory} has no tokenizer (none of {', '.join(TOKENIZER_FILES)}); save it beside the model with "
                            "tokenizer.save_pretrained(dir)")
@@ -51,8 +58,67 @@ def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
                            "pass --trust-remote-code only if you trust its author")
 
 
+def check_weight_files(directory: Path) -> None:
+    """Refuse weights that are not regular files (a FIFO, a link to a device): transformers would say it found none and
+    suggest downloading, and hashing one (the model's fingerprint) could read forever."""
+    for weights in sorted(directory.glob("*.safetensors")):
+        try:
+            mode = weights.stat().st_mode
+        except OSError as error:
+            raise ModelError(f"cannot read the weights {weights} ({error.strerror}); fix the link or save the model again") from None
+        if not stat.S_ISREG(mode):
+            raise ModelError(f"the weights {weights} are {kind_of(mode)}, not a file; save the model again with save_pretrained(dir)")
+
+
 def needs_remote_code(config: dict) -> bool:
     """A config that names code of its own (auto_map) for a model type transformers does not know."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     return "auto_map" in config and config.get("model_type") not in CONFIG_MAPPING
+
+
+def check_model_name(spec: str) -> None:
+    """Refuse a model name no file system can hold (a path past its length limits), which every look at it would raise."""
+    try:
+        os.stat(Path(spec).expanduser())
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            shown = spec if len(spec) <= 100 else f"{spec[:100]}... ({len(spec):,} characters)"
+            raise ModelError(f"model {shown!r} is too long a name for a file or directory; use a bundled alias ({', '.join(catalogue())}), "
+                             "a .gguf file, a directory, or a hub id like org/name") from None
+
+
+@contextlib.contextmanager
+def transformers_refusals(spec: str, model_kwargs: Mapping):
+    """transformers' refusals that no file of the model causes, as one ModelError: a package an option needs is not
+    installed (bitsandbytes for a quantization_config), or a config value (often one of the model kwargs) has the wrong type."""
+    from huggingface_hub.errors import StrictDataclassError
+
+    try:
+        yield
+    except ImportError as error:
+        install = f"pip install {error.name}" if error.name else "install what it names"
+        raise ModelError(f"cannot load model '{spec}': a package it needs is missing ({' '.join(str(error).split())[:300]}); {install} in "
+                         "lincorr's environment, or drop the option that needs it") from None
+    except StrictDataclassError as error:
+        cause = " ".join(str(error).split())[:300]
+        fix = (f"fix that value in --model-kwargs {json.dumps(dict(model_kwargs))[:100]}" if model_kwargs
+               else "fix that value in its config.json")
+        raise ModelError(f"cannot load model '{spec}': its config refuses a value ({cause}); {fix}") from None
+
+
+def check_finite_weights(name: str, model) -> None:
+    """Refuse weights holding NaN or infinity: every logit would be NaN. In float32 or wider the file holds them (damaged,
+    or a run that diverged) and no dtype helps; in a half-precision dtype the cast may have made them (float16 ends at
+    65504), and float32 may help. One wide sum per tensor (NaN and infinity survive a sum), without a copy of the weights."""
+    import torch
+
+    for tensor_name, tensor in model.named_parameters():
+        wide = torch.promote_types(tensor.dtype, torch.float32) if tensor.is_floating_point() else None
+        if wide is None or tensor.device.type == "meta" or torch.isfinite(tensor.sum(dtype=wide)):
+            continue
+        held = f"the weights of '{name}' hold NaN or infinite values (first in {tensor_name})"
+        if tensor.dtype == wide:
+            raise ModelError(f"{held}; the file is damaged or the model diverged in training: load another checkpoint")
+        raise DeviceError(f"{held} in {str(tensor.dtype).removeprefix('torch.')}, which may be the cast's overflow; "
+                          "load it with --dtype float32")

@@ -20,6 +20,7 @@ from lincorr.errors import DeviceError, ModelError, UsageError
 from lincorr.filesystem import replaced_directory
 from lincorr.provenance import note
 from lincorr.model_directory import TOKENIZER_FILES, check_all_weights_loaded, check_model_directory
+from lincorr.model_directory import check_finite_weights, check_model_name, transformers_refusals
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -159,23 +160,26 @@ def load_model(
     if dtype not in DTYPES:
         raise DeviceError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
     check_device(device)
+    check_model_name(spec)
     options = LoadOptions(DTYPES[dtype], device_map, check_model_kwargs(model_kwargs))
     bundle = find_bundled(spec)
     if revision is not None and (bundle is not None or spec.endswith(".gguf") or Path(spec).expanduser().is_dir()):
         raise ModelError(f"--revision picks a version of a hub model; '{spec}' is not one: drop --revision")
-    if bundle is not None:
-        lm = load_gguf(lambda: assembled_gguf(bundle), name=bundle.alias, fingerprint=bundle.fingerprint, options=options,
-                       use_cache=use_cache, expected=bundle.header)
-    elif spec.endswith(".gguf"):
-        path = Path(spec).expanduser()
-        if not path.is_file():
-            raise ModelError(f"GGUF file {spec} does not exist; pass the path of a .gguf file")
-        lm = load_gguf(lambda: path, name=path.stem, fingerprint=f"gguf-sha256:{file_sha256(path)}", options=options,
-                       use_cache=use_cache)
-    else:
-        lm = load_pretrained(spec, options=options, trust_remote_code=trust_remote_code, revision=revision)
+    with transformers_refusals(spec, options.model_kwargs):
+        if bundle is not None:
+            lm = load_gguf(lambda: assembled_gguf(bundle), name=bundle.alias, fingerprint=bundle.fingerprint, options=options,
+                           use_cache=use_cache, expected=bundle.header)
+        elif spec.endswith(".gguf"):
+            path = Path(spec).expanduser()
+            if not path.is_file():
+                raise ModelError(f"GGUF file {spec} does not exist; pass the path of a .gguf file")
+            lm = load_gguf(lambda: path, name=path.stem, fingerprint=f"gguf-sha256:{file_sha256(path)}", options=options,
+                           use_cache=use_cache)
+        else:
+            lm = load_pretrained(spec, options=options, trust_remote_code=trust_remote_code, revision=revision)
     if device is not None and device_map is None:
         lm.model.to(device)  # type: ignore[arg-type]  # transformers' decorator on `to` loses its self in the stubs
+    check_finite_weights(lm.name, lm.model)
     lm.model.eval()
     lm.spec = spec
     note("models", lm.name, {"dtype": dtype, "device": str(next(lm.model.parameters()).device), "device_map": device_map})
@@ -191,6 +195,7 @@ def load_tokenizer(spec: str = DEFAULT_MODEL, *, trust_remote_code: bool = False
     """
     from transformers import AutoTokenizer
 
+    check_model_name(spec)
     local, bundle = Path(spec).expanduser(), find_bundled(spec)
     if bundle is None and not spec.endswith(".gguf"):
         if not (local.is_dir() and (local / "config.json").is_file()):
