@@ -565,3 +565,25 @@ def test_a_repeatable_option_checks_each_value_once_against_the_values_before_it
     with pytest.raises(UsageError, match="w7 given more than once"):
         parser.parse_args([token for word in [*words[:10], "w7"] for token in ("--top", word)])
     assert parser.parse_args([]).top == [], "the default list is never appended to"
+
+
+@pytest.mark.parametrize("how", ["extra-layer-in-the-weights", "model-kwargs-drop-a-layer"])
+def test_weights_the_model_has_no_place_for_are_refused_naming_them(how, assets, tmp_path, capsys):
+    """Weights of a larger model than the config describes (an extra layer's tensors, or `--model-kwargs` that drop a layer)
+    loaded with exit 0, the tensors silently left out; they are refused before any work, naming them."""
+    from safetensors.torch import load_file, save_file
+
+    directory, extra = tmp_path / "model", []
+    shutil.copytree(assets["model"], directory)
+    if how == "extra-layer-in-the-weights":
+        tensors = load_file(directory / "model.safetensors")
+        last = max(int(name.split(".")[2]) for name in tensors if name.startswith("model.layers."))
+        tensors.update({name.replace(f"layers.{last}.", f"layers.{last + 1}."): value.clone()
+                        for name, value in tensors.items() if name.startswith(f"model.layers.{last}.")})
+        save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+    else:
+        extra = ["--model-kwargs", '{"num_hidden_layers": 1}']
+    assert main(filled(FIT, {**assets, "model": str(directory)}) + extra + ["--out", str(tmp_path / "run")]) == 2
+    line = one_error_line(capsys)
+    assert "tensors the model has no place for" in line and "model.layers." in line, line
+    assert not (tmp_path / "run").exists()

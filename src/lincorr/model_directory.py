@@ -24,15 +24,26 @@ SHOWN_TENSORS = 5  # how many missing tensors an error names
 
 
 def check_all_weights_loaded(spec: str, loading: Mapping) -> None:
-    """Refuse a model some of whose parameters its weight files do not hold: transformers would leave them at their random
-    initialisation and only warn, and every number measured on it would be noise. (A tensor of another shape than the
-    config's is refused by transformers itself, as a RuntimeError.)"""
+    """Refuse a model some of whose parameters its weight files do not hold (transformers would leave them at their random
+    initialisation and only warn, and every number measured on it would be noise), or whose weight files hold tensors it
+    has no place for. (A tensor of another shape than the config's is refused by transformers itself, as a RuntimeError.)"""
     missing = sorted(loading.get("missing_keys") or ())
-    if not missing:
-        return
-    shown = ", ".join(missing[:SHOWN_TENSORS]) + (f" and {len(missing) - SHOWN_TENSORS:,} more" if len(missing) > SHOWN_TENSORS else "")
-    raise ModelError(f"the weights of '{spec}' hold no {len(missing):,} of the model's tensors ({shown}); they would be left at "
-                     "random values: save the model whole with save_pretrained(dir), or name the directory that holds all its weights")
+    if missing:
+        raise ModelError(f"the weights of '{spec}' hold no {len(missing):,} of the model's tensors ({tensors_text(missing)}); they "
+                         "would be left at random values: save the model whole with save_pretrained(dir), or name the directory "
+                         "that holds all its weights")
+    # transformers leaves out the extras each architecture declares harmless (`_keys_to_ignore_on_load_unexpected`): what
+    # remains is weights the model has no place for, a config (or --model-kwargs) that describes a smaller model.
+    unexpected = sorted(loading.get("unexpected_keys") or ())
+    if unexpected:
+        raise ModelError(f"the weights of '{spec}' hold {len(unexpected):,} tensors the model has no place for "
+                         f"({tensors_text(unexpected)}): its config (or --model-kwargs) describes another model than its weights, "
+                         "and measuring it would silently drop them; load it with the config it was saved with")
+
+
+def tensors_text(names: list[str]) -> str:
+    """The first SHOWN_TENSORS of `names`, and how many more."""
+    return ", ".join(names[:SHOWN_TENSORS]) + (f" and {len(names) - SHOWN_TENSORS:,} more" if len(names) > SHOWN_TENSORS else "")
 
 
 def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
