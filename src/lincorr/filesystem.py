@@ -289,10 +289,11 @@ def path_trouble(path) -> str | None:
     longest = max((len(os.fsencode(part)) for part in Path(text).parts), default=0)
     if longest > NAME_MAX:
         return f"has a name of {longest:,} bytes, and a file name may have at most {NAME_MAX}"
-    if len(os.fsencode(os.path.abspath(text))) >= PATH_MAX:
-        return f"is {len(os.fsencode(os.path.abspath(text))):,} bytes long, and a path may have fewer than {PATH_MAX:,}"
-    if len(Path(os.path.abspath(text)).parts) > MAX_DEPTH:
-        return f"lies {len(Path(os.path.abspath(text)).parts):,} directories deep, more than the {MAX_DEPTH} lincorr makes"
+    absolute = os.path.abspath(text)
+    if len(os.fsencode(absolute)) >= PATH_MAX:
+        return f"is {len(os.fsencode(absolute)):,} bytes long, and a path may have fewer than {PATH_MAX:,}"
+    if len(Path(absolute).parts) > MAX_DEPTH:
+        return f"lies {len(Path(absolute).parts):,} directories deep, more than the {MAX_DEPTH} lincorr makes"
     return None
 
 
