@@ -138,6 +138,22 @@ def test_a_budget_whose_smallest_p_is_above_the_level_says_so():
     assert decision.verdict == INCONCLUSIVE and decision.by_design and "T+" in decision.by_design and decision.power_effect == 0.0
 
 
+
+def test_a_part_no_outcome_could_decide_is_shown_not_counted():
+    """Peng's Table 2 on a digit-splitting tokenizer: X+1->X+2 has 9 rows (smallest p 0.0074 above 0.05 / 18), so 9 of 9
+    right would still fail the claim's T+; it is judged on the parts that can reach the level, as if they were all."""
+    decidable = [binomial_above(40, 50, 0.1, "City->Country", interest=0.3), binomial_above(30, 40, 0.2, "en->es", interest=0.3)]
+    digits = binomial_above(9, 9, 0.58, "X+1->X+2", interest=0.3)
+    with_digits, without = decide(all_of([*decidable, digits], "relations"), 18), decide(all_of(decidable, "relations"), 18)
+    assert with_digits.verdict == without.verdict == REPRODUCED and with_digits.by_design is None
+    assert with_digits.p_effect == without.p_effect and with_digits.interval == pytest.approx(without.interval)
+    assert "X+1->X+2" in with_digits.method and "not counted" in with_digits.method
+    reachable = decide(all_of([*decidable, digits], "relations"), 2)  # at 0.025 its 0.0074 can be reached: it counts
+    assert "not counted" not in reachable.method and reachable.p_effect == pytest.approx(max(
+        evidence.evidence_of(part).above(0.0) for part in [*decidable, digits]))
+    alone = decide(digits, 18)  # a claim of one such part is inconclusive by design, not judged on nothing
+    assert alone.verdict == INCONCLUSIVE and alone.by_design
+
 def test_a_bootstrap_bound_past_its_draws_is_open():
     resampled = np.linspace(0.0, 0.1, 100)  # the estimate above every draw: nothing bounds the effect from above
     decision = decide(bootstrap_greater(0.5, resampled, "mean", interest=0.2, units=20), 4)

@@ -24,7 +24,7 @@ import math
 
 import scipy.stats
 
-from lincorr.reproduce.evidence import Evidence, evidence_of
+from lincorr.reproduce.evidence import Evidence, counted, evidence_of
 from lincorr.reproduce.verdicts import ALPHA, Test
 
 TARGET_POWER = 0.8
@@ -82,8 +82,8 @@ def verdict_read(there: bool, smaller: bool) -> str:
 
 def decide(test: Test, claims: int = 1, alpha: float = ALPHA) -> Decision:
     """The decision on `test` in a run of `claims` measured claims: both one-sided tests at `alpha / claims`."""
-    evidence = evidence_of(test)
     level = alpha / max(claims, 1)
+    evidence = counted(evidence_of(test), level)
     interest = evidence.interest if evidence.interest is not None and evidence.interest > 0 else None
     p_effect = evidence.above(0.0)
     p_size = evidence.below(interest) if interest is not None else None

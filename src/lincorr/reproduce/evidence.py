@@ -61,6 +61,7 @@ class Evidence:
     unit: str = ""
     parts: tuple[Evidence, ...] = ()
     bounded: bool = True  # the effect cannot pass `bounds` (a rate); else a bound that reaches them is unbounded (a bootstrap's draws)
+    each: str | None = None  # for `all_of`: what its parts are, so that `counted` can judge it on some of them
 
     def above(self, theta: float) -> float:
         """`p_above(θ)`, where θ lies past what a bounded effect can be: 0 below its values, 1 above them."""
@@ -365,7 +366,25 @@ def each_of(parts: tuple[Evidence, ...], what: str) -> Evidence:
     return Evidence(f"each of {len(parts)} {what} (the weakest{scale_note})", effect, p_above, p_below, (low, high), common,
                     separation, (max(part.floors[0] for part in parts), min(1.0, len(parts) * min(part.floors[1] for part in parts))),
                     min((p.units for p in parts if p.units), default=None),
-                    parts[0].unit, parts)
+                    parts[0].unit, parts, each=what)
+
+
+def counted(evidence: Evidence, level: float) -> Evidence:
+    """`evidence` as a claim at `level` reads it: an `all_of` whose parts include some that no outcome could let reject "at
+    most 0" at `level` (their smallest p above it: 9 single-digit rows) is judged on the other parts, those shown, not
+    counted. A part's units are fixed before its data are seen (by the tokenizer, by the paper's rows), so leaving it out
+    favours no verdict; kept, it would make T+ fail whatever the model does. Unchanged where every part, or none, can
+    reach `level`."""
+    if evidence.each is None:
+        return evidence
+    kept = tuple(part for part in evidence.parts if part.floors[0] <= level)
+    if not kept or len(kept) == len(evidence.parts):
+        return evidence
+    left_out = [part for part in evidence.parts if part.floors[0] > level]
+    inner = each_of(kept, evidence.each)
+    shown = "; ".join(f"{part.method} (smallest p {part.floors[0]:.3g})" for part in left_out)
+    return dataclasses.replace(inner, method=f"{inner.method}; shown, not counted, as no outcome could reach {level:.3g}: {shown}",
+                               each=None)
 
 
 ANY_OF_INTEREST = 0.25
