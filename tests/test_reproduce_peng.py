@@ -96,20 +96,20 @@ def test_table2_needs_each_precise_relation_above_chance_and_each_other_below_th
     assert holds.parts[2].interest == pytest.approx(0.14)
 
 
-def test_one_right_row_of_nine_leaves_an_imprecise_relation_undecided_and_eight_decide_it():
+def test_nine_rows_of_an_imprecise_relation_are_shown_not_counted_and_nine_hundred_decide_it():
     """qwen2.5-coder-0.5b-instruct-q4km's committed Table 2: X+1->X+2 wrong at the top-1 in 8 of 9 rows (Hit@1 0.11,
-    the paper's way). At the level of a run of 20 claims 9 rows cannot show the relation imprecise (even 9 of 9 wrong
-    gives p 0.58^9 = 0.0074), nor rule out the paper's distance: inconclusive, by design. Eight of nine right is far
-    from imprecise: the interval lies wholly below the effect of interest, and 9 rows decide that as 900 do."""
+    the paper's way). At the level of a run of 20 claims no outcome of 9 rows can show the relation imprecise (even 9 of
+    9 wrong gives p 0.58^9 = 0.0074): it is shown, not counted, whatever its rows say, and the claim is judged on the
+    precise relations. At 900 rows the same relation counts: eight of nine right is far from imprecise."""
     precise = ["City->Country", "en->es (city)"]
-    rows = [relation("City->Country", 0.45), relation("en->es (city)", 0.9), relation("X+1->X+2", 1 / 9, chance=0.1, n=9)]
-    test = precision_test(rows, precise, 0.42, "ols")
-    assert test.direction_holds
-    decision = decide(test, 20)
-    assert decision.verdict == "inconclusive" and "T+'s smallest p" in decision.by_design
-    for n in (9, 900):
-        precise_everywhere = precision_test(rows[:2] + [relation("X+1->X+2", 8 / 9, chance=0.1, n=n)], precise, 0.42, "ols")
-        assert decide(precise_everywhere, 20).verdict == "not reproduced", n
+    rows = [relation("City->Country", 0.45), relation("en->es (city)", 0.9)]
+    for hit_at_1 in (1 / 9, 8 / 9):
+        test = precision_test(rows + [relation("X+1->X+2", hit_at_1, chance=0.1, n=9)], precise, 0.42, "ols")
+        decision = decide(test, 20)
+        assert decision.verdict == "reproduced" and "not counted" in decision.method and "X+1->X+2" in decision.method
+        assert decision.by_design is None
+    nine_hundred = precision_test(rows + [relation("X+1->X+2", 8 / 9, chance=0.1, n=900)], precise, 0.42, "ols")
+    assert decide(nine_hundred, 20).verdict == "not reproduced" and "not counted" not in decide(nine_hundred, 20).method
 
 
 def test_the_quick_budget_of_section_5_has_the_power_to_see_the_papers_table5_effect():

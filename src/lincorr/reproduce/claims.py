@@ -177,7 +177,7 @@ class Growth:
 @recording.cache
 def growth(name: str) -> dict[str, Growth]:
     """Paper `name`'s claims whose units grow with one quick setting (`grows` in its claims.yaml), for `--budget decide`;
-    a claim without one has units its design fixes (the paper's five rows, a model's layers)."""
+    a claim without one has units its design fixes (the relations of a paper's table, a model's layers)."""
     data = yaml.safe_load(resources.files("lincorr.reproduce").joinpath(name, "claims.yaml").read_text(encoding="utf-8"))
     found = {}
     for entry in data["claims"]:

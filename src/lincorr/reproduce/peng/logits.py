@@ -7,6 +7,7 @@ the phenomenon with `verdicts`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from typing import Any, cast
@@ -22,7 +23,7 @@ from lincorr.relations import RelationSpec, bind_relation
 from lincorr.reproduce.peng.units import N_CONTROL, as_drawn, cell_scores, labelwise_gain, resamples
 from lincorr.reproduce.step import Context, Measured, NotApplicable
 from lincorr.reproduce.verdicts import Test, all_of, binomial_above, bootstrap_greater
-from lincorr.studies.logits.cases import measure_cases, paper_cases
+from lincorr.studies.logits.cases import CaseSpec, measure_cases, paper_cases
 from lincorr.studies.logits.matrix import Grid, measure_matrix, prepare_grid
 from lincorr.studies.logits.precision import precision_fits, measure_precision
 
@@ -202,32 +203,46 @@ def case_fit(ctx: Context) -> FitConfig:
     return next(config for config in precision_fits(FitConfig(n_boot=10), PAPER_FIT) if config.label == name)
 
 
+def is_tested(spec: CaseSpec, tested) -> bool:
+    """Whether the settings' `tested` (pairs "city->country"; None: every pair) names `spec`'s relation."""
+    return tested is None or f"{spec.relation.source}->{spec.relation.target}" in tested
+
+
 def cases(ctx: Context) -> Measured:
     """Tables 3, 15-17: top influenced/influencing words of W; the rows of the relations the settings' `tested` names
-    ("city->country"; all by default) with known right answers tested against chance, the others shown."""
-    specs = paper_cases(str(ctx.settings["table"]))
+    ("city->country"; all by default) with known right answers tested against chance, the others shown. With the
+    settings' `every_row`, a tested table's rows are every word of its domain (the paper's words among them, shown)."""
+    paper_specs = paper_cases(str(ctx.settings["table"]))
     tested = ctx.settings.get("tested")
+    specs = tuple(dataclasses.replace(spec, words=None) if ctx.settings.get("every_row") and is_tested(spec, tested) else spec
+                  for spec in paper_specs)
     inputs = ctx.inputs()
     fit = case_fit(ctx)
     tables = measure_cases(ctx.lm, ctx.registry, specs, inputs, fit, ctx.collect)
-    hits, chances = 0, []
+    hits, chances, paper_hits = 0, [], []
     shown: dict[str, dict[str, list[str]]] = {}
-    for spec, table in zip(specs, tables.tables):
+    for spec, paper_spec, table in zip(specs, paper_specs, tables.tables):
         bound = bind_relation(ctx.registry, RelationSpec(spec.relation.source, spec.relation.target), ctx.lm.tokenizer, require_pairs=False)
         other = len(bound.target.domain if spec.direction == "influenced" else bound.source.domain)
         pair = f"{table.source}->{table.target}"
+        rows_shown = [row for row in table.rows if paper_spec.words is None or row.word in paper_spec.words] or list(table.rows)
+        shown.setdefault(pair, {}).update({row.word: [word for word, _ in row.top] for row in rows_shown})
         for row in table.rows:
-            shown.setdefault(pair, {})[row.word] = [word for word, _ in row.top]
-            if row.right and (tested is None or pair in tested):
-                hits += any(word in row.right for word, _ in row.top)
+            if row.right and is_tested(spec, tested):
+                hit = any(word in row.right for word, _ in row.top)
+                hits += hit
                 chances.append(case_chance(other, len(row.right), table.k))
+                if paper_spec.words is not None and row.word in paper_spec.words:
+                    paper_hits.append(hit)
     ours = {"n_inputs": len(inputs), "estimator": fit.label, "tested": tested, "rows_with_reference": len(chances), "rows_hit": hits,
+            "paper_rows_hit": [sum(paper_hits), len(paper_hits)],
             "tables": {pair: dict(list(rows.items())[:5]) for pair, rows in shown.items()}}
     if not chances:
         reason = ctx.settings.get("untested_reason", "the registry has no reference pairs for these prompts, so no word can be called right")
         return Measured(ours, f"{sum(len(r) for r in shown.values())} rows shown ({fit.label}); nothing judged", None, reason=reason)
     text = (f"{hits} of {len(chances)} rows of {', '.join(tested or shown)} have a right word in their top-{specs[0].k} "
-            f"({fit.label}; chance {sum(chances) / len(chances):.3f} a row)")
+            f"({fit.label}; chance {sum(chances) / len(chances):.3f} a row)"
+            + (f"; the paper's rows: {sum(paper_hits)} of {len(paper_hits)}" if ctx.settings.get("every_row") else ""))
     return Measured(ours, text, binomial_above(hits, len(chances), sum(chances) / len(chances), "rows with a right word", ctx.interest))
 
 
