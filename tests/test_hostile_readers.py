@@ -203,6 +203,7 @@ def refused(reader: Reader, path: Path, variant: str, field: str | None = None) 
     except InputError as error:
         message = str(error)
         assert "\n" not in message and str(path.parent) in message, (variant, message)
+        assert message.count(str(path)) <= 1, ("one error, not one wrapped in another", variant, message)
         assert field is None or field in message, (variant, field, message)
         return
     except Exception as error:  # noqa: BLE001 - any other exception is the failure this sweep looks for

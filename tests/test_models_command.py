@@ -117,9 +117,21 @@ def weights_linked_to_dev_zero(directory):
     (directory / "model.safetensors").symlink_to("/dev/zero")
 
 
+def fifo_tokenizer(directory):
+    (directory / "tokenizer.json").unlink()
+    os.mkfifo(directory / "tokenizer.json")
+
+
+def tokenizer_config_linked_to_dev_zero(directory):
+    (directory / "tokenizer_config.json").unlink()
+    (directory / "tokenizer_config.json").symlink_to("/dev/zero")
+
+
 @pytest.mark.parametrize("damage, says", [(fifo_weights, "are a FIFO (named pipe), not a file"),
-                                          (weights_linked_to_dev_zero, "are a character device, not a file")],
-                         ids=["fifo", "link-to-dev-zero"])
+                                          (weights_linked_to_dev_zero, "are a character device, not a file"),
+                                          (fifo_tokenizer, "tokenizer.json is a FIFO (named pipe), not a file"),
+                                          (tokenizer_config_linked_to_dev_zero, "tokenizer_config.json is a character device")],
+                         ids=["fifo", "link-to-dev-zero", "fifo-tokenizer", "tokenizer-config-to-dev-zero"])
 def test_weights_that_are_no_file_are_refused_by_what_they_are(tiny_model_directory, damage, says, capsys):
     damage(tiny_model_directory)
     assert main(["fit", "city", "country", "--model", str(tiny_model_directory), "-n", "20"]) == 2

@@ -155,6 +155,8 @@ class LinearMap(RegressorMixin, BaseEstimator):
             fitted = cls(**{**header["params"], "alphas": tuple(header["params"]["alphas"])})
             return fitted.with_weights(arrays["W"], arrays["intercept"], header["alpha_"], W_standardized=arrays.get("W_standardized"),
                                        one_d_target=header["one_d_target"])
+        except InputError:  # already says which file, what is wrong with it and what to pass
+            raise
         except (SafetensorError, ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as error:
             raise InputError(f"{MAP_FILE.what} {path} is not a linear map lincorr saved ({error}); {MAP_FILE.remedy}") from None
 

@@ -18,6 +18,8 @@ from lincorr.schema import TEXT, FileKind, Maybe, read_document
 
 PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+# What transformers may open in a model directory: weights, configs, tokenizer files, chat templates.
+LOADED_SUFFIXES = frozenset({".safetensors", ".json", ".model", ".txt", ".jinja", ".tiktoken"})
 # Only what lincorr reads before transformers does: whether the model needs code of its own.
 MODEL_CONFIG = FileKind("model config", {"model_type": Maybe(TEXT)}, "save the model again with save_pretrained(dir)", "save_pretrained")
 SHOWN_TENSORS = 5  # how many missing tensors an error names
@@ -70,15 +72,18 @@ def check_model_directory(directory: Path, trust_remote_code: bool) -> None:
 
 
 def check_weight_files(directory: Path) -> None:
-    """Refuse weights that are not regular files (a FIFO, a link to a device): transformers would say it found none and
-    suggest downloading, and hashing one (the model's fingerprint) could read forever."""
-    for weights in sorted(directory.glob("*.safetensors")):
+    """Refuse weights and tokenizer files that are not regular files (a FIFO, a link to a device): transformers would say
+    it found no weights and suggest downloading, and reading one (the tokenizer, the model's fingerprint) could block or
+    read forever."""
+    for path in sorted(item for item in directory.iterdir() if item.suffix in LOADED_SUFFIXES):
+        what = "the weights" if path.suffix == ".safetensors" else "the model's file"
         try:
-            mode = weights.stat().st_mode
+            mode = path.stat().st_mode
         except OSError as error:
-            raise ModelError(f"cannot read the weights {weights} ({error.strerror}); fix the link or save the model again") from None
+            raise ModelError(f"cannot read {what} {path} ({error.strerror}); fix the link or save the model again") from None
         if not stat.S_ISREG(mode):
-            raise ModelError(f"the weights {weights} are {kind_of(mode)}, not a file; save the model again with save_pretrained(dir)")
+            verb = "are" if path.suffix == ".safetensors" else "is"
+            raise ModelError(f"{what} {path} {verb} {kind_of(mode)}, not a file; save the model again with save_pretrained(dir)")
 
 
 def needs_remote_code(config: dict) -> bool:
