@@ -75,7 +75,8 @@ def check_weight_files(directory: Path) -> None:
     """Refuse weights and tokenizer files that are not regular files (a FIFO, a link to a device): transformers would say
     it found no weights and suggest downloading, and reading one (the tokenizer, the model's fingerprint) could block or
     read forever."""
-    for path in sorted(item for item in directory.iterdir() if item.suffix in LOADED_SUFFIXES):
+    # config.json is lincorr's own read (`read_document`), which refuses such files as it refuses a stranger's.
+    for path in sorted(item for item in directory.iterdir() if item.suffix in LOADED_SUFFIXES and item.name != "config.json"):
         what = "the weights" if path.suffix == ".safetensors" else "the model's file"
         try:
             mode = path.stat().st_mode
