@@ -149,6 +149,7 @@ def test_a_part_no_outcome_could_decide_is_shown_not_counted():
     assert with_digits.p_effect == without.p_effect and with_digits.interval == pytest.approx(without.interval)
     assert "X+1->X+2" in with_digits.method and "not counted" in with_digits.method
     reachable = decide(all_of([*decidable, digits], "relations"), 2)  # at 0.025 its 0.0074 can be reached: it counts
+    assert (reachable.units, reachable.unit) == (9, "X+1->X+2"), "the units of the part with the fewest, named as it names them"
     assert "not counted" not in reachable.method and reachable.p_effect == pytest.approx(max(
         evidence.evidence_of(part).above(0.0) for part in [*decidable, digits]))
     alone = decide(digits, 18)  # a claim of one such part is inconclusive by design, not judged on nothing

@@ -363,10 +363,10 @@ def each_of(parts: tuple[Evidence, ...], what: str) -> Evidence:
     low = min(part.bounds[0] / scale for part, scale in zip(parts, scales))
     high = max(part.bounds[1] / scale for part, scale in zip(parts, scales))
     scale_note = "" if len(interests) == 1 else ", each as a share of its own effect of interest"
+    fewest = min((part for part in parts if part.units), key=lambda part: part.units or 0, default=parts[0])  # its units and their name
     return Evidence(f"each of {len(parts)} {what} (the weakest{scale_note})", effect, p_above, p_below, (low, high), common,
                     separation, (max(part.floors[0] for part in parts), min(1.0, len(parts) * min(part.floors[1] for part in parts))),
-                    min((p.units for p in parts if p.units), default=None),
-                    parts[0].unit, parts, each=what)
+                    fewest.units, fewest.unit, parts, each=what)
 
 
 def counted(evidence: Evidence, level: float) -> Evidence:
