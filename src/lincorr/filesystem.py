@@ -191,15 +191,37 @@ def replaced_directory(target):
     try:
         os.chmod(staging, directory_mode())
         yield staging
+        synced_tree(staging)
         if target.exists():
             old = staging.with_name(staging.name + "old")
             os.replace(target, old)
             os.replace(staging, target)
+            synced(target.parent)
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(staging, target)
+            synced(target.parent)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def synced_tree(directory: Path) -> None:
+    """Every file and directory under `directory` flushed to the disk: after a crash of the machine, not only of the
+    process, a renamed directory then holds what was written into it, not empty or truncated files."""
+    for root, _, files in os.walk(directory):
+        for name in files:
+            if not os.path.islink(os.path.join(root, name)):
+                synced(Path(root, name))
+        synced(Path(root))
+
+
+def synced(path: Path) -> None:
+    """`path` (a file, or a directory's entries) flushed to the disk."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
 
 
 def resolved(path, what: str) -> Path:
