@@ -11,7 +11,8 @@ import scipy.stats
 
 from lincorr.reproduce import evidence
 from lincorr.reproduce.decisions import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, SMALLER, decide
-from lincorr.reproduce.verdicts import ALPHA, all_of, binomial_above, bootstrap_greater, correlation_above, mcnemar_gain, paired_greater
+from lincorr.reproduce.verdicts import (ALPHA, all_of, binomial_above, bootstrap_greater, correlation_above, mcnemar_gain, paired_greater,
+                                       studentized_greater)
 
 
 def constrained_loss_rate(gained: int, lost: int, n: int, theta: float) -> float:
@@ -80,6 +81,36 @@ def test_the_bootstrap_bounds_are_the_bias_corrected_quantiles_expanded_for_few_
     step = np.max(np.diff(resampled[10:-10]))  # the bounds are read between neighbouring draws
     assert (test.lower(level), test.upper(level)) == pytest.approx(tuple(expected), abs=3 * step)
 
+
+def test_the_bootstrap_t_bounds_are_the_estimate_less_its_error_times_the_resamples_t_quantiles():
+    """Efron and Tibshirani's bootstrap-t: [θ̂ - se · t*(1 - α), θ̂ - se · t*(α)], t* = (θ* - θ̂) / se*; its p at 0 the
+    share of t* at or beyond θ̂ / se, +1 smoothed."""
+    rng = np.random.default_rng(5)
+    values = rng.normal(0.4, 1.0, 60)
+    samples = values[rng.integers(0, 60, size=(1999, 60))]
+    estimate, se = float(values.mean()), float(values.std(ddof=1) / math.sqrt(60))
+    means, errors = samples.mean(axis=1), samples.std(axis=1, ddof=1) / math.sqrt(60)
+    t = np.sort((means - estimate) / errors)
+    reading, level = evidence.studentized_greater(estimate, se, means, errors, "mean", interest=0.2, units=60), 0.025
+    expected = (estimate - se * np.quantile(t, 1 - level), estimate - se * np.quantile(t, level))
+    step = se * np.max(np.diff(t[20:-20]))
+    assert (reading.lower(level), reading.upper(level)) == pytest.approx(expected, abs=2 * step)
+    assert reading.above(0.0) == pytest.approx((1 + np.sum(t >= estimate / se)) / 2000)
+    # For normal units the bootstrap-t is close to Student's t interval (here within a tenth of its half-width).
+    student = scipy.stats.t.isf(level, 59) * se
+    assert reading.lower(level) == pytest.approx(estimate - student, abs=0.1 * student)
+
+
+def test_resamples_biased_below_the_estimate_leave_the_bc_bound_open_and_the_bootstrap_t_bound_closed():
+    """Fig. 23 on smollm2-135m-instruct-q41: a spread grows in a resample, so the resamples' effects sit below the estimate.
+    BC's upper bound, a quantile of the draws, cannot pass them; the bootstrap-t's moves the other way, above the estimate."""
+    rng = np.random.default_rng(6)
+    estimate, se = 0.0, 0.01
+    resampled = rng.normal(-0.03, 0.01, 1000)  # every resample three standard errors below the estimate
+    bc = decide(bootstrap_greater(estimate, resampled, "spread", interest=0.02, units=500), 18)
+    bootstrap_t = decide(studentized_greater(estimate, se, resampled, np.full(1000, se), "spread", interest=0.02, units=500), 18)
+    assert bc.interval[1] == math.inf and bc.by_design
+    assert estimate < bootstrap_t.interval[1] < math.inf and bootstrap_t.by_design is None
 
 def test_the_correlation_bounds_are_fisher_zs():
     level = 0.005

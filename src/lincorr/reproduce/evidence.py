@@ -13,6 +13,9 @@ verdict can be read off it. Each kind below is made from the arguments its const
 - a resampled effect (`bootstrap_greater`): the bias-corrected percentile bootstrap (BC), expanded for few units as
   Hesterberg's expanded percentile interval is (BCa's acceleration would need the units' own values, which a stored test
   does not keep);
+- a resampled effect with each resample's own standard error (`studentized_greater`): the bootstrap-t, whose bounds
+  are the estimate less its standard error times the resamples' t quantiles (a bias of the resamples moves them the
+  other way, where the BC bounds cannot pass the draws);
 - a correlation (`correlation_above`): Fisher's z over the independent units;
 - ranks of two groups (`ranks_greater`): the common-language effect (AUC) with a score test on the arcsine scale,
   Hanley and McNeil's variance taken at the value tested (at θ = 0, the Mann-Whitney variance);
@@ -40,7 +43,7 @@ import scipy.stats
 # The distributions' functions without a frozen scipy.stats object's cost: the calibration decides many thousand claims.
 from scipy.special import bdtr, bdtrc, ndtr, ndtri, stdtr
 
-from lincorr.reproduce.verdicts import ALPHA, Test, fisher_z, from_json
+from lincorr.reproduce.verdicts import ALPHA, Test, fisher_z, from_json, studentized_draws
 
 
 @dataclasses.dataclass(frozen=True)
@@ -273,6 +276,30 @@ def bootstrap_greater(estimate: float, resampled, what: str, interest: float | N
                     floors, bounded=False, units=units, unit=unit)
 
 
+def studentized_greater(estimate: float, se: float, resampled, resampled_se, what: str, interest: float | None = None,
+                        units: int | None = None, unit: str = "inputs") -> Evidence:
+    """The effect judged by the bootstrap-t: each resample's distance from the estimate in its own standard error stands
+    for the estimate's distance from the effect in `se`, so "at most θ" is rejected at the share of t* at or above
+    (estimate - θ) / se, and the bounds are estimate - se · t*. Where the resamples sit below the estimate (resampling
+    repeats units, and a spread over noisier values grows), the bounds move the other way, past the draws' range that
+    bounds the BC interval; every p can reach 1 / (draws + 1)."""
+    t = np.sort(studentized_draws(estimate, resampled, resampled_se))
+    draws = t.size
+    if draws < 2 or not se > 0 or not math.isfinite(estimate):
+        return untestable(f"bootstrap-t over {units or '?'} {unit}: {what}, {draws} usable resamples", interest, units, unit)
+
+    def p_above(theta: float) -> float:
+        return float((draws - np.searchsorted(t, (estimate - theta) / se, "left") + 1) / (draws + 1))
+
+    def p_below(theta: float) -> float:
+        return float((np.searchsorted(t, (estimate - theta) / se, "right") + 1) / (draws + 1))
+
+    floor = 1 / (draws + 1)
+    return Evidence(f"bootstrap-t over {units or '?'} {unit} ({draws} resamples, each with its own standard error): {what}", estimate,
+                    p_above, p_below, (estimate - se * float(t[-1]), estimate - se * float(t[0])), interest,
+                    None if interest is None else interest / se, (floor, floor), bounded=False, units=units, unit=unit)
+
+
 def correlation_above(name: str, r: float, p_value: float, units: int, unit: str, interest: float | None, control: float = 0.0) -> Evidence:
     """A Pearson r less `control`, z-tests on Fisher's z over the `units` independent units either way (the caller's
     permutation p, of r above `control` alone, stays in the claim's test)."""
@@ -402,4 +429,4 @@ def any_of(tests: list[Test], what: str) -> Evidence:
 
 KINDS: dict[str, Callable[..., Evidence]] = {
     kind.__name__: kind for kind in (binomial_above, mcnemar_gain, fisher_greater, paired_greater, bootstrap_greater,
-                                     correlation_above, ranks_greater, untestable, relabelled, all_of, any_of)}
+                                     studentized_greater, correlation_above, ranks_greater, untestable, relabelled, all_of, any_of)}

@@ -269,6 +269,30 @@ def bootstrap_greater(estimate: float, resampled: np.ndarray | Sequence[float], 
 
 
 @recorded
+def studentized_greater(estimate: float, se: float, resampled: np.ndarray | Sequence[float], resampled_se: np.ndarray | Sequence[float],
+                        what: str, interest: float | None = None, units: int | None = None, unit: str = "inputs") -> Test:
+    """An effect above 0, judged by the bootstrap-t over its independent units: `se` the estimate's standard error, and
+    each resample's effect with its own (`resampled`, `resampled_se`, from resampling the resample); the p-value is the
+    share of t* = (resampled - estimate) / resampled_se at or above estimate / se (+1 smoothed), the interval
+    estimate - se · t* at its 97.5 and 2.5 percentiles."""
+    t = studentized_draws(estimate, resampled, resampled_se)
+    if t.size < 2 or not se > 0:
+        return Test(f"bootstrap-t over {units or '?'} {unit}: {what}, {t.size} usable resamples", float(estimate), 1.0, False,
+                    float(estimate), None, interest, units, unit)
+    p = float((1 + np.sum(t >= estimate / se)) / (1 + t.size))
+    low, high = (estimate - se * np.percentile(t, [97.5, 2.5]))
+    return Test(f"bootstrap-t over {units or '?'} {unit} ({t.size} resamples): {what}", float(estimate), p, estimate > 0,
+                float(estimate), (float(low), float(high)), interest, units, unit)
+
+
+def studentized_draws(estimate: float, resampled, resampled_se) -> np.ndarray:
+    """The resamples' t* = (resampled - estimate) / resampled_se, those with a finite positive standard error."""
+    values, errors = np.asarray(resampled, float), np.asarray(resampled_se, float)
+    usable = np.isfinite(values) & np.isfinite(errors) & (errors > 0)
+    return (values[usable] - float(estimate)) / errors[usable]
+
+
+@recorded
 def correlation_above(name: str, r: float, p_value: float, units: int, unit: str, interest: float | None, control: float = 0.0) -> Test:
     """A Pearson r above `control` (a shuffled control's r, or 0), its p-value from the caller's permutation test: the
     effect r - control with a Fisher-z interval over the `units` independent units (standard error 1 / sqrt(units - 3))."""
