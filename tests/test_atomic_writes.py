@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from lincorr import filesystem
 from lincorr.filesystem import TEMPORARY_PATTERN
 
 SOURCE = str(Path(__file__).resolve().parents[1] / "src")
@@ -127,3 +128,23 @@ def test_a_write_killed_at_any_step_leaves_old_new_or_nothing_and_the_next_write
         assert temporaries(parent) == [], (kill_at, "the next write removes what a killed writer left", os.listdir(parent))
     assert {"old", "new"} <= seen, f"the kills never landed both before and after the rename: {seen}"
 
+
+
+def test_a_directory_another_writer_puts_in_place_meanwhile_is_replaced_as_an_earlier_one(tmp_path, monkeypatch):
+    """Two commands writing one --out at once: the other's rename lands between this one's look and its rename. This
+    one's whole result replaces it, as it replaces an earlier output, and nothing of either is left beside it."""
+    target, raced = tmp_path / "out", []
+    real_replace = os.replace
+
+    def rename_after_the_other_writer(source, destination):
+        if Path(destination) == target and not target.exists() and not raced:
+            raced.append(True)
+            target.mkdir()
+            (target / "theirs.txt").write_text("theirs", encoding="utf-8")
+        return real_replace(source, destination)
+
+    monkeypatch.setattr(os, "replace", rename_after_the_other_writer)
+    with filesystem.replaced_directory(target) as staging:
+        (staging / "ours.txt").write_text("ours", encoding="utf-8")
+    assert raced and [item.name for item in target.iterdir()] == ["ours.txt"]
+    assert temporaries(tmp_path) == []

@@ -192,17 +192,34 @@ def replaced_directory(target):
         os.chmod(staging, directory_mode())
         yield staging
         synced_tree(staging)
-        if target.exists():
-            old = staging.with_name(staging.name + "old")
-            os.replace(target, old)
-            os.replace(staging, target)
-            synced(target.parent)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(staging, target)
-            synced(target.parent)
+        put_in_place(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+# How often a staged directory is put in place again when another writer's appears at its target meanwhile.
+PLACING_ATTEMPTS = 5
+
+
+def put_in_place(staging: Path, target: Path) -> None:
+    """`staging` renamed to `target`, an earlier `target` moved aside first and removed after. Two commands writing one
+    output at once race between the look and the rename: a directory another writer put there since (the rename finds
+    it not empty), or moved aside since, is taken as an earlier one, so one writer's whole result stays."""
+    moved_aside = []
+    for attempt in range(PLACING_ATTEMPTS):
+        try:
+            if target.exists():
+                old = staging.with_name(f"{staging.name}old{attempt}")
+                os.replace(target, old)
+                moved_aside.append(old)
+            os.replace(staging, target)
+            break
+        except OSError as error:
+            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT) or attempt == PLACING_ATTEMPTS - 1:
+                raise
+    synced(target.parent)
+    for old in moved_aside:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def synced_tree(directory: Path) -> None:
