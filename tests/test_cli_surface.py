@@ -247,7 +247,7 @@ def test_linear_map_load_refuses_other_files(tmp_path):
     from lincorr.linear import LinearMap
 
     (tmp_path / "bad.safetensors").write_bytes(b"\x00" * 16)
-    with pytest.raises(InputError, match="not a linear map"):
+    with pytest.raises(InputError, match="linear map file is not valid JSON.*pass a file written by LinearMap.save"):
         LinearMap.load(tmp_path / "bad.safetensors")
     with pytest.raises(InputError, match="does not exist"):
         LinearMap.load(tmp_path / "missing.safetensors")
