@@ -107,30 +107,26 @@ def test_model_kwargs_that_from_pretrained_refuses_end_in_one_error_line(tiny_mo
     assert str(tiny_model_directory) in one_error_line(capsys)
 
 
-def fifo_weights(directory):
-    (directory / "model.safetensors").unlink()
-    os.mkfifo(directory / "model.safetensors")
+def made_fifo(name):
+    """A damage that replaces the model directory's file `name` with a FIFO."""
+    def damage(directory):
+        (directory / name).unlink()
+        os.mkfifo(directory / name)
+    return damage
 
 
-def weights_linked_to_dev_zero(directory):
-    (directory / "model.safetensors").unlink()
-    (directory / "model.safetensors").symlink_to("/dev/zero")
+def linked_to_dev_zero(name):
+    """A damage that replaces the model directory's file `name` with a link to /dev/zero."""
+    def damage(directory):
+        (directory / name).unlink()
+        (directory / name).symlink_to("/dev/zero")
+    return damage
 
 
-def fifo_tokenizer(directory):
-    (directory / "tokenizer.json").unlink()
-    os.mkfifo(directory / "tokenizer.json")
-
-
-def tokenizer_config_linked_to_dev_zero(directory):
-    (directory / "tokenizer_config.json").unlink()
-    (directory / "tokenizer_config.json").symlink_to("/dev/zero")
-
-
-@pytest.mark.parametrize("damage, says", [(fifo_weights, "are a FIFO (named pipe), not a file"),
-                                          (weights_linked_to_dev_zero, "are a character device, not a file"),
-                                          (fifo_tokenizer, "tokenizer.json is a FIFO (named pipe), not a file"),
-                                          (tokenizer_config_linked_to_dev_zero, "tokenizer_config.json is a character device")],
+@pytest.mark.parametrize("damage, says", [(made_fifo("model.safetensors"), "are a FIFO (named pipe), not a file"),
+                                          (linked_to_dev_zero("model.safetensors"), "are a character device, not a file"),
+                                          (made_fifo("tokenizer.json"), "tokenizer.json is a FIFO (named pipe), not a file"),
+                                          (linked_to_dev_zero("tokenizer_config.json"), "tokenizer_config.json is a character device")],
                          ids=["fifo", "link-to-dev-zero", "fifo-tokenizer", "tokenizer-config-to-dev-zero"])
 def test_weights_that_are_no_file_are_refused_by_what_they_are(tiny_model_directory, damage, says, capsys):
     damage(tiny_model_directory)
