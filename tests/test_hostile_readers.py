@@ -295,6 +295,20 @@ def test_every_field_replaced_by_any_json_value_reads_or_is_one_error_line(name,
     assert len(places) > 2
 
 
+@pytest.mark.parametrize("name", [name for name, reader in READERS.items() if reader.json])
+def test_half_a_surrogate_pair_anywhere_is_one_error_line(name, tmp_path, runs_for_examples):
+    """JSON may write "\\ud800" alone; Python parses it into a string that no file or terminal takes (UTF-8 refuses it),
+    so a reader that let it through would fail later, while printing or saving."""
+    reader = READERS[name]
+    path = example_file(name, tmp_path / "run")
+    document = json.loads(path.read_text(encoding="utf-8"))
+    for where in paths_of(document):
+        path.write_text(json.dumps(replaced(document, where, "\ud800")), encoding="utf-8")
+        refused(reader, path, f"{'.'.join(map(str, where)) or 'the whole file'} = half a pair", "not Unicode")
+    path.write_text(json.dumps(replaced(document, (), {"\udfff": 1})), encoding="utf-8")
+    refused(reader, path, "a key that is half a pair", "not Unicode")
+
+
 def shaped_fields(shape, value, where: str = ""):
     """(dotted field, path, a value the shape refuses there) for every field of `shape` present in the example `value`."""
     inner = shape.shape if isinstance(shape, Maybe) else shape
@@ -521,3 +535,13 @@ def test_a_path_through_a_link_loop_is_one_output_error(tmp_path):
     (tmp_path / "b").symlink_to(tmp_path / "a")
     with pytest.raises(OutputError, match="cannot be resolved"):
         lies_within(tmp_path / "a" / "report.html", tmp_path, "the report")
+
+
+@pytest.mark.parametrize("value, says", [
+    ({"code": {"lincorr.fit:f": 7}}, "code.lincorr.fit:f is a whole number, not text"),  # not "an object, not an object or null"
+    ({"code": [1]}, "code is a list of 1, not an object or null"),
+    ({"rows": [[1, "x"]]}, "rows[0][1] is text, not a number or null"),
+])
+def test_a_value_of_the_right_kind_with_a_wrong_inside_names_the_inside(value, says):
+    shape = {"code": Maybe((Entries(str), type(None))), "rows": Maybe((Items(Items((int, float, type(None)))), type(None)))}
+    assert mismatch(value, shape, "") == says

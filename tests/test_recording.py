@@ -364,8 +364,9 @@ def test_on_every_step_an_edit_stales_exactly_the_committed_claims_that_ran_it(m
 
 
 def test_a_refreshs_time_left_is_the_remaining_claims_last_measurements_at_this_refreshs_pace(tmp_path):
-    """Three stale claims last measured in 10, 20 and 30 s; the first takes 20 s now (twice its record), so the other
-    two's 50 s read as about 100 s (2 min) left; one served from the cache takes nothing and slows the pace."""
+    """Three stale claims last measured in 10, 20 and 30 s. The first takes 20 s now (twice its record), but a sixth of
+    the recorded time says little of the pace: the other two's 50 s are left as recorded. The second, served from the
+    cache, takes nothing: half the recorded time is done in 20 s, so the last one's 30 s read as 20 s."""
     from lincorr.reproduce.refresh import RefreshProgress, SavedReproduction
     from lincorr.reproduce.runner import ClaimResult, ReproductionResult
 
@@ -381,5 +382,5 @@ def test_a_refreshs_time_left_is_the_remaining_claims_last_measurements_at_this_
     finished(claim("peng.a", 20), True)
     finished(claim("peng.b", 0), False)
     finished(claim("peng.unrelated", 5), True)  # a claim the refresh did not ask for (none: it asks for the stale ones)
-    assert lines == [f"[1/3] peng.a of {path}: measured in 20 s; about 2 min left",
+    assert lines == [f"[1/3] peng.a of {path}: measured in 20 s; about 50 s left",
                      f"[2/3] peng.b of {path}: from the cache; about 20 s left"]

@@ -7,6 +7,7 @@ import importlib.util
 import inspect
 import json
 import math
+import os
 import logging
 from pathlib import Path
 
@@ -187,7 +188,10 @@ def test_a_saved_reproduction_is_judged_again_by_the_current_tests(planted, llam
     assert main(["reproduce", "--rejudge", str(tmp_path / "run"), "--out", str(tmp_path / "third")]) == 2
     assert "cannot be made again" in one_error_line(capsys) and not (tmp_path / "third").exists()
     assert main(["reproduce", "--rejudge", str(tmp_path / "run"), "--out", str(tmp_path / "run" / "again")]) == 2
-    assert "inside the reproduction it judges" in one_error_line(capsys) and not (tmp_path / "run" / "again").exists()
+    assert "would replace the reproduction it judges" in one_error_line(capsys) and not (tmp_path / "run" / "again").exists()
+    assert main(["reproduce", "--rejudge", str(tmp_path / "run" / "reproduction.json"), "--out", str(tmp_path / "run")]) == 2
+    assert "would replace the reproduction it judges" in one_error_line(capsys)
+    assert json.loads((tmp_path / "run" / "reproduction.json").read_text()) == saved, "its input is as it was"
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -439,3 +443,40 @@ def test_committed_decisions_agree_with_an_independent_recomputation():
             assert claim.verdict == expected, name
             checked += 1
     assert checked >= 60, f"only {checked} committed claims were recomputed"
+
+
+@pytest.mark.parametrize("unit", ["file:{fifo}", "file:/dev/zero", "file:../../../../../../etc/passwd", "dir:/",
+                                  "lincorr.../../{bad}", "lincorr.nonexistent:f", "os:path", "file:bundled.yaml\x00"])
+def test_a_saved_claims_code_naming_what_is_no_unit_of_lincorr_is_stale_and_nothing_is_read(unit, tmp_path, capsys):
+    """A stranger's file may name any path or module in a claim's code: only lincorr's own units are looked up, so the
+    status neither blocks on a FIFO, reads /dev/zero or a file outside the package, nor runs a parser on a stranger's
+    source; the claim is stale."""
+    fifo, bad = tmp_path / "fifo", tmp_path / "bad.py"
+    os.mkfifo(fifo)
+    bad.write_bytes(b"def (\xff")
+    unit = unit.format(fifo=fifo, bad=bad.with_suffix(""))
+    assert source_units.unit_hash(unit) is None
+    claim = runner.ClaimResult("peng.table1", "Table 1", "describes the prompts", {}, {}, "", "", None, None, "not applicable",
+                               "", step="precision",
+                               code={unit: "0" * 16})
+    run = tmp_path / "run"
+    run.mkdir()
+    document = ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", (claim,)).summary()
+    (run / "reproduction.json").write_text(json.dumps(document), encoding="utf-8")
+    assert main(["reproduce", "--status", str(run), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["stale"] == ["peng.table1"]
+
+
+@pytest.mark.parametrize("claim_id", ["peng.table2 ", "peng.nope", "peng.TABLE2"])
+def test_a_saved_claim_this_version_does_not_have_is_one_error_line_not_a_member_of_the_family(claim_id, tmp_path, capsys):
+    """Judged with the rest, it would take a share of the run's level from every real claim."""
+    claims = [runner.ClaimResult(id, "Table", "a claim", {}, {}, "", "", None, None, "not applicable", "")
+              for id in ("peng.table2", claim_id)]
+    run = tmp_path / "run"
+    run.mkdir()
+    document = ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", tuple(claims)).summary()
+    (run / "reproduction.json").write_text(json.dumps(document), encoding="utf-8")
+    assert main(["reproduce", "--rejudge", str(run), "--out", str(tmp_path / "again")]) == 2
+    line = one_error_line(capsys)
+    assert f"the claim {claim_id!r} is none of peng's claims" in line and "--list" in line, line
+    assert not (tmp_path / "again").exists()

@@ -27,6 +27,7 @@ MAX_NESTING = 64
 FLOAT_DIGITS = 308  # whole numbers up to 308 digits stay whole; the largest float is 1.8e308
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
 # JSON strings, so that brackets inside them are not counted as nesting.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # JSON's way to write half of a UTF-16 pair
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 # YAML's quoted scalars, for the same reason.
 _YAML_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\n]|\'\')*\'')
@@ -86,9 +87,16 @@ def parse_json(text: str, path, what: str, fix: str = ""):
     """`text`, read from `path`, parsed as JSON once its nesting is checked; `fix` ends the error where it is not JSON."""
     check_nesting(path, what, json_depth(text))
     try:
-        return json.loads(text, parse_int=json_int)
+        document = json.loads(text, parse_int=json_int)
     except json.JSONDecodeError as error:
         raise InputError(f"{path}:{error.lineno}: {what} is not valid JSON ({error.msg}){'; ' + fix if fix else ''}") from None
+    if _SURROGATE_ESCAPE.search(text):
+        try:  # a half pair ("\ud800" alone) parses, but is no text: printing or saving it fails far from here
+            json.dumps(document, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(f"{path}: {what} holds text that is not Unicode (an escape \\ud800-\\udfff that is half of a "
+                             f"pair){'; ' + fix if fix else ''}") from None
+    return document
 
 
 def json_int(digits: str) -> int | float:

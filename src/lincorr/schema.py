@@ -123,6 +123,11 @@ def joined(where: str, key: str) -> str:
 
 
 def wrong(value, shape, where: str) -> str:
+    if isinstance(shape, tuple):
+        # An object whose inside differs from the one object shape offered: that difference, not "an object, not an object".
+        alike = [alternative for alternative in shape if described(alternative) == described_value(value).split(" of ")[0]]
+        if len(alike) == 1 and not isinstance(alike[0], type):
+            return mismatch(value, alike[0], where) or ""
     return f"{where or 'the whole file'} is {described_value(value)}, not {described(shape)}"
 
 

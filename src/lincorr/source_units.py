@@ -15,6 +15,8 @@ import dataclasses
 import functools
 import hashlib
 import os
+import re
+import stat
 import types
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +29,8 @@ HASH_LENGTH = 16  # hex digits: 64 bits tell an edit from its source's past for 
 # record they had, every module their step imported, so that any edit to one of those modules makes them stale.
 WHOLE_MODULE = "*"
 RECORDING_ITSELF = ("lincorr.recording", __name__)
+# A record may come from someone else's file: only names of lincorr's own modules are looked up as modules.
+MODULE_NAME = re.compile(r"lincorr(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,20 +146,27 @@ def _parsed(module: str, stamp: tuple) -> ModuleUnits:
 
 def units(module: str) -> ModuleUnits | None:
     """The units of `module`'s source as it is now on disk (None for a module that no longer exists)."""
+    if not MODULE_NAME.fullmatch(module):
+        return None
     try:
         return _parsed(module, _stamp(module))
-    except OSError:
+    except (OSError, SyntaxError, ValueError):  # ValueError: not UTF-8, or a NUL in the source
         return None
 
 
 def unit_hash(unit: str) -> str | None:
-    """The short sha256 of a unit as its source is now; None when it is gone."""
+    """The short sha256 of a unit as its source is now; None when it is gone or is no unit of lincorr's (a record from
+    someone's file may name any path: only a regular file or directory inside the package is read)."""
     kind, _, name = unit.partition(":")
     if kind in ("file", "dir"):
-        path = PACKAGE_DIRECTORY / name
         try:
+            path = (PACKAGE_DIRECTORY / name).resolve()
+            mode = path.stat().st_mode
+            inside = PACKAGE_DIRECTORY in path.parents or path == PACKAGE_DIRECTORY
+            if not inside or not (stat.S_ISREG(mode) if kind == "file" else stat.S_ISDIR(mode)):
+                return None
             data = path.read_bytes() if kind == "file" else "\n".join(sorted(os.listdir(path))).encode()
-        except OSError:
+        except (OSError, ValueError):  # ValueError: a NUL in the name
             return None
         return hashlib.sha256(data).hexdigest()[:HASH_LENGTH]
     found = units(kind)

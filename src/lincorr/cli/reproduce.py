@@ -133,9 +133,11 @@ def rejudge(args) -> None:
 
     result = ReproductionResult.load(args.rejudge)
     source = Path(args.rejudge).resolve()  # it was read, so it resolves
-    if args.out and source.is_dir() and lies_within(args.out, source, f"--out {args.out}"):
-        raise UsageError(f"--out {args.out} lies inside the reproduction it judges ({args.rejudge}); write it elsewhere, "
-                         f"e.g. --out {source.parent / (source.name + '-rejudged')}")
+    # --out is replaced as a whole: it may neither lie inside the reproduction nor hold it.
+    if args.out and ((source.is_dir() and lies_within(args.out, source, f"--out {args.out}"))
+                     or lies_within(source, args.out, f"--out {args.out}")):
+        raise UsageError(f"--out {args.out} would replace the reproduction it judges ({args.rejudge}); write it elsewhere, "
+                         f"e.g. --out {source.parent / (source.stem + '-rejudged')}")
     stale = result.stale_claims()
     if stale:
         raise UsageError(f"{args.rejudge}: {len(stale)} claims were measured by code that has changed since ({', '.join(c.id for c in stale[:5])}"

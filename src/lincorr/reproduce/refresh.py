@@ -76,9 +76,12 @@ def plan_text(saved: Sequence[SavedReproduction]) -> str:
                       f"{duration_text(total)} by their last measurements"])
 
 
+PACE_SHARE = 0.25  # the share of the recorded time a refresh has done before its own pace scales what is left
+
+
 class RefreshProgress:
     """A line per claim as a refresh finishes it, with the time left: the remaining claims' last measurements, scaled by
-    how this refresh's measurements have compared with theirs so far."""
+    how this refresh's measurements have compared with theirs so far once a quarter of the recorded time is done."""
 
     def __init__(self, saved: Sequence[SavedReproduction], report: Callable[[str], None]):
         self.recorded = {(s.path, claim.id): claim.seconds or 0.0 for s in saved for claim in s.stale}
@@ -93,8 +96,9 @@ class RefreshProgress:
                 return
             taken = (claim.seconds or 0.0) if measured_now else 0.0
             self.done.append((recorded, taken))
-            left = sum(self.recorded.values())
-            pace = sum(t for _, t in self.done) / max(sum(r for r, _ in self.done), 1.0)
+            left, recorded_done = sum(self.recorded.values()), sum(r for r, _ in self.done)
+            # A few claims served by the cache in no time (a shared table of logits) say nothing of the pace of the rest.
+            pace = sum(t for _, t in self.done) / recorded_done if recorded_done >= PACE_SHARE * (recorded_done + left) else 1.0
             how = f"measured in {duration_text(taken)}" if measured_now else "from the cache"
             self.report(f"[{len(self.done)}/{len(self.done) + len(self.recorded)}] {claim.id} of {path}: {how}; about "
                         f"{duration_text(left * pace if pace > 0 else left)} left")

@@ -276,6 +276,12 @@ class ReproductionResult:
         data = read_reproduction_file(file)
         if data["paper"] not in known_papers():  # its claims would be judged as if they were one of these papers'
             raise InputError(f"{file}: the paper {data['paper']!r} is none of {', '.join(known_papers())}; {REPRODUCTION.remedy}")
+        # A claim this version does not have (a misspelt id, one with a trailing space) would join the run's family of p-values.
+        known = {claim.id for claim in load_paper(data["paper"]).claims}
+        unknown = next((row["id"] for row in data["claims"] if row["id"] not in known), None)
+        if unknown is not None:
+            raise InputError(f"{file}: the claim {unknown!r} is none of {data['paper']}'s claims (lincorr reproduce "
+                             f"{data['paper']} --list names them); {REPRODUCTION.remedy}")
         return cls(data["paper"], data.get("title", ""), data["model"], data.get("model_fingerprint", ""), data.get("budget", ""),
                    tuple(ClaimResult.from_summary(row) for row in data["claims"]), data.get("eval_model", ""), data.get("seconds"),
                    data.get("measured"))
