@@ -99,6 +99,22 @@ def test_the_option_before_the_command_or_the_environment_variable_logs_too(work
     assert len(runs()[1]) == 2
 
 
+def test_a_store_named_from_home_or_relatively_is_the_store_written(workspace, store, tmp_path, monkeypatch):
+    """The check and the logging read the URI alike: `~` is the home directory for both, a relative path the directory
+    the command started in."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    assert main(fit_args(workspace, "--out", str(tmp_path / "run"), "--mlflow", "file:~/mlruns")) == 0
+    assert (tmp_path / "home" / "mlruns").is_dir() and not (tmp_path / "~").exists()
+
+
+def test_a_tracker_in_the_environment_is_not_asked_by_a_command_that_saves_nothing(monkeypatch, capsys):
+    """A listing never waits on a server that does not answer."""
+    monkeypatch.setenv("LINCORR_MLFLOW", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setattr("lincorr.tracking.check_tracker", lambda *a, **k: pytest.fail("the tracker was asked"))
+    assert main(["templates"]) == 0 and main(["cache", "list"]) == 0
+
+
 def test_without_the_extra_one_line_exit_2_and_nothing_written(workspace, store, tmp_path, monkeypatch, capsys):
     uri, runs = store
     monkeypatch.setitem(sys.modules, "mlflow", None)  # `import mlflow` now fails as if it were not installed
@@ -222,11 +238,20 @@ def tracker_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
         "through ..": ("file:./runs/../elsewhere", "climbs out of a directory with .."),
         "enormous": ("file:" + "x" * 5000, "no tracking URI"),
         "no server": (f"http://127.0.0.1:{closed_port()}", "does not answer"),
+        "a hosted service's word": ("databricks", "not databricks"),
+        "file: alone": ("file:", "names no directory"),
+        "another machine's file store": ("file://otherhost/runs", "on the machine otherhost"),
+        "blank": (" ", "is no tracking URI"),
+        "a NUL": ("file:runs%00x", "holds a NUL character"),
+        "a line break": ("file:runs\nx", "holds a control character"),
+        "inside --out": ((tmp_path / "out" / "mlruns").as_uri(), "lies inside --out"),
         **({"read-only": (read_only.as_uri() + "/runs", "cannot write")} if os.geteuid() != 0 else {}),
     }
 
 
-@pytest.mark.parametrize("case", ["unknown scheme", "database store", "a regular file", "through ..", "enormous", "no server", "read-only"])
+@pytest.mark.parametrize("case", ["unknown scheme", "database store", "a regular file", "through ..", "enormous", "no server", "read-only",
+                                  "a hosted service's word", "file: alone", "another machine's file store", "blank", "a NUL",
+                                  "a line break", "inside --out"])
 def test_a_tracker_that_cannot_take_the_run_is_refused_before_any_work(case, mlflow, workspace, tmp_path, capsys, monkeypatch):
     """Checked before the fit: nothing is saved, the error is one line that quotes the URI briefly, and a server that
     does not answer is said within seconds."""
@@ -239,7 +264,7 @@ def test_a_tracker_that_cannot_take_the_run_is_refused_before_any_work(case, mlf
     started = time.monotonic()
     assert main(fit_args(workspace, "--out", str(out), "--mlflow", uri)) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0] and len(err[0]) < 600, err
+    assert len(err) == 1 and message in err[0] and len(err[0]) < 600 and err[0].isprintable(), err
     assert not out.exists() and time.monotonic() - started < 30
 
 

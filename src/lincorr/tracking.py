@@ -31,6 +31,7 @@ INSTALL = "pip install 'lincorr[mlflow]'"
 # The stores lincorr logs to: MLflow's local file store and a tracking server. (The database stores need SQLAlchemy,
 # which the skinny client of the `mlflow` extra does not bring.)
 SCHEMES = ("file", "http", "https")
+MLFLOW_SERVICES = ("databricks", "databricks-uc", "uc")
 MOST_URI_CHARACTERS = 2000  # a URI longer than a browser takes is no tracking address
 ANSWER_SECONDS = 3.0  # how long a tracking server has to accept a connection, before and while logging
 # What MLflow's client does with a server that does not answer: retries for minutes, unless told otherwise.
@@ -48,37 +49,31 @@ def require_mlflow():
     return mlflow
 
 
-def check_tracker(tracking_uri: str) -> None:
-    """Before any work: an OutputError unless `tracking_uri` is a store lincorr can log to now, a `file:` store it can
-    write (a directory, or where one can be made) or a tracking server that accepts a connection within ANSWER_SECONDS."""
+def check_tracker(tracking_uri: str, out=None) -> str:
+    """Before any work: the URI to log to, once `tracking_uri` is a store lincorr can log to now, a `file:` store it can
+    write (a directory, or where one can be made, outside `out`, whose files the run logs) or a tracking server that
+    accepts a connection within ANSWER_SECONDS; an OutputError where it is not. A file store comes back as an absolute
+    `file:` URI, so that the logging writes where the check looked (a `~` expanded, the working directory fixed)."""
     import socket
     import urllib.parse
 
-    from lincorr.filesystem import check_writable, link_trouble, path_trouble
-
-    shown = tracking_uri if len(tracking_uri) <= 200 else f"{tracking_uri[:200]}... ({len(tracking_uri):,} characters)"
-    if len(tracking_uri) > MOST_URI_CHARACTERS:
-        raise OutputError(f"--mlflow {shown} is no tracking URI; give a store such as file:./mlruns or http://host:5000")
+    shown = printable(tracking_uri if len(tracking_uri) <= 200 else f"{tracking_uri[:200]}... ({len(tracking_uri):,} characters)")
+    example = "give a store such as file:./mlruns or http://host:5000"
+    if len(tracking_uri) > MOST_URI_CHARACTERS or tracking_uri != tracking_uri.strip() or not tracking_uri:
+        raise OutputError(f"--mlflow '{shown}' is no tracking URI; {example}")
+    if not tracking_uri.isprintable():  # urllib drops line breaks and tabs silently; a NUL names no file
+        raise OutputError(f"--mlflow {shown} holds a control character; {example}")
+    if tracking_uri in MLFLOW_SERVICES:  # MLflow reads these plain words as hosted services, not as directories
+        raise OutputError(f"--mlflow {shown}: lincorr logs to {', '.join(f'{s}:' for s in SCHEMES)} stores, not {tracking_uri}; {example}")
     try:
         parts = urllib.parse.urlparse(tracking_uri)
     except ValueError as error:  # an unclosed "[" of an IPv6 address
-        raise OutputError(f"--mlflow {shown} is no URI ({error}); give a store such as file:./mlruns or http://host:5000") from None
+        raise OutputError(f"--mlflow {shown} is no URI ({error}); {example}") from None
     scheme = parts.scheme or "file"  # a plain path is a file store to MLflow
     if scheme not in SCHEMES:
-        raise OutputError(f"--mlflow {shown}: lincorr logs to {', '.join(f'{s}:' for s in SCHEMES)} stores, not {scheme}:; "
-                          f"give e.g. file:./mlruns or http://host:5000")
+        raise OutputError(f"--mlflow {shown}: lincorr logs to {', '.join(f'{s}:' for s in SCHEMES)} stores, not {scheme}:; {example}")
     if scheme == "file":
-        path = Path(urllib.parse.unquote(parts.path if parts.scheme else tracking_uri)).expanduser()
-        trouble = path_trouble(path)
-        trouble = f"{path} {trouble}" if trouble else link_trouble(path)
-        if trouble:
-            raise OutputError(f"--mlflow {shown}: {trouble}; name another directory for MLflow's file store")
-        if ".." in path.parts:
-            raise OutputError(f"--mlflow {shown} climbs out of a directory with ..; name the store's directory directly")
-        if path.exists() and not path.is_dir():
-            raise OutputError(f"--mlflow {shown}: {path} is not a directory; name a directory for MLflow's file store")
-        check_writable(path if path.is_dir() else path.parent, f"MLflow's file store {path}")
-        return
+        return file_store(tracking_uri, parts, shown, out)
     try:
         with socket.create_connection((parts.hostname or "", parts.port or (443 if scheme == "https" else 80)), ANSWER_SECONDS):
             pass
@@ -86,6 +81,40 @@ def check_tracker(tracking_uri: str) -> None:
         raise OutputError(f"the MLflow server at {shown} does not answer ({error}); start it, or log to a file store: "
                           "--mlflow file:./mlruns") from None
     check_server(tracking_uri, shown)
+    return tracking_uri
+
+
+def printable(text: str) -> str:
+    """`text` with each character a terminal would act on (a NUL, a line break, an escape) written as its escape."""
+    return "".join(character if character.isprintable() else ascii(character)[1:-1] for character in text)
+
+
+def file_store(tracking_uri: str, parts, shown: str, out) -> str:
+    """The `file:` URI of the store `tracking_uri` names, once lincorr can write it; an OutputError where it cannot."""
+    import urllib.parse
+
+    from lincorr.filesystem import check_writable, lies_within, link_trouble, path_trouble
+
+    if parts.scheme and parts.netloc not in ("", "localhost"):
+        raise OutputError(f"--mlflow {shown} names a store on the machine {parts.netloc}; lincorr writes file: stores on this "
+                          "one: give file:/path or file:./relative")
+    text = urllib.parse.unquote(parts.path if parts.scheme else tracking_uri)
+    if not text:
+        raise OutputError(f"--mlflow {shown} names no directory; give one, e.g. file:./mlruns")
+    path = Path(text).expanduser().absolute()
+    trouble = path_trouble(path)
+    trouble = f"{printable(str(path))} {trouble}" if trouble else link_trouble(path)
+    if trouble:
+        raise OutputError(f"--mlflow {shown}: {trouble}; name another directory for MLflow's file store")
+    if ".." in path.parts:
+        raise OutputError(f"--mlflow {shown} climbs out of a directory with ..; name the store's directory directly")
+    if path.exists() and not path.is_dir():
+        raise OutputError(f"--mlflow {shown}: {path} is not a directory; name a directory for MLflow's file store")
+    if out is not None and lies_within(path, out, f"--mlflow {shown}"):
+        raise OutputError(f"--mlflow {shown} lies inside --out {out}, whose every file the run logs into the store; "
+                          "put the store elsewhere, e.g. file:./mlruns beside --out")
+    check_writable(path if path.is_dir() else path.parent, f"MLflow's file store {path}")
+    return path.as_uri()
 
 
 def check_server(tracking_uri: str, shown: str) -> None:

@@ -245,10 +245,12 @@ def check_tracking(args) -> None:
     Given on the command line, --mlflow must have a result to log; LINCORR_MLFLOW logs whatever a command saves, if anything.
     """
     given = hasattr(args, "mlflow")
-    args.mlflow = args.mlflow if given else os.environ.get(MLFLOW_VARIABLE) or None
+    out = getattr(args, "out", None)
+    # LINCORR_MLFLOW is looked at only by a command that saves a result: a listing never waits on a server.
+    args.mlflow = args.mlflow if given else (os.environ.get(MLFLOW_VARIABLE) or None) if out else None
     if args.mlflow == "":
         raise UsageError("--mlflow needs a tracking URI, e.g. --mlflow file:./mlruns")
-    if given and not getattr(args, "out", None):
+    if given and not out:
         prog = getattr(args, "command_prog", "lincorr")
         raise UsageError(f"--mlflow logs the result a command saves into --out; give `{prog}` a directory with --out"
                          if hasattr(args, "out") else f"`{prog}` saves no result for --mlflow to log; leave --mlflow out")
@@ -256,7 +258,7 @@ def check_tracking(args) -> None:
         from lincorr.tracking import check_tracker, require_mlflow
 
         require_mlflow()
-        check_tracker(args.mlflow)
+        args.mlflow = check_tracker(args.mlflow, out)
 
 
 def track(args, result) -> None:
