@@ -58,6 +58,10 @@ def test_a_group_commands_options_go_after_its_own_name(tmp_path):
     ('out: "ab\\0cd"\n', "out holds a NUL character"),
     ('mlflow: "file:/tmp/ab\\0cd"\n', "mlflow holds a NUL character"),
     ('top: ["Paris", "a\\0b"]\n', "top holds a NUL character"),
+    # One option written twice: the later would win silently.
+    ("n_inputs: 10\nn-inputs: 20\n", "'n_inputs' and 'n-inputs' are both --n-inputs"),
+    # YAML 1.1 reads 1:30 as 90 (base 60); here it is text, which a count is not.
+    ("seed: 1:30\n", "seed: "),
 ])
 def test_a_wrong_file_is_one_error_line_naming_it(text, message, tmp_path, capsys):
     study = tmp_path / "study.yaml"
@@ -65,6 +69,29 @@ def test_a_wrong_file_is_one_error_line_naming_it(text, message, tmp_path, capsy
     assert main(["fit", "city", "country", "--config", str(study)]) == 2
     line = one_error_line(capsys)
     assert message in line and str(study) in line
+
+
+@pytest.mark.parametrize("text, seed, n_inputs", [("seed: 010\nn_inputs: 1_000\n", 10, 1000), ("seed: 0\nn_inputs: 0o10\n", 0, None)])
+def test_a_number_is_read_as_the_command_line_reads_it_not_as_yaml_1_1_does(text, seed, n_inputs, tmp_path, capsys):
+    """YAML 1.1 reads 010 as 8 (octal) and 0o10 as text; `--seed 010` is 10, and `--n-inputs 0o10` no count."""
+    study = tmp_path / "study.yaml"
+    study.write_text(text, encoding="utf-8")
+    if n_inputs is None:
+        assert main(["fit", "city", "country", "--config", str(study)]) == 2 and "n-inputs" in one_error_line(capsys)
+        return
+    args = parsed(["fit", "city", "country", "--config", str(study)])
+    assert (args.seed, args.n_inputs) == (seed, n_inputs)
+    study.write_text("source_template: 0123 {}\ntop: [0123, -x]\n", encoding="utf-8")
+    args = parsed(["fit", "city", "country", "--config", str(study)])
+    assert args.source_template == "0123 {}" and args.top == ["0123", "-x"], "an item that starts with '-' is a value"
+
+
+def test_an_item_of_a_many_valued_option_that_starts_with_a_dash_is_refused(tmp_path, capsys):
+    """The command line would read it as the next option, whatever the file meant."""
+    study = tmp_path / "study.yaml"
+    study.write_text("seeds: [1, -x]\n", encoding="utf-8")
+    assert main(["ablate", "--config", str(study)]) == 2
+    assert "seeds's item '-x' starts with '-'" in one_error_line(capsys)
 
 
 def test_a_value_that_starts_with_a_dash_stays_the_options_value(tmp_path):

@@ -1,15 +1,17 @@
 """`--config FILE`: a command's options written down as YAML, so a study can be shared as a file and run again.
 
     # study.yaml, for `lincorr fit city country --config study.yaml`
-    n: 2000
+    n-inputs: 2000
     seed: 3
     estimator: ridge
     top: [Tokyo, Paris]
 
 Each key is a long option of the command (`n-inputs` or `n_inputs` for `--n-inputs`), each value what the command
-line would take: a number or text, `true` for a switch, a list for an option that takes several values. The
+line would take: a number or text, `true` for a switch, a list for an option that takes several values. A number
+is passed as it is written, as the command line would pass it (YAML 1.1 would read `010` as 8 and `1:30` as 90). The
 options are read into the command line right after the command's name, so anything typed on the command line wins
-over the file. A key the command does not know, or a value of the wrong kind, is one error line naming the file.
+over the file. A key the command does not know, one written twice (`n_inputs` and `n-inputs`), or a value of the wrong
+kind, is one error line naming the file.
 """
 
 from __future__ import annotations
@@ -45,12 +47,14 @@ def as_written(loader: ConfigLoader, node: yaml.ScalarNode) -> str:
     return loader.construct_scalar(node)
 
 
-def whole_number(loader: ConfigLoader, node: yaml.ScalarNode) -> int:
-    """An integer of at most FLOAT_DIGITS digits; Python refuses to read one of over 4,300 (with a traceback)."""
-    digits = sum(character.isdigit() for character in loader.construct_scalar(node))
+def number_as_written(loader: ConfigLoader, node: yaml.ScalarNode) -> str:
+    """A number as the text written, for the option's own type to read as it reads the command line; one of more than
+    FLOAT_DIGITS digits is refused here (Python reads no int of over 4,300)."""
+    text = loader.construct_scalar(node)
+    digits = sum(character.isdigit() for character in text)
     if digits > FLOAT_DIGITS:
         raise yaml.constructor.ConstructorError(None, None, f"a number of {digits:,} digits is no option's value", node.start_mark)
-    return yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
+    return text
 
 
 def refused(loader: ConfigLoader, node: yaml.Node):
@@ -60,7 +64,8 @@ def refused(loader: ConfigLoader, node: yaml.Node):
 
 ConfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, unique_keys)
 ConfigLoader.add_constructor("tag:yaml.org,2002:timestamp", as_written)
-ConfigLoader.add_constructor("tag:yaml.org,2002:int", whole_number)
+ConfigLoader.add_constructor("tag:yaml.org,2002:int", number_as_written)
+ConfigLoader.add_constructor("tag:yaml.org,2002:float", number_as_written)
 # Safe YAML's other values that are no JSON value (bytes, a set, pairs) would meet a check that knows only JSON's.
 for tag in ("binary", "set", "omap", "pairs"):
     ConfigLoader.add_constructor(f"tag:yaml.org,2002:{tag}", refused)
@@ -125,12 +130,15 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
     if not document:
         raise InputError(f"{CONFIG_FILE.what} {path} holds no options; {CONFIG_FILE.remedy}")
     known = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
-    tokens = []
+    tokens, keys = [], {}
     for key, value in document.items():
         option = "--" + str(key).replace("_", "-")
         action = known.get(option)
         if action is None or option in ("--config", "--help"):
             raise InputError(f"{CONFIG_FILE.what} {path}: '{quoted(key)}' is not an option of `{parser.prog}`; see `{parser.prog} --help`")
+        if action in keys:  # the later one would win without a word
+            raise InputError(f"{CONFIG_FILE.what} {path}: '{quoted(keys[action])}' and '{quoted(key)}' are both {option}; keep one")
+        keys[action] = key
         given = option_tokens(option, action, value, path)
         if any("\0" in token for token in given):  # no command line can hold one, and no path or word may
             raise InputError(f"{CONFIG_FILE.what} {path}: {quoted(key)} holds a NUL character (\\0); remove it")
@@ -152,14 +160,26 @@ def option_tokens(option: str, action: argparse.Action, value, path: str) -> lis
         return [option]
     if isinstance(value, list):
         if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+            dashed = next((str(item) for item in value if str(item).startswith("-") and not is_number(str(item))), None)
+            if dashed is not None:  # the command line would read it as an option, whatever the file meant
+                raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]}'s item '{quoted(dashed)}' starts with '-', which "
+                                 f"{option} reads as the next option; remove the '-'")
             return [option, *map(str, value)]
         if isinstance(action, (argparse._AppendAction, Distinct)):  # a repeatable option: once per value
-            return [token for item in value for token in (option, str(item))]
+            return [f"{option}={item}" for item in value]  # one token each: an item that starts with "-" stays a value
         raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]} takes one value, not a list")
     if isinstance(value, bool):
         raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]} takes a value, not true or false")
     check_value(option, action, str(value), path)
     return [f"{option}={value}"]  # one token: a value that starts with "-" stays the option's value
+
+
+def is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def check_value(option: str, action: argparse.Action, text: str, path: str) -> None:
