@@ -78,6 +78,13 @@ ARGUMENT_MISTAKES = [
     ("out-is-a-parent-of-the-working-directory", [*LRE, "--out", ".."], OutputError),
     ("out-is-a-link-to-the-working-directory", [*LRE, "--out", "{here_link}"], OutputError),
     ("fit-out-under-a-link-loop", ["fit", "city", "country", "--out", "{loop}/run", *MODEL], OutputError),
+    ("out-empty", [*LRE, "--out", ""], UsageError),
+    ("out-blank", ["fit", "city", "country", "--out", " ", *MODEL], UsageError),
+    # numbers past what any option counts, or past what float64 arithmetic on them holds
+    ("n-inputs-of-400-digits", ["fit", "city", "country", "-n", "9" * 400, *MODEL], UsageError),
+    ("max-edits-of-4401-digits", ["ripple", "--max-edits", "9" * 4401, *MODEL], UsageError),
+    ("bootstrap-of-ten-million", ["fit", "city", "country", "--bootstrap", "10000000", *MODEL], UsageError),
+    ("ridge-alpha-past-float-squares", ["fit", "city", "country", "--alpha", "1e308", *MODEL], UsageError),
     # the cache
     ("cache-dir-dangling-link", ["fit", "city", "country", *MODEL], CacheError, "dangling"),
     ("cache-dir-link-loop", ["fit", "city", "country", *MODEL], CacheError, "loop"),
@@ -169,3 +176,11 @@ def test_pairs_keep_each_subjects_objects_once_in_file_order():
     samples = (("Atlantis ", "Poseidonia"), ("Lemuria", "Mu"), ("Atlantis", " Poseidonia"), ("Atlantis", "Ys"), ("Lemuria", "Mu"))
     relation = LreRelation("myth", "factual", "land", "city", ("The capital of {} is",), samples, "myth.json")
     assert relation.pairs() == (("Atlantis", ("Poseidonia", "Ys")), ("Lemuria", ("Mu",)))
+
+
+def test_an_output_directory_from_home_is_the_home_directorys(tmp_path, monkeypatch):
+    """As the shell reads `--out ~/runs` unquoted, and as a config file's `out: ~/runs` means: never ./~/runs."""
+    from lincorr.cli import build_parser
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert build_parser().parse_args(["fit", "city", "country", "--out", "~/runs"]).out == str(tmp_path / "runs")

@@ -21,6 +21,7 @@ from lincorr.cli.values import (  # noqa: F401 - the commands import the option 
     COUNT,
     MODEL_HELP,
     NON_NEGATIVE,
+    RESAMPLES,
     Distinct,
     batch_size_option,
     counts,
@@ -32,6 +33,7 @@ from lincorr.cli.values import (  # noqa: F401 - the commands import the option 
     prompt_template,
     positive_number,
     names,
+    output_directory,
     ridge_alpha,
     whole_number,
 )
@@ -110,7 +112,7 @@ def add_json_option(parser) -> None:
 def add_output_directory_option(parser, option: str, help_text: str, *, default: str | None = None) -> None:
     """An option naming a directory the command writes; `check_output_directories` checks it before any work."""
     dest = option.lstrip("-").replace("-", "_")
-    parser.add_argument(option, default=default, metavar="DIR",
+    parser.add_argument(option, type=output_directory, default=default, metavar="DIR",
                         help=f"{help_text} (a new or empty directory, or an earlier output, which is replaced whole)")
     parser.set_defaults(output_directories=(*(parser.get_default("output_directories") or ()), (dest, option)))
 
@@ -190,7 +192,7 @@ def add_fit_options(parser, *, estimator: str = "ridge", reason: str = "", boots
     group.add_argument("--alpha", type=ridge_alpha, default="cv",
                        help='ridge penalty, or "cv" for k-fold cross-validation on the train half; ols ignores it')
     group.add_argument("--test-fraction", type=fraction, default=0.5, help="share of the inputs held out to score W")
-    group.add_argument("--bootstrap", type=COUNT, default=bootstrap, help="bootstrap resamples for the 95%% interval")
+    group.add_argument("--bootstrap", type=RESAMPLES, default=bootstrap, help="bootstrap resamples for the 95%% interval")
     group.add_argument("--ci", choices=("rows", "refit"), default="rows",
                        help="95%% interval of the label-wise r: rows = resample the test inputs with W fixed (fast); "
                             "refit = pairs bootstrap, resampling train and test inputs and refitting W each time "

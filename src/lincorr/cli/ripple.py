@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from lincorr.cli.options import (
     COUNT,
+    RESAMPLES,
     add_collect_settings,
     add_command,
     add_json_option,
@@ -31,7 +32,7 @@ def add_commands(commands) -> None:
                         help="paper: AdamW 5e-6 on every parameter until the edit is learned (at most 50 steps); "
                              "constrained: FT-L style, the MLP weights of the three middle blocks at 5e-4")
     parser.add_argument("--top-k", type=COUNT, default=1, help="a query moves when its implied answer enters this top of its domain")
-    parser.add_argument("--n-boot", type=COUNT, default=N_BOOT, help="bootstrap resamples of the edits")
+    parser.add_argument("--n-boot", type=RESAMPLES, default=N_BOOT, help="bootstrap resamples of the edits")
     add_n_inputs_option(parser, "vocabulary inputs each W is fitted on")
     add_seed_option(parser, "seed of the inputs, the training and the bootstrap")
     add_registry_option(parser)

@@ -16,23 +16,41 @@ from lincorr.reading import json_depth
 MODEL_HELP = "bundled alias (`lincorr models` lists them), .gguf file, local directory or hub id"
 
 
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """An argparse type: an integer of at least `minimum`."""
+# The largest whole number an option takes: below 2**53, every count stays exact in the float arithmetic that sizes
+# splits and budgets, and no option counts more of anything than that.
+MOST_WHOLE = 10**15
+
+
+def whole_number(minimum: int, maximum: int = MOST_WHOLE, why: str = "") -> Callable[[str], int]:
+    """An argparse type: an integer from `minimum` to `maximum` (`why` says where the maximum comes from)."""
 
     def parse(text: str) -> int:
+        digits = text.strip().lstrip("+-")
+        if len(digits) > len(str(MOST_WHOLE)) and digits.isdigit():  # Python's int() reads no more than 4,300 digits
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}{why}, got a number of {len(digits):,} digits")
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}{why}, got {value:,}")
         return value
 
     return parse
 
 
+def shown(text: str) -> str:
+    """A value as an error quotes it: at most 100 characters."""
+    return repr(text) if len(text) <= 100 else f"{text[:100]!r}... ({len(text):,} characters)"
+
+
 COUNT = whole_number(1)
 NON_NEGATIVE = whole_number(0)
+# A million resamples put a 95% interval's ends within about 0.003 standard errors of the estimate of where infinitely
+# many would (the 2.5% quantile's Monte Carlo error: sqrt(0.025 * 0.975 / 1e6) / 0.058); more only cost memory.
+RESAMPLES = whole_number(1, 1_000_000, " (more resamples change no interval's third digit)")
 
 
 def batch_size_option(text: str) -> int | str:
@@ -69,6 +87,14 @@ def model_spec(text: str) -> str:
         what = "is not a regular file" if path.exists() else "does not exist (or is a link loop)"
         raise argparse.ArgumentTypeError(f"{text} {what}; a .gguf model is one file")
     return text
+
+
+def output_directory(text: str) -> str:
+    """An argparse type: a directory to write, not blank, with a leading `~` read as the home directory (as the shell
+    reads it unquoted, and as a config file's `out: ~/runs` means)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} names no directory; give one, e.g. runs/first")
+    return str(Path(text).expanduser())
 
 
 class Distinct(argparse.Action):
@@ -150,9 +176,14 @@ def ridge_alpha(text: str) -> float | str:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be 'cv' or a finite, non-negative number, got {text!r}")
+    if not (math.isfinite(value) and 0 <= value <= MOST_RIDGE_ALPHA):
+        raise argparse.ArgumentTypeError(f"must be 'cv' or a number from 0 to {MOST_RIDGE_ALPHA:g}, got {shown(text)}")
     return value
+
+
+# A larger penalty shrinks W's predictions so far that their squares fall below float64's range, and every prediction
+# would read as the same number.
+MOST_RIDGE_ALPHA = 1e100
 
 
 # ---- the options ----
