@@ -416,13 +416,15 @@ def test_an_empty_or_relative_cache_variable_never_makes_the_working_directory_t
     assert sorted(project.rglob("*")) == before
 
 
+@pytest.mark.parametrize("under", ["", "/sub"])
 @pytest.mark.parametrize("command", [["cache", "list"], ["cache", "list", "--json"], ["cache", "size"], ["cache", "clear"]])
-def test_every_cache_command_refuses_a_cache_variable_that_names_a_file(command, capsys, monkeypatch, tmp_path):
+def test_every_cache_command_refuses_a_cache_variable_that_names_a_file(command, under, capsys, monkeypatch, tmp_path):
+    """A cache named under a file could never be made: it is refused, not listed as empty."""
     (tmp_path / "a-file").write_text("mine", encoding="utf-8")
-    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path / "a-file"))
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path / "a-file") + under)
     reported = spy_on_errors(monkeypatch)
     assert main(command) == 2
-    assert "not a directory" in one_error_line(capsys)
+    assert ("not a directory" if not under else "lies under") in one_error_line(capsys)
     assert [type(error) for error in reported] == [CacheError]
     assert (tmp_path / "a-file").read_text(encoding="utf-8") == "mine"
 
@@ -437,6 +439,20 @@ def test_cache_clear_leaves_a_directory_lincorr_did_not_make(capsys, monkeypatch
     one_error_line(capsys)
     assert [type(error) for error in reported] == [CacheError]
     assert all((tmp_path / mine / "thesis.tex").is_file() for mine in ("models", "logits", "results"))
+
+
+def test_a_cache_section_that_is_a_link_is_not_followed(capsys, monkeypatch, tmp_path):
+    """What a link in the cache points to is someone's directory, not the cache: neither counted nor emptied."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "thesis.tex").write_text("mine" * 1000, encoding="utf-8")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "results").symlink_to(elsewhere)
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(cache))
+    assert main(["cache", "list", "--json"]) == 0
+    results = next(s for s in json.loads(capsys.readouterr().out)["sections"] if s["section"] == "results")
+    assert (results["entries"], results["bytes"]) == (0, 0)
 
 
 # ---- reproducibility ----

@@ -102,6 +102,22 @@ def test_an_empty_prompt_or_answer_names_its_edit_and_query(field, tmp_path):
         read_edits(file)
 
 
+@pytest.mark.parametrize("path", [("edit", "prompt"), ("compositional_I_problems", 0, "compositional_query", "prompt"),
+                                  ("compositional_I_problems", 0, "condition_query", "answer")], ids=lambda path: ".".join(map(str, path)))
+def test_a_prompt_or_answer_of_a_page_is_refused_before_any_model_reads_it(path, tmp_path):
+    """A prompt is a sentence: a page of one would be tokenised and run through the model for every edit and query."""
+    from lincorr.ripple.edits import MOST_CHARACTERS
+
+    file = tmp_path / "edits.json"
+    for length, refused in ((MOST_CHARACTERS, False), (MOST_CHARACTERS + 1, True)):
+        file.write_text(json.dumps([edited(bundled_record(), path, "x" * length)]), encoding="utf-8")
+        if not refused:
+            read_edits(file)
+            continue
+        with pytest.raises(InputError, match=f"edit 0 .*{path[-1]} is 1,001 characters"):
+            read_edits(file)
+
+
 @pytest.mark.parametrize("document, message", [
     ([], "holds no edits"), ({"edit": {}}, "is an object, not a list"),
     ([{**bundled_record(), "compositional_I_problems": []}], "has no queries"),

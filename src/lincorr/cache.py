@@ -108,9 +108,10 @@ def cache_usage() -> list[SectionUsage]:
     root = cache_root()
     usage = []
     for section, names in SECTIONS.items():
-        paths = [root / name for name in names if (root / name).exists()]
+        # A section that is a link is not followed: what it points to is not the cache's (`clear_cache` removes the link).
+        paths = [root / name for name in names if (root / name).exists() and not (root / name).is_symlink()]
         directory = root / names[0]
-        entries = len(list(directory.iterdir())) if directory.is_dir() else 0
+        entries = len(list(directory.iterdir())) if directory in paths and directory.is_dir() else 0
         usage.append(SectionUsage(section, directory, entries, sum(tree_size(p) for p in paths)))
     return usage
 

@@ -20,13 +20,18 @@ def add_commands(commands) -> None:
 
 
 def checked_root():
-    """The cache root, refused (one error line) when it is something other than a directory; nothing is created."""
+    """The cache root, refused (one error line) when it is something other than a directory, or lies under a file (where
+    it could never be made, and would look empty); nothing is created."""
     from lincorr.cache import cache_root
     from lincorr.errors import CacheError
+    from lincorr.filesystem import nearest_existing
 
     root = cache_root()
     if root.exists() and not root.is_dir():
         raise CacheError(f"cache directory {root} is not a directory; point LINCORR_CACHE_DIR at a directory")
+    existing = nearest_existing(root)
+    if not existing.is_dir():
+        raise CacheError(f"cache directory {root} lies under {existing}, which is a file; point LINCORR_CACHE_DIR at a directory")
     return root
 
 

@@ -130,7 +130,8 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
     if not document:
         raise InputError(f"{CONFIG_FILE.what} {path} holds no options; {CONFIG_FILE.remedy}")
     known = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
-    tokens, keys = [], {}
+    tokens: list[str] = []
+    keys: dict[argparse.Action, object] = {}
     for key, value in document.items():
         option = "--" + str(key).replace("_", "-")
         action = known.get(option)

@@ -22,6 +22,9 @@ EDITS_FILE = Path(__file__).parent / "data" / "edits.json"
 COUNTRY_RELATIONS = ("COUNTRY", "COUNTRY_OF_CITIZENSHIP")
 # More edits than any edit benchmark holds (RippleEdits: 5,000): a file of a million is a mistake, refused before reading on.
 MOST_EDITS = 100_000
+# A prompt or answer is a sentence (RippleEdits' longest: 126 characters); a page of one would be tokenised, and run
+# through the model, for every edit and query.
+MOST_CHARACTERS = 1000
 QUERY = {"prompt": TEXT, "answer": TEXT, "relation": TEXT, "subject": TEXT}
 EDITS = FileKind(
     "RippleEdits file",
@@ -80,6 +83,9 @@ def read_edits(path: str | Path | None = None, max_edits: int | None = None) -> 
 def edit_from(record: dict, index: int, path: Path) -> Edit:
     fact = record["edit"]
     where = f"{path}: edit {index} ({fact['subject_id'][:100]!r}, {fact['relation'][:100]})"
+    if len(fact["prompt"]) > MOST_CHARACTERS:
+        raise InputError(f"{where}: its prompt is {len(fact['prompt']):,} characters, more than the {MOST_CHARACTERS:,} "
+                         "a sentence that teaches one fact needs; shorten it")
     if not record["compositional_I_problems"]:
         raise InputError(f"{where} has no queries; give it at least one compositional query, or leave the edit out")
     problems = tuple(Problem(query_from(problem["compositional_query"], f"{where}, query {number}"),
@@ -92,6 +98,9 @@ def query_from(query: dict, where: str) -> Query:
     for field in ("prompt", "answer"):
         if not query[field].strip():
             raise InputError(f"{where} has an empty {field}; every query needs a prompt and the answer it should lead to")
+        if len(query[field]) > MOST_CHARACTERS:
+            raise InputError(f"{where}: its {field} is {len(query[field]):,} characters, more than the {MOST_CHARACTERS:,} "
+                             "of a sentence; shorten it")
     return Query(query["prompt"], query["answer"], query["relation"], query["subject"])
 
 
