@@ -9,7 +9,7 @@ import pytest
 import scipy.optimize
 import scipy.stats
 
-from lincorr.reproduce import evidence
+from lincorr.reproduce import evidence, rates
 from lincorr.reproduce.decisions import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, SMALLER, decide
 from lincorr.reproduce.verdicts import (ALPHA, all_of, binomial_above, bootstrap_greater, correlation_above, mcnemar_gain, paired_greater,
                                        studentized_greater)
@@ -32,9 +32,9 @@ def constrained_loss_rate(gained: int, lost: int, n: int, theta: float) -> float
 def test_tangos_statistic_uses_the_rates_maximum_likelihood_under_the_difference_tested(gained, lost, n, theta):
     loss = constrained_loss_rate(gained, lost, n, theta)
     expected = (gained - lost - n * theta) / math.sqrt(n * (2 * loss + theta * (1 - theta)))
-    assert evidence.tango_z(gained, lost, n, theta) == pytest.approx(expected, rel=1e-6)
+    assert rates.tango_z(gained, lost, n, theta) == pytest.approx(expected, rel=1e-6)
     if theta == 0:  # at no difference it is McNemar's z
-        assert evidence.tango_z(gained, lost, n, 0.0) == pytest.approx((gained - lost) / math.sqrt(gained + lost))
+        assert rates.tango_z(gained, lost, n, 0.0) == pytest.approx((gained - lost) / math.sqrt(gained + lost))
 
 
 @pytest.mark.parametrize("hits, n, control_hits, control_n, theta", [(56, 70, 48, 80, 0.0), (56, 70, 48, 80, 0.25), (9, 10, 3, 10, 0.5),
@@ -49,7 +49,7 @@ def test_the_miettinen_nurminen_statistic_uses_the_rates_maximum_likelihood_unde
     rate, total = control_rate + theta, n + control_n
     variance = (rate * (1 - rate) / n + control_rate * (1 - control_rate) / control_n) * total / (total - 1)
     expected = (hits / n - control_hits / control_n - theta) / math.sqrt(variance)
-    assert evidence.miettinen_nurminen_z(hits, n, control_hits, control_n, theta) == pytest.approx(expected, rel=1e-5)
+    assert rates.miettinen_nurminen_z(hits, n, control_hits, control_n, theta) == pytest.approx(expected, rel=1e-5)
 
 
 def test_the_binomial_bounds_are_clopper_pearsons():

@@ -16,9 +16,9 @@ from collections.abc import Callable
 import numpy as np
 import scipy.stats
 
-from lincorr.reproduce import evidence
+from lincorr.reproduce import evidence, rates
 from lincorr.reproduce.decisions import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, SMALLER, verdict_of
-from lincorr.reproduce.evidence import Evidence
+from lincorr.reproduce.estimator import Evidence
 from lincorr.reproduce.verdicts import ALPHA
 
 CLAIMS = 15  # a run's family, about a paper's measured claims
@@ -49,11 +49,11 @@ def draw_paired_rates(rng: np.random.Generator, effect: float, units: int) -> Ev
     outcome = rng.choice(3, size=units, p=[loss + effect, loss, 1 - 2 * loss - effect])  # gained, lost, unchanged
     before = outcome == 1
     after = outcome == 0
-    return evidence.mcnemar_gain(before, after, interest=0.2)
+    return rates.mcnemar_gain(before, after, interest=0.2)
 
 
 def draw_two_rates(rng: np.random.Generator, effect: float, units: int) -> Evidence:
-    return evidence.fisher_greater(int(rng.binomial(units, 0.3 + effect)), units, int(rng.binomial(units, 0.3)), units, interest=0.25)
+    return rates.fisher_greater(int(rng.binomial(units, 0.3 + effect)), units, int(rng.binomial(units, 0.3)), units, interest=0.25)
 
 
 def draw_paired_values(rng: np.random.Generator, effect: float, units: int) -> Evidence:
@@ -172,9 +172,9 @@ def table(results: list[Rates]) -> str:
     """The simulation as a markdown table: per kind and budget, the family-wise errors and the verdicts at each effect."""
     lines = [f"| kind | units | runs of {CLAIMS} | any reproduced at 0 | any not reproduced at Δ | at 0: not reproduced "
              "| at Δ/2: reproduced, smaller | at Δ: reproduced | at 2Δ: reproduced |", "|---|---|---|---|---|---|---|---|---|"]
-    for rates in results:
-        at = rates.verdicts
-        lines.append(f"| {rates.kind} | {rates.units} {rates.unit} | {rates.runs} | {rates.false_reproduced:.3f} "
-                     f"| {rates.false_not_reproduced:.3f} | {at[0.0][NOT_REPRODUCED]:.2f} | {at[0.5][SMALLER]:.2f} "
+    for found in results:
+        at = found.verdicts
+        lines.append(f"| {found.kind} | {found.units} {found.unit} | {found.runs} | {found.false_reproduced:.3f} "
+                     f"| {found.false_not_reproduced:.3f} | {at[0.0][NOT_REPRODUCED]:.2f} | {at[0.5][SMALLER]:.2f} "
                      f"| {at[1.0][REPRODUCED]:.2f} | {at[2.0][REPRODUCED]:.2f} |")
     return "\n".join(lines) + "\n"

@@ -24,7 +24,8 @@ import math
 
 import scipy.stats
 
-from lincorr.reproduce.evidence import Evidence, counted, evidence_of
+from lincorr.reproduce.estimator import Evidence
+from lincorr.reproduce.evidence import counted, evidence_of
 from lincorr.reproduce.verdicts import ALPHA, Test
 
 TARGET_POWER = 0.8

@@ -43,67 +43,9 @@ import scipy.stats
 # The distributions' functions without a frozen scipy.stats object's cost: the calibration decides many thousand claims.
 from scipy.special import bdtr, bdtrc, ndtr, ndtri, stdtr
 
+from lincorr.reproduce.estimator import Evidence
+from lincorr.reproduce.rates import fisher_greater, mcnemar_gain
 from lincorr.reproduce.verdicts import ALPHA, Test, fisher_z, from_json, studentized_draws
-
-
-@dataclasses.dataclass(frozen=True)
-class Evidence:
-    """One estimator of a claim's effect (positive: the paper's way) and its two one-sided tests: `p_above(θ)` the p-value
-    of "the effect is at most θ", `p_below(θ)` of "the effect is at least θ"; the values the effect can take, Δ, the
-    separation of Δ from 0 in standard errors, the smallest p each test can reach, the units and the method's name."""
-
-    method: str
-    effect: float
-    p_above: Callable[[float], float]
-    p_below: Callable[[float], float]
-    bounds: tuple[float, float]
-    interest: float | None
-    separation: float | None = None
-    floors: tuple[float, float] = (0.0, 0.0)  # of `p_above` and of `p_below`
-    units: int | None = None
-    unit: str = ""
-    parts: tuple[Evidence, ...] = ()
-    bounded: bool = True  # the effect cannot pass `bounds` (a rate); else a bound that reaches them is unbounded (a bootstrap's draws)
-    each: str | None = None  # for `all_of`: what its parts are, so that `counted` can judge it on some of them
-
-    def above(self, theta: float) -> float:
-        """`p_above(θ)`, where θ lies past what a bounded effect can be: 0 below its values, 1 above them."""
-        if self.bounded and theta < self.bounds[0]:
-            return 0.0
-        return 1.0 if self.bounded and theta > self.bounds[1] else self.p_above(theta)
-
-    def below(self, theta: float) -> float:
-        """`p_below(θ)`, 0 past a bounded effect's largest value (it cannot reach θ), 1 below its smallest."""
-        if self.bounded and theta > self.bounds[1]:
-            return 0.0
-        return 1.0 if self.bounded and theta < self.bounds[0] else self.p_below(theta)
-
-    def lower(self, level: float) -> float:
-        """The lower confidence bound at one-sided `level`: the largest θ that "at most θ" is rejected at (a bound of the
-        effect's values, or -inf past a bootstrap's draws, where none or every one is)."""
-        low, high = self.bounds
-        if self.p_above(low) > level:  # past a bootstrap's lowest draw "at most θ" has its smallest p
-            return low if self.bounded or self.floors[0] <= level else -math.inf
-        return high if self.p_above(high) <= level else crossing(lambda theta: self.p_above(theta) <= level, low, high)
-
-    def upper(self, level: float) -> float:
-        """The upper confidence bound at one-sided `level`: the smallest θ that "at least θ" is rejected at."""
-        low, high = self.bounds
-        if self.p_below(high) > level:
-            return high if self.bounded or self.floors[1] <= level else math.inf
-        return low if self.p_below(low) <= level else crossing(lambda theta: self.p_below(theta) <= level, high, low)
-
-
-def crossing(rejected: Callable[[float], bool], inside: float, outside: float) -> float:
-    """The last value, going from `inside` (where the test rejects) towards `outside` (where it does not), at which it still
-    rejects: bisection kept on the rejecting side, so that a bound and the test it inverts agree even where a p-value
-    steps (a bootstrap's)."""
-    for _ in range(200):
-        middle = (inside + outside) / 2
-        if middle in (inside, outside):
-            break
-        inside, outside = (middle, outside) if rejected(middle) else (inside, middle)
-    return inside
 
 
 def evidence_of(test: Test) -> Evidence:
@@ -146,77 +88,6 @@ def binomial_above(successes: int, trials: int, chance: float, what: str = "hits
     return Evidence(f"exact binomial, {successes}/{trials} {what} vs chance {chance:.3g}", successes / max(trials, 1) - chance,
                     p_above, p_below, (-chance, 1 - chance), interest, None if interest is None else interest / se, floors,
                     trials, what)
-
-
-def mcnemar_gain(before, after, what: str = "right", interest: float | None = None, unit: str = "items") -> Evidence:
-    """The rise in the rate `what` from `before` to `after` on the same items, Tango's score test either way."""
-    before, after = np.asarray(before, bool), np.asarray(after, bool)
-    n = before.size
-    gained, lost = int(np.sum(after & ~before)), int(np.sum(before & ~after))
-
-    def z(theta: float) -> float:
-        return tango_z(gained, lost, n, theta)
-
-    spread = math.sqrt(max((gained + lost + 1) / (n + 2) - ((gained - lost) / max(n, 1)) ** 2, 1e-12) / max(n, 1))
-    return Evidence(f"Tango's score test, {gained} became {what} and {lost} stopped being, of {n} {unit}", (gained - lost) / max(n, 1),
-                    lambda theta: float(ndtr(-z(theta))), lambda theta: float(ndtr(z(theta))),
-                    (-1 + 1e-9, 1 - 1e-9), interest, None if interest is None else interest / spread, (0.0, 0.0), n, unit)
-
-
-def tango_z(gained: int, lost: int, n: int, theta: float) -> float:
-    """Tango's (1998) score statistic for a paired difference of rates `theta` (gain rate minus loss rate): the observed
-    difference less n·θ over its standard error at the rates' maximum likelihood under that difference."""
-    if n == 0:
-        return 0.0
-    a, b, c = 2 * n, -(gained * (1 + theta) + lost * (1 - theta) - 2 * n * theta), -lost * theta * (1 - theta)
-    loss_rate = (-b + math.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
-    variance = n * (2 * loss_rate + theta * (1 - theta))
-    difference = gained - lost - n * theta
-    if variance <= 1e-15:
-        return 0.0 if abs(difference) < 1e-12 else math.copysign(math.inf, difference)
-    return difference / math.sqrt(variance)
-
-
-def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: str = "real vs control",
-                   interest: float | None = None) -> Evidence:
-    """The rate `hits / n` less the control's, Miettinen and Nurminen's score test either way."""
-    hits, n, control_hits, control_n = int(hits), int(n), int(control_hits), int(control_n)
-
-    def z(theta: float) -> float:
-        return miettinen_nurminen_z(hits, n, control_hits, control_n, theta)
-
-    rate, control_rate = (hits + 0.5) / (n + 1), (control_hits + 0.5) / (control_n + 1)
-    se = math.sqrt(rate * (1 - rate) / max(n, 1) + control_rate * (1 - control_rate) / max(control_n, 1))
-    return Evidence(f"Miettinen-Nurminen score test, {what} {hits}/{n} vs {control_hits}/{control_n}",
-                    hits / max(n, 1) - control_hits / max(control_n, 1), lambda theta: float(ndtr(-z(theta))),
-                    lambda theta: float(ndtr(z(theta))), (-1 + 1e-9, 1 - 1e-9), interest,
-                    None if interest is None else interest / se, (0.0, 0.0), n + control_n, "items")
-
-
-def miettinen_nurminen_z(hits: int, n: int, control_hits: int, control_n: int, theta: float) -> float:
-    """The score statistic of a difference of two independent rates `theta`: the rates' maximum likelihood under that
-    difference (Farrington and Manning's cubic), the variance times N / (N - 1) (Miettinen and Nurminen)."""
-    if n == 0 or control_n == 0:
-        return 0.0
-    rate, control_rate = hits / n, control_hits / control_n
-    difference = rate - control_rate - theta
-    if abs(difference) < 1e-14:
-        return 0.0
-    ratio = control_n / n
-    a = 1 + ratio
-    b = -(1 + ratio + rate + ratio * control_rate + theta * (ratio + 2))
-    c = theta * theta + theta * (2 * rate + ratio + 1) + rate + ratio * control_rate
-    d = -rate * theta * (1 + theta)
-    v = (b / a / 3) ** 3 - b * c / (6 * a * a) + d / a / 2
-    s = math.sqrt(max((b / a / 3) ** 2 - c / a / 3, 0.0))
-    u = math.copysign(s, v) if v != 0 else s
-    cosine = min(max(v / u**3, -1.0), 1.0) if u != 0 else 0.0
-    fitted = 2 * u * math.cos((math.pi + math.acos(cosine)) / 3) - b / a / 3
-    fitted_control = fitted - theta
-    variance = (fitted * (1 - fitted) / n + fitted_control * (1 - fitted_control) / control_n) * (n + control_n) / (n + control_n - 1)
-    if variance <= 1e-15:
-        return math.copysign(math.inf, difference)
-    return difference / math.sqrt(variance)
 
 
 def paired_greater(values, controls, what: str = "r vs shuffled control", interest: float | None = None,
