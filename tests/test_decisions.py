@@ -11,8 +11,8 @@ import scipy.stats
 
 from lincorr.reproduce import evidence, rates
 from lincorr.reproduce.decisions import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, SMALLER, decide
-from lincorr.reproduce.verdicts import (ALPHA, all_of, binomial_above, bootstrap_greater, correlation_above, mcnemar_gain, paired_greater,
-                                       studentized_greater)
+from lincorr.reproduce.verdicts import (ALPHA, all_of, binomial_above, bootstrap_greater, correlation_above, fisher_greater, mcnemar_gain,
+                                       paired_greater, studentized_greater)
 
 
 def constrained_loss_rate(gained: int, lost: int, n: int, theta: float) -> float:
@@ -50,6 +50,34 @@ def test_the_miettinen_nurminen_statistic_uses_the_rates_maximum_likelihood_unde
     variance = (rate * (1 - rate) / n + control_rate * (1 - control_rate) / control_n) * total / (total - 1)
     expected = (hits / n - control_hits / control_n - theta) / math.sqrt(variance)
     assert rates.miettinen_nurminen_z(hits, n, control_hits, control_n, theta) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("failures, n, control_failures, control_n, ratio", [(66, 128, 114, 128, 1.0), (66, 128, 114, 128, 0.03),
+                                                                              (3, 40, 30, 50, 0.5), (20, 30, 10, 30, 1.6)])
+def test_the_ratio_score_statistic_uses_the_rates_maximum_likelihood_under_the_ratio(failures, n, control_failures, control_n, ratio):
+    def negative_log_likelihood(control_rate: float) -> float:
+        return -(scipy.stats.binom.logpmf(failures, n, ratio * control_rate) + scipy.stats.binom.logpmf(control_failures, control_n, control_rate))
+
+    control_rate = scipy.optimize.minimize_scalar(negative_log_likelihood, bounds=(1e-9, min(1.0, 1 / ratio) - 1e-9), method="bounded",
+                                                  options={"xatol": 1e-12}).x
+    rate, total = ratio * control_rate, n + control_n
+    variance = (rate * (1 - rate) / n + ratio**2 * control_rate * (1 - control_rate) / control_n) * total / (total - 1)
+    expected = (failures / n - ratio * control_failures / control_n) / math.sqrt(variance)
+    assert rates.ratio_score_z(failures, n, control_failures, control_n, ratio) == pytest.approx(expected, rel=1e-5)
+
+
+def test_failures_removed_reaches_a_delta_a_difference_of_rates_cannot():
+    """A control that already generalizes half the time leaves a difference of at most 0.5, below the paper's 0.75: the
+    difference can never be `reproduced`; the share of the control's failures removed can (here all of them)."""
+    difference = decide(fisher_greater(128, 128, 64, 128, "real vs shuffled", 0.75), 18)
+    removed = decide(fisher_greater(128, 128, 64, 128, "real vs shuffled", 0.97, scale="failures removed"), 18)
+    assert difference.verdict == SMALLER and removed.verdict == REPRODUCED
+    assert removed.effect == 1.0 and 0.8 < removed.interval[0] < 0.97 < removed.interval[1]
+    # At no effect both scales test the same null (equal rates) with the same score statistic.
+    assert decide(fisher_greater(70, 128, 60, 128, "x", 0.97, scale="failures removed"), 18).p_effect == pytest.approx(
+        decide(fisher_greater(70, 128, 60, 128, "x", 0.75), 18).p_effect, rel=1e-9)
+    nothing = decide(fisher_greater(60, 128, 128, 128, "x", 0.97, scale="failures removed"), 18)
+    assert nothing.verdict == INCONCLUSIVE, "a control that never fails leaves nothing to remove"
 
 
 def test_the_binomial_bounds_are_clopper_pearsons():

@@ -42,7 +42,8 @@ from lincorr.reading import MAX_FILE_BYTES, MAX_NESTING
 from lincorr.relations import read_reference_file
 from lincorr.report import read_run
 from lincorr.report.files import RUN_FILE
-from lincorr.reproduce.runner import ClaimResult, ReproductionResult, judged
+from lincorr.reproduce.judging import judged
+from lincorr.reproduce.runner import ClaimResult, ReproductionResult
 from lincorr.reproduce.verdicts import binomial_above
 from lincorr.reproduction_file import REPRODUCTION
 from lincorr.results import PROVENANCE, STATE

@@ -351,7 +351,7 @@ def test_every_committed_verdict_reads_off_its_interval_at_the_runs_level():
     an interval wholly below its Δ reads anything but `not reproduced` or `reproduced, smaller`. Each adjusted p is the
     raw one times the claims of the run, below ALPHA exactly when its test rejects; a claim that restates others of its run
     is decided at that level without counting."""
-    from lincorr.reproduce.runner import restating
+    from lincorr.reproduce.judging import restating
 
     for path in sorted((ROOT / "docs" / "reproductions").glob("*/*.json")):
         if path.name.endswith(".provenance.json"):

@@ -135,7 +135,7 @@ def test_reproduce_merullo_runs_end_to_end_on_a_tiny_model(llama_lm, planted_reg
 def test_transfer_restates_the_copy_claims_part_for_part_and_is_not_counted_again(llama_lm, planted_registry):
     """Each source's contexts are other pairs', so merullo.transfer's parts are the three copy claims' parts value for
     value: it is decided at the run's level without adding to the family; a transfer whose parts differ is counted."""
-    from lincorr.reproduce.runner import judged, restating
+    from lincorr.reproduce.judging import judged, restating
 
     result = reproduce("merullo", llama_lm, registry=planted_registry)
     claims = {c.id: c for c in result.claims}

@@ -261,3 +261,20 @@ def test_the_runs_of_section_5_are_checked_for_homogeneity():
     apart = [SimpleNamespace(seed=seed, generalized=seed == 0) for seed in range(3) for _ in range(8)]
     assert between_runs_p(same) == pytest.approx(1.0) and between_runs_p(apart) < 0.001
     assert between_runs_p(same[:8]) is None, "one run has nothing to compare"
+
+
+def test_table7_is_judged_on_the_share_of_failures_removed_its_claims_yaml_names():
+    """Measured as a difference of rates (its step's recipe), judged on claims.yaml's scale with the paper's Δ on it: a
+    stored claim needs no new measurement for it."""
+    from lincorr.reproduce.judging import judged
+    from lincorr.reproduce.runner import ClaimResult
+    from lincorr.reproduce.verdicts import fisher_greater
+
+    measured = fisher_greater(62, 128, 14, 128, "real vs shuffled mapping", 0.75)
+    claim = ClaimResult("peng.table7", "Table 7", "", {}, {}, "", measured.name, None, measured.p_value, "inconclusive", "",
+                        step="ablation", detail=measured.summary(), interest_reason="the old reason")
+    (again,) = judged([claim])
+    assert again.decision["interest"] == 0.97 and "failures removed" in again.decision["method"]
+    assert again.decision["effect"] == pytest.approx(1 - (66 / 128) / (114 / 128))
+    assert again.detail["recipe"]["arguments"]["scale"] == "failures removed" and "77.34%" in again.interest_reason
+    assert judged([again])[0].decision == again.decision, "judging it again changes nothing"

@@ -19,7 +19,7 @@ import scipy.stats
 from lincorr.reproduce import evidence, rates
 from lincorr.reproduce.decisions import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED, SMALLER, verdict_of
 from lincorr.reproduce.estimator import Evidence
-from lincorr.reproduce.verdicts import ALPHA
+from lincorr.reproduce.verdicts import ALPHA, FAILURES_REMOVED
 
 CLAIMS = 15  # a run's family, about a paper's measured claims
 EFFECTS = (0.0, 0.5, 1.0, 2.0)  # the true effect, in multiples of Δ
@@ -54,6 +54,13 @@ def draw_paired_rates(rng: np.random.Generator, effect: float, units: int) -> Ev
 
 def draw_two_rates(rng: np.random.Generator, effect: float, units: int) -> Evidence:
     return rates.fisher_greater(int(rng.binomial(units, 0.3 + effect)), units, int(rng.binomial(units, 0.3)), units, interest=0.25)
+
+
+def draw_failures_removed(rng: np.random.Generator, effect: float, units: int) -> Evidence:
+    control_failing = 0.7
+    failing = control_failing * (1 - effect)
+    return rates.fisher_greater(units - int(rng.binomial(units, failing)), units, units - int(rng.binomial(units, control_failing)), units,
+                                interest=0.4, scale=FAILURES_REMOVED)
 
 
 def draw_paired_values(rng: np.random.Generator, effect: float, units: int) -> Evidence:
@@ -111,6 +118,7 @@ KINDS = (
     Kind("binomial (exact)", 0.2, (20, 200), "trials", draw_binomial),
     Kind("paired rates (Tango's score)", 0.2, (30, 300), "items", draw_paired_rates),
     Kind("two rates (Miettinen-Nurminen score)", 0.25, (30, 300), "items per arm", draw_two_rates),
+    Kind("two rates, failures removed (Miettinen-Nurminen score)", 0.4, (30, 300), "items per arm", draw_failures_removed),
     Kind("paired values (Student's t)", 0.5, (10, 200), "pairs", draw_paired_values),
     Kind("bootstrap (bias-corrected)", 0.5, (15, 150), "units", draw_bootstrap),
     Kind("bootstrap (bias-corrected), exponential units", 0.5, (15, 80), "units", draw_skewed_bootstrap,

@@ -18,6 +18,7 @@ from lincorr import recording
 from lincorr.choices import split_names
 from lincorr.errors import LincorrError, UsageError
 from lincorr.paper import paper_entry
+from lincorr.reproduce.verdicts import SCALES
 
 BUDGETS = ("quick", "paper")
 # A budget sized from the quick budget's look where that look did not decide (`sizing`), no settings of its own.
@@ -142,7 +143,7 @@ def load_paper(name: str) -> Paper:
 def restatements(name: str) -> dict[str, tuple[str, ...]]:
     """Paper `name`'s claims that restate others (`restates` in its claims.yaml), each with the claims whose tests hold,
     value for value, every part of its own: where those are measured in the same run, it is decided at the run's level
-    without counting in its family (`runner.restating`)."""
+    without counting in its family (`judging.restating`)."""
     data = yaml.safe_load(resources.files("lincorr.reproduce").joinpath(name, "claims.yaml").read_text(encoding="utf-8"))
     found = {str(entry["id"]): tuple(str(other) for other in entry["restates"]) for entry in data["claims"] if entry.get("restates")}
     measured = {str(entry["id"]) for entry in data["claims"] if entry.get("step")}
@@ -151,6 +152,27 @@ def restatements(name: str) -> dict[str, tuple[str, ...]]:
                      if other not in measured or other in found)
     if unknown:
         raise LincorrError(f"{name}/claims.yaml: a claim may restate only measured claims that restate none: {', '.join(unknown)}")
+    return found
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+    """The scale a claim's effect is judged on where it is not its test's own (`interest.scale` in claims.yaml), with Δ on it."""
+
+    name: str  # one of `verdicts.SCALES`
+    interest: float
+    reason: str
+
+
+def interest_scales(name: str) -> dict[str, Scale]:
+    """Paper `name`'s claims whose effect claims.yaml puts on a scale of its own (`interest: {scale: ...}`): their tests
+    are made again on it, with its Δ, whenever they are judged (`judging.judged`), so a scale is chosen without measuring."""
+    data = yaml.safe_load(resources.files("lincorr.reproduce").joinpath(name, "claims.yaml").read_text(encoding="utf-8"))
+    found = {str(entry["id"]): Scale(str(entry["interest"]["scale"]), float(entry["interest"]["value"]), str(entry["interest"]["reason"]))
+             for entry in data["claims"] if isinstance(entry.get("interest"), dict) and "scale" in entry["interest"]}
+    unknown = sorted(f"{claim_id}: {scale.name}" for claim_id, scale in found.items() if scale.name not in SCALES)
+    if unknown:
+        raise LincorrError(f"{name}/claims.yaml: an interest's scale is one of {', '.join(SCALES)}, not {', '.join(unknown)}")
     return found
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from scipy.special import ndtr
 
 from lincorr.reproduce.estimator import Evidence
+from lincorr.reproduce.verdicts import DIFFERENCE, FAILURES_REMOVED
 
 
 def mcnemar_gain(before, after, what: str = "right", interest: float | None = None, unit: str = "items") -> Evidence:
@@ -41,9 +42,13 @@ def tango_z(gained: int, lost: int, n: int, theta: float) -> float:
 
 
 def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: str = "real vs control",
-                   interest: float | None = None) -> Evidence:
-    """The rate `hits / n` less the control's, Miettinen and Nurminen's score test either way."""
+                   interest: float | None = None, scale: str = DIFFERENCE) -> Evidence:
+    """The rate `hits / n` above the control's, Miettinen and Nurminen's score test either way: of their difference, or
+    (`scale` FAILURES_REMOVED) of the share of the control's failures the real arm does not have, 1 - (its failure rate /
+    the control's), where Δ can be any value below 1 whatever the control's rate."""
     hits, n, control_hits, control_n = int(hits), int(n), int(control_hits), int(control_n)
+    if scale == FAILURES_REMOVED:
+        return failures_removed(n - hits, n, control_n - control_hits, control_n, what, interest)
 
     def z(theta: float) -> float:
         return miettinen_nurminen_z(hits, n, control_hits, control_n, theta)
@@ -54,6 +59,45 @@ def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: s
                     hits / max(n, 1) - control_hits / max(control_n, 1), lambda theta: float(ndtr(-z(theta))),
                     lambda theta: float(ndtr(z(theta))), (-1 + 1e-9, 1 - 1e-9), interest,
                     None if interest is None else interest / se, (0.0, 0.0), n + control_n, "items")
+
+
+def failures_removed(failures: int, n: int, control_failures: int, control_n: int, what: str,
+                     interest: float | None) -> Evidence:
+    """1 - (failures / n) / (control_failures / control_n), each way by Miettinen and Nurminen's score test of the ratio of
+    failure rates: "the effect is at most θ" is "the ratio is at least 1 - θ"."""
+    method = f"Miettinen-Nurminen score test of failures removed, {what}: {failures}/{n} vs {control_failures}/{control_n} fail"
+    if not n or not control_n or not control_failures:  # a control that never fails leaves nothing to remove
+        return Evidence(f"{method} (nothing to remove)", math.nan, lambda theta: 1.0, lambda theta: 1.0, (-math.inf, math.inf),
+                        interest, None, (0.0, 0.0), n + control_n, "items")
+
+    def z(theta: float) -> float:
+        return ratio_score_z(failures, n, control_failures, control_n, 1 - theta)
+
+    ratio = (failures / n) / (control_failures / control_n)
+    # The delta method's standard error of the ratio (half a failure added to each count), for planning only.
+    smoothed = (failures + 0.5) / (n + 0.5) / ((control_failures + 0.5) / (control_n + 0.5))
+    se = smoothed * math.sqrt(1 / (failures + 0.5) - 1 / (n + 0.5) + 1 / (control_failures + 0.5) - 1 / (control_n + 0.5))
+    lowest = 1 - control_n * (n + 1) / n  # the ratio is at most (1 / 1) / (1 / control_n)
+    return Evidence(method, 1 - ratio, lambda theta: float(ndtr(z(theta))), lambda theta: float(ndtr(-z(theta))),
+                    (lowest, 1 - 1e-9), interest, None if interest is None else interest / max(se, 1e-12), (0.0, 0.0),
+                    n + control_n, "items")
+
+
+def ratio_score_z(failures: int, n: int, control_failures: int, control_n: int, ratio: float) -> float:
+    """The score statistic of a ratio `ratio` of two independent rates: the rates' maximum likelihood under that ratio
+    (Farrington and Manning's quadratic), the variance times N / (N - 1) (Miettinen and Nurminen)."""
+    total = n + control_n
+    difference = failures / n - ratio * control_failures / control_n
+    a, b, c = ratio * total, -(ratio * n + failures + control_n + ratio * control_failures), failures + control_failures
+    if a < 1e-12 * abs(b):  # the quadratic's leading term vanishes as the ratio nears 0
+        fitted_control = c / -b
+    else:
+        fitted_control = (-b - math.sqrt(max(b * b - 4 * a * c, 0.0))) / (2 * a)
+    fitted = ratio * fitted_control
+    variance = (fitted * (1 - fitted) / n + ratio**2 * fitted_control * (1 - fitted_control) / control_n) * total / (total - 1)
+    if variance <= 1e-15:
+        return 0.0 if abs(difference) < 1e-14 else math.copysign(math.inf, difference)
+    return difference / math.sqrt(variance)
 
 
 def miettinen_nurminen_z(hits: int, n: int, control_hits: int, control_n: int, theta: float) -> float:

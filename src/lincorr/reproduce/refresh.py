@@ -18,7 +18,8 @@ from lincorr.errors import InputError
 from lincorr.models import LM
 from lincorr.outputs import write_text_atomic
 from lincorr.reproduce.claims import DECIDE
-from lincorr.reproduce.runner import ClaimResult, ReproductionResult, alpha_of, changed_code, judged, reproduce, retested
+from lincorr.reproduce.judging import judged, retested
+from lincorr.reproduce.runner import ClaimResult, ReproductionResult, alpha_of, changed_code, reproduce
 from lincorr.reproduction_file import RESULT_FILE
 from lincorr.strict_json import dumps
 

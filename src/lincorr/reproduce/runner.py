@@ -16,9 +16,9 @@ import datetime
 import logging
 import textwrap
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar
 
 from lincorr.bundled import machine_memory
 from lincorr import recording
@@ -32,13 +32,14 @@ from lincorr.models import LM, load_model, require_other_checkpoint
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
 from lincorr.progress import progress_bar
 from lincorr.reading import human_size
-from lincorr.reproduce.claims import BUDGETS, DECIDE, Claim, known_papers, load_paper, restatements
+from lincorr.reproduce.claims import BUDGETS, DECIDE, Claim, known_papers, load_paper
 from lincorr.reproduce.pair import EVAL_LM, NEEDS_EVAL_MODEL
 from lincorr.reproduce.series import series_key
 from lincorr.reproduce.step import Context
 from lincorr.reproduce.steps import STEPS
 from lincorr.report.effects import effect_text, sensitivity_text, tests_text
 from lincorr.reproduce.decisions import decide
+from lincorr.reproduce.judging import judged, restating, retested
 from lincorr.reproduce.verdicts import ALPHA, Test
 from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE, VERDICTS, read_reproduction_file
 from lincorr.results import record, summary_frame
@@ -106,76 +107,6 @@ def changed_code(claim: ClaimResult) -> list[str]:
     if not isinstance(claim.code, dict) or not claim.code:
         return ["its record of the code it ran (missing: measured before lincorr kept one)"]
     return recording.changed(claim.code)
-
-
-def retested(claim: ClaimResult) -> ClaimResult:
-    """The claim with its test (and its variant's) made again by the current code from their recipes; a ValueError naming
-    the claim where either cannot be (a stored claim may come from anyone)."""
-    if claim.detail is None and claim.verdict != "not applicable":  # carried on, it would pass for a verdict the code gave
-        raise ValueError(f"claim {claim.id} is {claim.verdict!r} with no test behind it to judge again")
-    if claim.detail is None:
-        return claim
-    try:
-        test = Test.from_summary(claim.detail)
-        variant = claim.variant
-        if variant and variant.get("detail"):
-            beside = Test.from_summary(variant["detail"])
-            variant = {**variant, "test": beside.name, "p_value": beside.p_value, "detail": beside.summary()}
-    except ValueError as error:
-        raise ValueError(f"claim {claim.id}: {error}") from None
-    return dataclasses.replace(claim, test=test.name, statistic=test.statistic, p_value=test.p_value, detail=test.summary(), variant=variant)
-
-
-def judged(claims: Sequence[ClaimResult], alpha: float = ALPHA) -> tuple[ClaimResult, ...]:
-    """The claims of one run, their tests made by the current code (`retested`), decided together (`decisions.decide`):
-    each of the m measured claims' two one-sided tests at `alpha` / m, its interval at the same level; a variant is decided
-    at that level too, outside the family, and so is a claim that restates others of the run (`restating`)."""
-    measured = [i for i, c in enumerate(claims) if c.detail is not None]
-    family = len(measured) - len(restating(claims))
-    out = list(claims)
-    for i in measured:
-        claim = claims[i]
-        decision = decide(cast(Test, claim.measured_test()), family, alpha)
-        variant = claim.variant
-        if variant and variant.get("detail"):
-            beside = decide(Test.from_summary(variant["detail"]), family, alpha)
-            variant = {**variant, "test": beside.method, "p_value": beside.p_effect, "verdict": beside.verdict, "decision": beside.summary()}
-        out[i] = dataclasses.replace(claim, test=decision.method, p_value=decision.p_effect, adjusted_p=decision.adjusted_p_effect,
-                                     verdict=decision.verdict, variant=variant, decision=decision.summary())
-    return tuple(out)
-
-
-def restating(claims: Sequence[ClaimResult]) -> dict[str, tuple[str, ...]]:
-    """The measured claims of a run whose parts are, value for value, the parts of other claims of the run that they name
-    (`claims.restatements`), each with those claims. Such a claim's T+ rejects only where each restated claim's does, and its
-    T− (each part at a level no larger than within its own claim) only where one of theirs does, so a false rejection
-    of it is a false rejection of a restated claim, which the family's union bound already counts: it is decided at
-    ALPHA / m without adding to m. A claim whose parts differ from theirs is counted as any other."""
-    measured = {c.id: c for c in claims if c.detail is not None}
-    out = {}
-    for claim in measured.values():
-        paper = claim.id.partition(".")[0]
-        restates = restatements(paper).get(claim.id, ()) if paper in known_papers() else ()
-        if restates and all(other in measured for other in restates) and each_part(claim) and \
-                all(each_part(measured[other]) for other in restates) and \
-                sorted_parts(claim) == sorted((part for other in restates for part in sorted_parts(measured[other])), key=repr):
-            out[claim.id] = restates
-    return out
-
-
-def each_part(claim: ClaimResult) -> bool:
-    """Whether a claim's stored test holds only where each of its parts does (one test, or `all_of`): the restatement
-    argument needs it of both sides (an "any of" claim's T+ is not its parts')."""
-    detail = cast(dict, claim.detail)
-    return not detail.get("parts") or bool(detail.get("every_part"))
-
-
-def sorted_parts(claim: ClaimResult) -> list[tuple]:
-    """Each part of a claim's stored test (the test itself where it has none) as (name, p, effect, interval, units, Δ),
-    sorted: a T− at another Δ would not reject where the restated one does."""
-    detail = cast(dict, claim.detail)
-    return sorted(((part["name"], part["p_value"], part["effect"], tuple(part["interval"] or ()), part["units"], part["interest"])
-                   for part in (detail.get("parts") or [detail])), key=repr)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ with the same setting, times the growth (claims share work, so this errs long). 
 cheapest first while their predicted time fits `max_hours`; the others are named with their cost. The second look
 measures them at the grown settings, the first look's units among its own.
 
-Each look decides at ALPHA / 2, spread over the run's m claims as any run's ALPHA is (`runner.judged`): a false
+Each look decides at ALPHA / 2, spread over the run's m claims as any run's ALPHA is (`judging.judged`): a false
 rejection at either look has a chance of at most ALPHA / 2, so one anywhere in the run at most ALPHA, however the
 looks depend on each other (Bonferroni over the two looks). Sizing the second look from a standard error alone is a
 sample-size re-estimation from a nuisance parameter, which keeps its tests at their level; the suite measures the
@@ -26,7 +26,8 @@ from lincorr.reproduce.claims import DECIDE, growth, load_paper
 from lincorr.reproduce.decisions import INCONCLUSIVE, units_for_power
 from lincorr.reproduce.evidence import evidence_of
 from lincorr.reproduce.refresh import duration_text
-from lincorr.reproduce.runner import ReproductionResult, alpha_of, judged, reproduce, restating
+from lincorr.reproduce.judging import judged, restating
+from lincorr.reproduce.runner import ReproductionResult, alpha_of, reproduce
 from lincorr.reproduce.verdicts import Test
 
 PLANNED, OVER_CAP, DECIDED, FIXED = "planned", "over the cap", "decided at the first look", "not grown"

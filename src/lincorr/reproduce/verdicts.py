@@ -204,21 +204,39 @@ def mcnemar_gain(before: np.ndarray | Sequence[bool], after: np.ndarray | Sequen
                 (gained - lost) / max(n, 1), (gain_rate - loss_rate - half, gain_rate - loss_rate + half), interest, n, unit)
 
 
+# The scales two independent rates are compared on (`fisher_greater`): their difference, or the share of the control's
+# failures the real arm does not have (1 - the ratio of failure rates), on which a paper's Δ is attainable whatever the
+# control's rate on the model measured (a difference of 0.75 is not, beside a control rate above 0.25).
+DIFFERENCE, FAILURES_REMOVED = "difference", "failures removed"
+SCALES = (DIFFERENCE, FAILURES_REMOVED)
+
+
 @recorded
-def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: str = "real vs control", interest: float | None = None) -> Test:
+def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: str = "real vs control", interest: float | None = None,
+                   scale: str = DIFFERENCE) -> Test:
     """The rate `hits / n` above `control_hits / control_n` (Fisher's exact test, one-sided); the statistic is the odds ratio.
-    The effect is the difference of rates with Newcombe's hybrid score interval (Wilson's for each rate: sound where an
-    arm is small or its rate 0 or 1)."""
+    The effect, on `scale`: the difference of rates with Newcombe's hybrid score interval (Wilson's for each rate: sound
+    where an arm is small or its rate 0 or 1), or the share of failures removed with Katz's log interval (half a failure
+    added to each count)."""
     hits, n = count(hits, "hits"), count(n, "n")
     control_hits, control_n = count(control_hits, "control hits"), count(control_n, "control n")
+    if scale not in SCALES:
+        raise ValueError(f"scale is {scale!r}, none of {', '.join(SCALES)}")
     table = [[hits, n - hits], [control_hits, control_n - control_hits]]
     odds, p = scipy.stats.fisher_exact(table, alternative="greater")
     rate, control_rate = hits / max(n, 1), control_hits / max(control_n, 1)
+    name = f"Fisher exact: {what} {hits}/{n} vs {control_hits}/{control_n}"
+    if scale == FAILURES_REMOVED:
+        failures, control_failures = n - hits + 0.5, control_n - control_hits + 0.5
+        log_ratio = math.log(failures / (n + 0.5)) - math.log(control_failures / (control_n + 0.5))
+        half = Z_95 * math.sqrt(1 / failures - 1 / (n + 0.5) + 1 / control_failures - 1 / (control_n + 0.5))
+        effect = 1 - (n - hits) / n / ((control_n - control_hits) / control_n) if n and control_n > control_hits else math.nan
+        return Test(name, float(odds), float(p), rate > control_rate, effect,
+                    (1 - math.exp(log_ratio + half), 1 - math.exp(log_ratio - half)), interest, n + control_n)
     (low, high), (control_low, control_high) = wilson_interval(hits, n), wilson_interval(control_hits, control_n)
     difference = rate - control_rate
     interval = (difference - math.hypot(rate - low, control_high - control_rate), difference + math.hypot(high - rate, control_rate - control_low))
-    return Test(f"Fisher exact: {what} {hits}/{n} vs {control_hits}/{control_n}", float(odds), float(p), rate > control_rate,
-                difference, interval, interest, n + control_n)
+    return Test(name, float(odds), float(p), rate > control_rate, difference, interval, interest, n + control_n)
 
 
 def count(value: float, name: str) -> int:
