@@ -79,6 +79,8 @@ ARGUMENT_MISTAKES = [
     ("out-is-a-link-to-the-working-directory", [*LRE, "--out", "{here_link}"], OutputError),
     ("fit-out-under-a-link-loop", ["fit", "city", "country", "--out", "{loop}/run", *MODEL], OutputError),
     ("out-empty", [*LRE, "--out", ""], UsageError),
+    ("save-dir-empty", ["fit", "city", "country", "--save-dir", "", *MODEL], UsageError),
+    ("out-of-a-user-this-machine-lacks", [*LRE, "--out", "~no-such-user-here/run"], UsageError),
     ("out-blank", ["fit", "city", "country", "--out", " ", *MODEL], UsageError),
     # numbers past what any option counts, or past what float64 arithmetic on them holds
     ("n-inputs-of-400-digits", ["fit", "city", "country", "-n", "9" * 400, *MODEL], UsageError),
@@ -184,3 +186,12 @@ def test_an_output_directory_from_home_is_the_home_directorys(tmp_path, monkeypa
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert build_parser().parse_args(["fit", "city", "country", "--out", "~/runs"]).out == str(tmp_path / "runs")
+
+
+def test_a_seed_takes_any_64_bit_value_as_numpy_and_torch_do():
+    """A seed is no count: `--seed $(date +%s%N)` (about 1.7e18) is a seed."""
+    from lincorr.cli import build_parser
+
+    assert build_parser().parse_args(["fit", "city", "country", "--seed", str(2**64 - 1)]).seed == 2**64 - 1
+    with pytest.raises(UsageError, match="64 bits"):
+        build_parser().parse_args(["fit", "city", "country", "--seed", str(2**64)])

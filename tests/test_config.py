@@ -59,7 +59,7 @@ def test_a_group_commands_options_go_after_its_own_name(tmp_path):
     ('mlflow: "file:/tmp/ab\\0cd"\n', "mlflow holds a NUL character"),
     ('top: ["Paris", "a\\0b"]\n', "top holds a NUL character"),
     # One option written twice: the later would win silently.
-    ("n_inputs: 10\nn-inputs: 20\n", "'n_inputs' and 'n-inputs' are both --n-inputs"),
+    ("n_inputs: 10\nn-inputs: 20\n", "'n_inputs' and 'n-inputs' set the same option"),
     # YAML 1.1 reads 1:30 as 90 (base 60); here it is text, which a count is not.
     ("seed: 1:30\n", "seed: "),
 ])

@@ -76,8 +76,11 @@ def test_failures_removed_reaches_a_delta_a_difference_of_rates_cannot():
     # At no effect both scales test the same null (equal rates) with the same score statistic.
     assert decide(fisher_greater(70, 128, 60, 128, "x", 0.97, scale="failures removed"), 18).p_effect == pytest.approx(
         decide(fisher_greater(70, 128, 60, 128, "x", 0.75), 18).p_effect, rel=1e-9)
-    nothing = decide(fisher_greater(60, 128, 128, 128, "x", 0.97, scale="failures removed"), 18)
-    assert nothing.verdict == INCONCLUSIVE, "a control that never fails leaves nothing to remove"
+    # A control that never fails beside a real arm that does: an effect below any value, and its tests still decide.
+    worse = decide(fisher_greater(60, 128, 128, 128, "x", 0.97, scale="failures removed"), 18)
+    assert worse.verdict == NOT_REPRODUCED and worse.effect is None
+    assert decide(fisher_greater(128, 128, 128, 128, "x", 0.97, scale="failures removed"), 18).verdict == INCONCLUSIVE, \
+        "neither arm fails: nothing to compare"
 
 
 def test_the_binomial_bounds_are_clopper_pearsons():

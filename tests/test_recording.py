@@ -384,3 +384,8 @@ def test_a_refreshs_time_left_is_the_remaining_claims_last_measurements_at_this_
     finished(claim("peng.unrelated", 5), True)  # a claim the refresh did not ask for (none: it asks for the stale ones)
     assert lines == [f"[1/3] peng.a of {path}: measured in 20 s; about 50 s left",
                      f"[2/3] peng.b of {path}: from the cache; about 20 s left"]
+    instant = (claim("peng.d", 0), claim("peng.e", 0))  # claims recorded as taking no time (served by a shared table)
+    progress = RefreshProgress([SavedReproduction(path, ReproductionResult("peng", "", "m", "f", "quick", instant), instant)],
+                               lines.append)
+    progress.listener(path)(claim("peng.d", 0), True)
+    assert lines[-1] == f"[1/2] peng.d of {path}: measured in 0 s; about 0 s left"

@@ -115,6 +115,14 @@ def test_a_tracker_in_the_environment_is_not_asked_by_a_command_that_saves_nothi
     assert main(["templates"]) == 0 and main(["cache", "list"]) == 0
 
 
+def test_the_report_saves_no_result_for_a_tracker(tmp_path, monkeypatch, capsys):
+    """Its --out is the HTML file, not a result: LINCORR_MLFLOW is not asked, and --mlflow is refused as logging nothing."""
+    monkeypatch.setenv("LINCORR_MLFLOW", f"http://127.0.0.1:{closed_port()}")
+    monkeypatch.setattr("lincorr.tracking.check_tracker", lambda *a, **k: pytest.fail("the tracker was asked"))
+    assert main(["report", str(tmp_path / "no-run"), "--mlflow", "file:./runs"]) == 2
+    assert "saves no result for --mlflow to log" in capsys.readouterr().err
+
+
 def test_without_the_extra_one_line_exit_2_and_nothing_written(workspace, store, tmp_path, monkeypatch, capsys):
     uri, runs = store
     monkeypatch.setitem(sys.modules, "mlflow", None)  # `import mlflow` now fails as if it were not installed

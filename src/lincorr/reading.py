@@ -26,8 +26,8 @@ MAX_FILE_BYTES = 100 * 1024 * 1024  # 100.0 MB as `human_size` writes it
 MAX_NESTING = 64
 FLOAT_DIGITS = 308  # whole numbers up to 308 digits stay whole; the largest float is 1.8e308
 UTF16_MARKS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-# JSON strings, so that brackets inside them are not counted as nesting.
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")  # JSON's way to write half of a UTF-16 pair
+# JSON strings, so that brackets inside them are not counted as nesting.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 # YAML's quoted scalars, for the same reason.
 _YAML_QUOTED = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'(?:[^\'\n]|\'\')*\'')

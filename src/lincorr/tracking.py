@@ -101,7 +101,10 @@ def file_store(tracking_uri: str, parts, shown: str, out) -> str:
     text = urllib.parse.unquote(parts.path if parts.scheme else tracking_uri)
     if not text:
         raise OutputError(f"--mlflow {shown} names no directory; give one, e.g. file:./mlruns")
-    path = Path(text).expanduser().absolute()
+    try:
+        path = Path(text).expanduser().absolute()
+    except RuntimeError:  # ~user of a user this machine does not have
+        raise OutputError(f"--mlflow {shown} starts with a home directory this machine does not know; give the path in full") from None
     trouble = path_trouble(path)
     trouble = f"{printable(str(path))} {trouble}" if trouble else link_trouble(path)
     if trouble:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from lincorr.cli.options import (
     COUNT,
     NON_NEGATIVE,
+    SEED,
     Distinct,
     add_command,
     add_json_option,
@@ -33,7 +34,7 @@ def add_commands(commands) -> None:
                         help="run SOURCE TARGET with every mapping over --seeds on the embeddings reduced to each K principal "
                              "components (PCA over the whole vocabulary, e.g. 64 128 256 640): does generalization grow with the "
                              "vocabulary's width?")
-    ablate.add_argument("--seeds", type=NON_NEGATIVE, nargs="+", action=Distinct, default=[0, 1, 2], help="seeds of --paper-table 7 and --embedding-width")
+    ablate.add_argument("--seeds", type=SEED, nargs="+", action=Distinct, default=[0, 1, 2], help="seeds of --paper-table 7 and --embedding-width")
     add_out_option(ablate, "the tables of --paper-table 7 (table7.md and table7.json) or --embedding-width (widths.md and widths.json)")
     ablate.add_argument("--stage1-epochs", type=NON_NEGATIVE, default=10, help="epochs on the paired source/target texts")
     ablate.add_argument("--stage2-epochs", type=NON_NEGATIVE, default=20, help="epochs on the new source facts")

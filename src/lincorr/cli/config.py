@@ -17,6 +17,7 @@ kind, is one error line naming the file.
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import yaml
@@ -131,15 +132,15 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
         raise InputError(f"{CONFIG_FILE.what} {path} holds no options; {CONFIG_FILE.remedy}")
     known = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
     tokens: list[str] = []
-    keys: dict[argparse.Action, object] = {}
+    keys: dict[str, object] = {}  # by destination: an option and its older spelling (`out`, `save_dir`) are one
     for key, value in document.items():
         option = "--" + str(key).replace("_", "-")
         action = known.get(option)
         if action is None or option in ("--config", "--help"):
             raise InputError(f"{CONFIG_FILE.what} {path}: '{quoted(key)}' is not an option of `{parser.prog}`; see `{parser.prog} --help`")
-        if action in keys:  # the later one would win without a word
-            raise InputError(f"{CONFIG_FILE.what} {path}: '{quoted(keys[action])}' and '{quoted(key)}' are both {option}; keep one")
-        keys[action] = key
+        if action.dest in keys:  # the later one would win without a word
+            raise InputError(f"{CONFIG_FILE.what} {path}: '{quoted(keys[action.dest])}' and '{quoted(key)}' set the same option; keep one")
+        keys[action.dest] = key
         given = option_tokens(option, action, value, path)
         if any("\0" in token for token in given):  # no command line can hold one, and no path or word may
             raise InputError(f"{CONFIG_FILE.what} {path}: {quoted(key)} holds a NUL character (\\0); remove it")
@@ -176,11 +177,11 @@ def option_tokens(option: str, action: argparse.Action, value, path: str) -> lis
 
 
 def is_number(text: str) -> bool:
+    """Whether argparse reads `text` as a (negative) number rather than an option: a finite one."""
     try:
-        float(text)
+        return math.isfinite(float(text))
     except ValueError:
         return False
-    return True
 
 
 def check_value(option: str, action: argparse.Action, text: str, path: str) -> None:

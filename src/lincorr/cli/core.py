@@ -34,6 +34,7 @@ from lincorr.cli.options import (
     track,
 )
 from lincorr.cli.spellings import add_alias, add_preset_option
+from lincorr.cli.values import output_directory
 from lincorr.errors import LincorrError, UsageError
 
 DEMO_CITIES = ("Tokyo", "Paris", "Shanghai", "Moscow", "Madrid")
@@ -58,7 +59,7 @@ def add_commands(commands) -> None:
     fit.add_argument("--top-influencing", action=Distinct, default=[], metavar="WORD", help="print the top influencing sources of a target word")
     fit.add_argument("-k", "--top-k", type=COUNT, default=5, help="words per --top / --top-influencing row")
     add_out_option(fit, "W, b, logits, tokens, inputs and result.json")
-    add_alias(fit, "--save-dir", "out", "--out")
+    add_alias(fit, "--save-dir", "out", "--out", type=output_directory)
     fit.add_argument("--heatmap", action="store_true", help="also write W.png into --out")
     add_json_option(fit)
     add_model_options(fit)

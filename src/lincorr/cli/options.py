@@ -22,6 +22,7 @@ from lincorr.cli.values import (  # noqa: F401 - the commands import the option 
     MODEL_HELP,
     NON_NEGATIVE,
     RESAMPLES,
+    SEED,
     Distinct,
     batch_size_option,
     counts,
@@ -123,7 +124,7 @@ def add_out_option(parser, writes: str, *, default: str | None = None) -> None:
 
 
 def add_seed_option(parser, help_text: str) -> None:
-    parser.add_argument("--seed", type=NON_NEGATIVE, default=0, help=help_text)
+    parser.add_argument("--seed", type=SEED, default=0, help=help_text)
 
 
 def add_n_inputs_option(parser, help_text: str) -> None:
@@ -247,7 +248,8 @@ def check_tracking(args) -> None:
     Given on the command line, --mlflow must have a result to log; LINCORR_MLFLOW logs whatever a command saves, if anything.
     """
     given = hasattr(args, "mlflow")
-    out = getattr(args, "out", None)
+    # The directory a result is saved into (`add_output_directory_option`), not the report's --out FILE.
+    out = getattr(args, "out", None) if "out" in dict(getattr(args, "output_directories", ())) else None
     # LINCORR_MLFLOW is looked at only by a command that saves a result: a listing never waits on a server.
     args.mlflow = args.mlflow if given else (os.environ.get(MLFLOW_VARIABLE) or None) if out else None
     if args.mlflow == "":
@@ -255,7 +257,8 @@ def check_tracking(args) -> None:
     if given and not out:
         prog = getattr(args, "command_prog", "lincorr")
         raise UsageError(f"--mlflow logs the result a command saves into --out; give `{prog}` a directory with --out"
-                         if hasattr(args, "out") else f"`{prog}` saves no result for --mlflow to log; leave --mlflow out")
+                         if "out" in dict(getattr(args, "output_directories", ())) else
+                         f"`{prog}` saves no result for --mlflow to log; leave --mlflow out")
     if args.mlflow:
         from lincorr.tracking import check_tracker, require_mlflow
 

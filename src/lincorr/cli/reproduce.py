@@ -137,7 +137,7 @@ def rejudge(args) -> None:
     if args.out and ((source.is_dir() and lies_within(args.out, source, f"--out {args.out}"))
                      or lies_within(source, args.out, f"--out {args.out}")):
         raise UsageError(f"--out {args.out} would replace the reproduction it judges ({args.rejudge}); write it elsewhere, "
-                         f"e.g. --out {source.parent / (source.stem + '-rejudged')}")
+                         f"e.g. --out {source.parent / ((source.name if source.is_dir() else source.stem) + '-rejudged')}")
     stale = result.stale_claims()
     if stale:
         raise UsageError(f"{args.rejudge}: {len(stale)} claims were measured by code that has changed since ({', '.join(c.id for c in stale[:5])}"

@@ -26,7 +26,9 @@ def whole_number(minimum: int, maximum: int = MOST_WHOLE, why: str = "") -> Call
 
     def parse(text: str) -> int:
         digits = text.strip().lstrip("+-")
-        if len(digits) > len(str(MOST_WHOLE)) and digits.isdigit():  # Python's int() reads no more than 4,300 digits
+        if len(digits) > len(str(maximum)) and digits.isdigit():  # Python's int() reads no more than 4,300 digits
+            if text.strip().startswith("-"):
+                raise argparse.ArgumentTypeError(f"must be at least {minimum}, got a negative number of {len(digits):,} digits")
             raise argparse.ArgumentTypeError(f"must be at most {maximum:,}{why}, got a number of {len(digits):,} digits")
         try:
             value = int(text)
@@ -48,6 +50,7 @@ def shown(text: str) -> str:
 
 COUNT = whole_number(1)
 NON_NEGATIVE = whole_number(0)
+SEED = whole_number(0, 2**64 - 1, " (numpy's and torch's seeds are 64 bits)")
 # A million resamples put a 95% interval's ends within about 0.003 standard errors of the estimate of where infinitely
 # many would (the 2.5% quantile's Monte Carlo error: sqrt(0.025 * 0.975 / 1e6) / 0.058); more only cost memory.
 RESAMPLES = whole_number(1, 1_000_000, " (more resamples change no interval's third digit)")
@@ -94,7 +97,11 @@ def output_directory(text: str) -> str:
     reads it unquoted, and as a config file's `out: ~/runs` means)."""
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r} names no directory; give one, e.g. runs/first")
-    return str(Path(text).expanduser())
+    try:
+        return str(Path(text).expanduser())
+    except RuntimeError:  # ~user of a user this machine does not have
+        raise argparse.ArgumentTypeError(f"{shown(text)} starts with a home directory this machine does not know; "
+                                         "give the path in full") from None
 
 
 class Distinct(argparse.Action):

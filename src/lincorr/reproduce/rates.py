@@ -66,21 +66,28 @@ def failures_removed(failures: int, n: int, control_failures: int, control_n: in
     """1 - (failures / n) / (control_failures / control_n), each way by Miettinen and Nurminen's score test of the ratio of
     failure rates: "the effect is at most θ" is "the ratio is at least 1 - θ"."""
     method = f"Miettinen-Nurminen score test of failures removed, {what}: {failures}/{n} vs {control_failures}/{control_n} fail"
-    if not n or not control_n or not control_failures:  # a control that never fails leaves nothing to remove
-        return Evidence(f"{method} (nothing to remove)", math.nan, lambda theta: 1.0, lambda theta: 1.0, (-math.inf, math.inf),
+    if not n or not control_n or failures == control_failures == 0:  # no arm that fails: nothing to compare
+        return Evidence(f"{method} (neither fails)", math.nan, lambda theta: 1.0, lambda theta: 1.0, (-math.inf, math.inf),
                         interest, None, (0.0, 0.0), n + control_n, "items")
 
     def z(theta: float) -> float:
         return ratio_score_z(failures, n, control_failures, control_n, 1 - theta)
 
-    ratio = (failures / n) / (control_failures / control_n)
-    # The delta method's standard error of the ratio (half a failure added to each count), for planning only.
-    smoothed = (failures + 0.5) / (n + 0.5) / ((control_failures + 0.5) / (control_n + 0.5))
-    se = smoothed * math.sqrt(1 / (failures + 0.5) - 1 / (n + 0.5) + 1 / (control_failures + 0.5) - 1 / (control_n + 0.5))
-    lowest = 1 - control_n * (n + 1) / n  # the ratio is at most (1 / 1) / (1 / control_n)
-    return Evidence(method, 1 - ratio, lambda theta: float(ndtr(z(theta))), lambda theta: float(ndtr(-z(theta))),
-                    (lowest, 1 - 1e-9), interest, None if interest is None else interest / max(se, 1e-12), (0.0, 0.0),
+    # A control that never fails, beside a real arm that does, is an effect below any value (-inf): its tests still hold.
+    effect = 1 - (failures / n) / (control_failures / control_n) if control_failures else -math.inf
+    se = 1 - katz_bounds(failures, n, control_failures, control_n, 1.0)[0]  # one standard error, for planning only
+    # The effect has no lower limit; far below any interval a test can give, the search for a bound stops.
+    return Evidence(method, effect, lambda theta: float(ndtr(z(theta))), lambda theta: float(ndtr(-z(theta))),
+                    (1 - 1e6, 1 - 1e-9), interest, None if interest is None else interest / max(se, 1e-12), (0.0, 0.0),
                     n + control_n, "items")
+
+
+def katz_bounds(failures: int, n: int, control_failures: int, control_n: int, z: float) -> tuple[float, float]:
+    """The ratio of two failure rates `z` standard errors either side on the log scale (Katz), each count and total
+    given half a case (so that an arm with no failures, or all, keeps a variance): a planning and display figure."""
+    log_ratio = math.log((failures + 0.5) / (n + 1)) - math.log((control_failures + 0.5) / (control_n + 1))
+    se = math.sqrt(1 / (failures + 0.5) - 1 / (n + 1) + 1 / (control_failures + 0.5) - 1 / (control_n + 1))
+    return math.exp(log_ratio - z * se), math.exp(log_ratio + z * se)
 
 
 def ratio_score_z(failures: int, n: int, control_failures: int, control_n: int, ratio: float) -> float:

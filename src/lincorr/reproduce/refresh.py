@@ -99,7 +99,8 @@ class RefreshProgress:
             self.done.append((recorded, taken))
             left, recorded_done = sum(self.recorded.values()), sum(r for r, _ in self.done)
             # A few claims served by the cache in no time (a shared table of logits) say nothing of the pace of the rest.
-            pace = sum(t for _, t in self.done) / recorded_done if recorded_done >= PACE_SHARE * (recorded_done + left) else 1.0
+            pace = (sum(t for _, t in self.done) / recorded_done
+                    if recorded_done > 0 and recorded_done >= PACE_SHARE * (recorded_done + left) else 1.0)
             how = f"measured in {duration_text(taken)}" if measured_now else "from the cache"
             self.report(f"[{len(self.done)}/{len(self.done) + len(self.recorded)}] {claim.id} of {path}: {how}; about "
                         f"{duration_text(left * pace if pace > 0 else left)} left")

@@ -227,11 +227,13 @@ def fisher_greater(hits: int, n: int, control_hits: int, control_n: int, what: s
     rate, control_rate = hits / max(n, 1), control_hits / max(control_n, 1)
     name = f"Fisher exact: {what} {hits}/{n} vs {control_hits}/{control_n}"
     if scale == FAILURES_REMOVED:
-        failures, control_failures = n - hits + 0.5, control_n - control_hits + 0.5
-        log_ratio = math.log(failures / (n + 0.5)) - math.log(control_failures / (control_n + 0.5))
-        half = Z_95 * math.sqrt(1 / failures - 1 / (n + 0.5) + 1 / control_failures - 1 / (control_n + 0.5))
-        effect = 1 - (n - hits) / n / ((control_n - control_hits) / control_n) if n and control_n > control_hits else math.nan
-        return Test(name, float(odds), float(p), rate > control_rate, effect,
+        failures, control_failures = n - hits, control_n - control_hits
+        if not n or not control_failures:  # no failure of the control to remove: no ratio
+            return Test(name, float(odds), float(p), rate > control_rate, None, None, interest, n + control_n)
+        # Katz's log interval, each count and total given half a case (an arm with no failures, or all, keeps a variance).
+        log_ratio = math.log((failures + 0.5) / (n + 1)) - math.log((control_failures + 0.5) / (control_n + 1))
+        half = Z_95 * math.sqrt(1 / (failures + 0.5) - 1 / (n + 1) + 1 / (control_failures + 0.5) - 1 / (control_n + 1))
+        return Test(name, float(odds), float(p), rate > control_rate, 1 - failures / n / (control_failures / control_n),
                     (1 - math.exp(log_ratio + half), 1 - math.exp(log_ratio - half)), interest, n + control_n)
     (low, high), (control_low, control_high) = wilson_interval(hits, n), wilson_interval(control_hits, control_n)
     difference = rate - control_rate
