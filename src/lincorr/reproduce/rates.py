@@ -75,7 +75,8 @@ def failures_removed(failures: int, n: int, control_failures: int, control_n: in
 
     # A control that never fails, beside a real arm that does, is an effect below any value (-inf): its tests still hold.
     effect = 1 - (failures / n) / (control_failures / control_n) if control_failures else -math.inf
-    se = 1 - katz_bounds(failures, n, control_failures, control_n, 1.0)[0]  # one standard error, for planning only
+    low, high = katz_bounds(failures, n, control_failures, control_n, 1.0)
+    se = (high - low) / 2  # about one standard error of the ratio, and so of the effect: for planning only
     # The effect has no lower limit; far below any interval a test can give, the search for a bound stops.
     return Evidence(method, effect, lambda theta: float(ndtr(z(theta))), lambda theta: float(ndtr(-z(theta))),
                     (1 - 1e6, 1 - 1e-9), interest, None if interest is None else interest / max(se, 1e-12), (0.0, 0.0),
