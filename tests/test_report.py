@@ -217,3 +217,11 @@ def test_cli_writes_the_report_and_fails_on_a_foreign_directory_with_exit_2(tiny
     assert not (tmp_path / "other.html").exists()
     assert main(["report", str(tiny_runs["fit"]), "--out", str(tmp_path)]) == 2
     assert "is a directory; name the HTML file to write" in capsys.readouterr().err
+
+
+def test_a_p_value_past_float64s_range_reads_as_below_it_not_as_zero():
+    """A score test's normal tail underflows past z = 38: the p is below 1e-300, which no test reports as 0."""
+    from lincorr.report.effects import tests_text
+
+    decision = {"p_effect": 2.8e-11, "adjusted_p_effect": 5.1e-10, "p_size": 0.0, "adjusted_p_size": 0.0}
+    assert tests_text(decision) == "T+ p 2.8e-11 (adj 5.1e-10), T− p < 1e-300 (adj < 1e-300)"

@@ -44,8 +44,14 @@ def tests_text(decision: dict | None) -> str:
     parts = []
     for name, raw, adjusted in (("T+", "p_effect", "adjusted_p_effect"), ("T−", "p_size", "adjusted_p_size")):
         if real(decision.get(raw)) and real(decision.get(adjusted)):
-            parts.append(f"{name} p {decision[raw]:.2g} (adj {decision[adjusted]:.2g})")
+            parts.append(f"{name} p {p_text(decision[raw])} (adj {p_text(decision[adjusted])})")
     return ", ".join(parts)
+
+
+def p_text(p: float) -> str:
+    """A p-value in two figures; one below float64's smallest (it reads as 0: a score test's normal tail underflows past
+    z = 38) as "< 1e-300", which it is, rather than 0, which no test gives."""
+    return f"{p:.2g}" if p > 0 else "< 1e-300"
 
 
 def sensitivity_text(decision: dict | None) -> str:
