@@ -94,6 +94,16 @@ def test_an_item_of_a_many_valued_option_that_starts_with_a_dash_is_refused(tmp_
     assert "seeds's item '-x' starts with '-'" in one_error_line(capsys)
 
 
+def test_an_option_of_several_values_leaves_the_positionals_to_the_command(tmp_path):
+    """Placed after the command's name, `--seeds 1 2` would take `country` and `capital` as seeds."""
+    study = tmp_path / "study.yaml"
+    study.write_text("seeds: [1, 2]\nseed: 4\n", encoding="utf-8")
+    args = parsed(["ablate", "country", "capital", "--config", str(study)])
+    assert (args.source, args.target, list(args.seeds), args.seed) == ("country", "capital", [1, 2], 4)
+    args = parsed(["ablate", "country", "capital", "--seeds", "7", "--config", str(study)])
+    assert list(args.seeds) == [7], "the command line wins"
+
+
 def test_a_value_that_starts_with_a_dash_stays_the_options_value(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("source_template: '-{}- lives in the city of'\n", encoding="utf-8")

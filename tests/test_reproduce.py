@@ -480,3 +480,36 @@ def test_a_saved_claim_this_version_does_not_have_is_one_error_line_not_a_member
     line = one_error_line(capsys)
     assert f"the claim {claim_id!r} is none of peng's claims" in line and "--list" in line, line
     assert not (tmp_path / "again").exists()
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda d: d.update(seconds=float("nan")), "seconds is nan"),
+    (lambda d: d.update(seconds=float("inf")), "seconds is inf"),
+    (lambda d: d["claims"][0].update(seconds=-1e300), "claims[0].seconds is -1e+300"),
+    (lambda d: d["claims"][0].update(p_value=True), "claims[0].p_value is True"),
+    (lambda d: d.update(budget="--zzz; rm -rf ~"), "the budget '--zzz; rm -rf ~' is none of quick, paper, decide"),
+])
+def test_a_saved_reproductions_numbers_and_budget_are_what_a_run_writes(change, says, tmp_path, capsys):
+    """A NaN or infinite time was printed as "took nan s", a truth value judged as a p, and an unknown budget pasted
+    into the command the error suggests."""
+    claim = runner.ClaimResult("peng.table1", "Table 1", "describes the prompts", {}, {}, "", "", None, 0.5, "not applicable", "")
+    run = tmp_path / "run"
+    run.mkdir()
+    document = ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", (claim,)).summary()
+    change(document)
+    (run / "reproduction.json").write_text(json.dumps(document), encoding="utf-8")
+    assert main(["reproduce", "--status", str(run)]) == 2
+    assert says in one_error_line(capsys)
+
+
+def test_the_status_shows_a_strangers_text_escaped_never_as_terminal_control(tmp_path, capsys):
+    claim = runner.ClaimResult("peng.table1", "Table 1", "describes the prompts", {}, {}, "", "", None, None, "not applicable",
+                               "", step="precision", code={"lincorr.fit:\x1b]0;pwned\x07\x1b[2J": "0" * 16},
+                               measured_at="\x1b[31mRED\r\nlincorr: a forged line")
+    run = tmp_path / "run"
+    run.mkdir()
+    document = ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", (claim,)).summary()
+    (run / "reproduction.json").write_text(json.dumps(document), encoding="utf-8")
+    assert main(["reproduce", "--status", str(run)]) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\r" not in printed and "\\x1b[31mRED\\r\\nlincorr: a forged line" in printed

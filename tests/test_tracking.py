@@ -236,6 +236,7 @@ def test_a_server_that_answers_mlflow_s_question_passes_the_check(monkeypatch):
 
 def tracker_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
     (tmp_path / "a-file").write_text("not a store")
+    (tmp_path / "mine" / "thesis").mkdir(parents=True)
     read_only = tmp_path / "read-only"
     read_only.mkdir()
     read_only.chmod(0o500)
@@ -251,15 +252,20 @@ def tracker_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
         "another machine's file store": ("file://otherhost/runs", "on the machine otherhost"),
         "blank": (" ", "is no tracking URI"),
         "a NUL": ("file:runs%00x", "holds a NUL character"),
-        "a line break": ("file:runs\nx", "holds a control character"),
+        "a line break": ("file:runs\nx", "holds a character that is not printable"),
         "inside --out": ((tmp_path / "out" / "mlruns").as_uri(), "lies inside --out"),
+        "holding --out": (tmp_path.as_uri(), "lies inside MLflow's file store"),
+        "the root": ("file:///", "lies inside MLflow's file store"),
+        "a directory of someone's files": ((tmp_path / "mine").as_uri(), "holds files MLflow did not write"),
+        "a password": ("http://me:secret@127.0.0.1:1", "http://me:***@127.0.0.1:1"),
         **({"read-only": (read_only.as_uri() + "/runs", "cannot write")} if os.geteuid() != 0 else {}),
     }
 
 
 @pytest.mark.parametrize("case", ["unknown scheme", "database store", "a regular file", "through ..", "enormous", "no server", "read-only",
                                   "a hosted service's word", "file: alone", "another machine's file store", "blank", "a NUL",
-                                  "a line break", "inside --out"])
+                                  "a line break", "inside --out", "holding --out", "the root", "a directory of someone's files",
+                                  "a password"])
 def test_a_tracker_that_cannot_take_the_run_is_refused_before_any_work(case, mlflow, workspace, tmp_path, capsys, monkeypatch):
     """Checked before the fit: nothing is saved, the error is one line that quotes the URI briefly, and a server that
     does not answer is said within seconds."""
@@ -272,7 +278,7 @@ def test_a_tracker_that_cannot_take_the_run_is_refused_before_any_work(case, mlf
     started = time.monotonic()
     assert main(fit_args(workspace, "--out", str(out), "--mlflow", uri)) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0] and len(err[0]) < 600 and err[0].isprintable(), err
+    assert len(err) == 1 and message in err[0] and len(err[0]) < 600 and err[0].isprintable() and "secret" not in err[0], err
     assert not out.exists() and time.monotonic() - started < 30
 
 

@@ -57,3 +57,9 @@ class StorageError(LincorrError):
     """The disk refuses to store: read-only, full, no permission."""
 
     kind = "storage"
+
+
+def printable(text: str) -> str:
+    """`text` (from a file or an option: anyone's) as lincorr shows it: each character a terminal would act on (a NUL,
+    a line break, an escape sequence's ESC) written as its escape, so that it can neither forge a line nor move the cursor."""
+    return "".join(character if character.isprintable() else ascii(character)[1:-1] for character in text)

@@ -9,12 +9,14 @@ numbers (`paper`) and our measurement (`ours`) are shown as written, whatever th
 from __future__ import annotations
 
 import collections
+import math
 from pathlib import Path
 
-from lincorr.errors import InputError
+from lincorr.errors import InputError, printable
 from lincorr.schema import ANY, NULL, NUMBER, TEXT, Entries, FileKind, Items, Maybe, read_document
 
 RESULT_FILE = "reproduction.json"
+BUDGET_NAMES = ("quick", "paper", "decide")  # `claims.BUDGETS` and `--budget decide`, as a saved run names them
 VERDICTS = ("reproduced", "reproduced, smaller", "not reproduced", "inconclusive", "not applicable")
 TEXT_OR_NULL = (TEXT, NULL)
 PUBLISHED = {"where": Maybe(TEXT), "model": Maybe(TEXT), "setting": Maybe(ANY), "rows": Maybe(Items(Entries(ANY))),
@@ -34,6 +36,17 @@ REPRODUCTION = FileKind(
     f"pass the --out directory of `lincorr reproduce` (or its {RESULT_FILE}), or run the reproduction again")
 
 
+def numbers_read(document: dict):
+    """(field, value) of every number of a saved reproduction that a reader prints or judges by, where present."""
+    for key in ("seconds", "measured"):
+        if document.get(key) is not None:
+            yield key, document[key]
+    for index, claim in enumerate(document["claims"]):
+        for key in ("p_value", "adjusted_p", "seconds"):
+            if claim.get(key) is not None:
+                yield f"claims[{index}].{key}", claim[key]
+
+
 def read_reproduction_file(path: Path) -> dict:
     """A saved reproduction (reproduction.json) checked field by field, each claim's verdict one of VERDICTS: a word lincorr
     does not give would be carried on and left out of every count of verdicts."""
@@ -49,3 +62,16 @@ def read_reproduction_file(path: Path) -> dict:
         raise InputError(f"{path}: the claim {foreign} is " + ("there twice" if ids[foreign] > 1 else f"not one of {paper}'s")
                          + f"; {REPRODUCTION.remedy}")
     return document
+
+
+def check_judged_numbers(document: dict, path) -> None:
+    """For the readers that judge a saved reproduction again and print its times (`ReproductionResult.load`): a NaN, an
+    infinity, a negative or a truth value where a time or a p belongs, and a budget lincorr does not have (it would be
+    pasted into the command an error suggests), are refused; the report shows such numbers as written instead."""
+    problem = next((f"{where} is {value!r}" for where, value in numbers_read(document)
+                    if isinstance(value, bool) or not math.isfinite(value) or value < 0), None)
+    if problem:
+        raise InputError(f"{path}: {problem}, not a finite number of at least 0; {REPRODUCTION.remedy}")
+    if document.get("budget") not in (None, "", *BUDGET_NAMES):
+        raise InputError(f"{path}: the budget {printable(str(document['budget']))[:100]!r} is none of {', '.join(BUDGET_NAMES)}; "
+                         f"{REPRODUCTION.remedy}")

@@ -8,6 +8,7 @@ What is logged is read from the saved directory and the result's `summary()`, so
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from numbers import Real
 from pathlib import Path
 from typing import TypeVar
 
-from lincorr.errors import LincorrError, OutputError
+from lincorr.errors import LincorrError, OutputError, printable
 from lincorr.results import PROVENANCE
 from lincorr.schema import read_document
 
@@ -33,6 +34,7 @@ INSTALL = "pip install 'lincorr[mlflow]'"
 SCHEMES = ("file", "http", "https")
 MLFLOW_SERVICES = ("databricks", "databricks-uc", "uc")
 MOST_URI_CHARACTERS = 2000  # a URI longer than a browser takes is no tracking address
+MOST_STORE_ENTRIES_LOOKED_AT = 1000  # a store's experiments, enough to find one; `/` or a home directory has no .trash
 ANSWER_SECONDS = 3.0  # how long a tracking server has to accept a connection, before and while logging
 # What MLflow's client does with a server that does not answer: retries for minutes, unless told otherwise.
 HTTP_SETTINGS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(ANSWER_SECONDS) + 2)}
@@ -57,12 +59,14 @@ def check_tracker(tracking_uri: str, out=None) -> str:
     import socket
     import urllib.parse
 
-    shown = printable(tracking_uri if len(tracking_uri) <= 200 else f"{tracking_uri[:200]}... ({len(tracking_uri):,} characters)")
+    shown = printable(without_password(tracking_uri))
+    shown = shown if len(shown) <= 200 else f"{shown[:200]}... ({len(tracking_uri):,} characters)"
     example = "give a store such as file:./mlruns or http://host:5000"
     if len(tracking_uri) > MOST_URI_CHARACTERS or tracking_uri != tracking_uri.strip() or not tracking_uri:
         raise OutputError(f"--mlflow '{shown}' is no tracking URI; {example}")
     if not tracking_uri.isprintable():  # urllib drops line breaks and tabs silently; a NUL names no file
-        raise OutputError(f"--mlflow {shown} holds a control character; {example}")
+        raise OutputError(f"--mlflow {shown} holds a character that is not printable (a control character, or a byte "
+                          f"that is no UTF-8); {example}")
     if tracking_uri in MLFLOW_SERVICES:  # MLflow reads these plain words as hosted services, not as directories
         raise OutputError(f"--mlflow {shown}: lincorr logs to {', '.join(f'{s}:' for s in SCHEMES)} stores, not {tracking_uri}; {example}")
     try:
@@ -84,9 +88,15 @@ def check_tracker(tracking_uri: str, out=None) -> str:
     return tracking_uri
 
 
-def printable(text: str) -> str:
-    """`text` with each character a terminal would act on (a NUL, a line break, an escape) written as its escape."""
-    return "".join(character if character.isprintable() else ascii(character)[1:-1] for character in text)
+def without_password(uri: str) -> str:
+    """`uri` with the password of `user:password@host` replaced by ***, for messages."""
+    return re.sub(r"^([A-Za-z][\w+.-]*://[^/@:]*:)[^/@]*@", r"\1***@", uri)
+
+
+def is_file_store(path: Path) -> bool:
+    """Whether the directory `path` is empty or one MLflow's file store made: its `.trash`, or an experiment's meta.yaml."""
+    entries = list(itertools.islice(path.iterdir(), MOST_STORE_ENTRIES_LOOKED_AT))
+    return not entries or (path / ".trash").is_dir() or any((entry / "meta.yaml").is_file() for entry in entries)
 
 
 def file_store(tracking_uri: str, parts, shown: str, out) -> str:
@@ -116,6 +126,12 @@ def file_store(tracking_uri: str, parts, shown: str, out) -> str:
     if out is not None and lies_within(path, out, f"--mlflow {shown}"):
         raise OutputError(f"--mlflow {shown} lies inside --out {out}, whose every file the run logs into the store; "
                           "put the store elsewhere, e.g. file:./mlruns beside --out")
+    if out is not None and lies_within(out, path, f"--out {out}"):
+        raise OutputError(f"--out {out} lies inside MLflow's file store {path}, which MLflow reads as its experiments; "
+                          "put the store beside --out, e.g. file:./mlruns")
+    if path.is_dir() and not is_file_store(path):
+        raise OutputError(f"--mlflow {shown}: {path} holds files MLflow did not write (MLflow would read each directory there "
+                          "as an experiment, and write into it); name a new or empty directory, or an MLflow store")
     check_writable(path if path.is_dir() else path.parent, f"MLflow's file store {path}")
     return path.as_uri()
 

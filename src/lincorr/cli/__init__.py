@@ -23,7 +23,7 @@ from lincorr.cli.config import with_config
 from lincorr.cli.listing import MODULE, SYSTEMS
 from lincorr.cli.options import CommandParser, check_output_directories, check_tracking, check_user_files
 from lincorr.cli.spellings import add_global_options, apply_preset
-from lincorr.errors import DeviceError, LincorrError, StorageError, UsageError
+from lincorr.errors import DeviceError, LincorrError, StorageError, UsageError, printable
 from lincorr.progress import quiet
 
 # What the machine, not lincorr, refused: a full disk or quota, a read-only disk, a missing permission.
@@ -225,7 +225,7 @@ def report_error(error: LincorrError, *, rank: int | None = None) -> int:
     if rank is None and launched_rank != "0":
         time.sleep(SHARED_ERROR_GRACE_S)
         where = f"rank {launched_rank}: "
-    print(f"lincorr: error: {where}{shortened(' '.join(str(error).splitlines()))}", file=sys.stderr)
+    print(f"lincorr: error: {where}{printable(shortened(' '.join(str(error).splitlines())))}", file=sys.stderr)
     return 2
 
 

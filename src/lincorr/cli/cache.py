@@ -31,7 +31,7 @@ def checked_root():
         raise CacheError(f"cache directory {root} is not a directory; point LINCORR_CACHE_DIR at a directory")
     existing = nearest_existing(root)
     if not existing.is_dir():
-        raise CacheError(f"cache directory {root} lies under {existing}, which is a file; point LINCORR_CACHE_DIR at a directory")
+        raise CacheError(f"cache directory {root} lies under {existing}, which is not a directory; point LINCORR_CACHE_DIR at a directory")
     return root
 
 

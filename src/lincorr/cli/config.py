@@ -99,7 +99,18 @@ def with_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
             rest.append(token)
     command, at = command_parser(parser, rest)
     written = [option for path in files for option in options_of(path, command)]
-    return rest[:at] + written + rest[at:]
+    # An option of several values would take the positionals after it (`ablate --seeds 1 2 country capital`): those go
+    # last, before any "--", unless the command line gives the option itself (it wins).
+    end = rest.index("--") if "--" in rest else len(rest)
+    leading = [tokens for action, tokens in written if action.nargs not in ("+", "*")]
+    trailing = [tokens for action, tokens in written if action.nargs in ("+", "*") and not given_in(action, rest[at:end])]
+    return rest[:at] + [t for tokens in leading for t in tokens] + rest[at:end] + [t for tokens in trailing for t in tokens] + rest[end:]
+
+
+def given_in(action: argparse.Action, tokens: list[str]) -> bool:
+    """Whether `tokens` give `action`'s option, spelt in full, with "=", or as an abbreviation argparse takes."""
+    named = {token.split("=", 1)[0] for token in tokens if token.startswith("--")}
+    return any(option.startswith(name) for option in action.option_strings for name in named if len(name) > 2)
 
 
 def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.ArgumentParser, int]:
@@ -113,8 +124,8 @@ def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[ar
         parser, at = choices[argv[named]], named + 1
 
 
-def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
-    """The command-line tokens of the config file `path` for `parser`'s command."""
+def options_of(path: str, parser: argparse.ArgumentParser) -> list[tuple[argparse.Action, list[str]]]:
+    """The command-line tokens of the config file `path` for `parser`'s command, option by option."""
     if not path:
         raise InputError("--config needs a file: --config study.yaml")
     size = regular_file_size(path, CONFIG_FILE.what)
@@ -131,7 +142,7 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
     if not document:
         raise InputError(f"{CONFIG_FILE.what} {path} holds no options; {CONFIG_FILE.remedy}")
     known = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
-    tokens: list[str] = []
+    tokens: list[tuple[argparse.Action, list[str]]] = []
     keys: dict[str, object] = {}  # by destination: an option and its older spelling (`out`, `save_dir`) are one
     for key, value in document.items():
         option = "--" + str(key).replace("_", "-")
@@ -144,7 +155,7 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[str]:
         given = option_tokens(option, action, value, path)
         if any("\0" in token for token in given):  # no command line can hold one, and no path or word may
             raise InputError(f"{CONFIG_FILE.what} {path}: {quoted(key)} holds a NUL character (\\0); remove it")
-        tokens += given
+        tokens.append((action, given))
     return tokens
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from lincorr.cli.options import (
     refuse_same_model,
     save_and_print,
 )
-from lincorr.errors import InputError, UsageError
+from lincorr.errors import InputError, UsageError, printable
 from lincorr.filesystem import lies_within
 
 DEFAULT_MAX_HOURS = 2.0
@@ -121,9 +122,9 @@ def status(args) -> None:
     for entry in saved:
         for claim in entry.stale:
             changed = changed_code(claim)
-            print(f"{claim.id} ({entry.path}): measured {claim.measured_at}; changed since: {', '.join(changed[:4])}"
-                  + (f" and {len(changed) - 4} more" if len(changed) > 4 else ""))
-    print(plan_text(saved))
+            print(printable(f"{claim.id} ({entry.path}): measured {claim.measured_at}; changed since: {', '.join(changed[:4])}"
+                            + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")))
+    print(printable(plan_text(saved)))
 
 
 def rejudge(args) -> None:
@@ -152,8 +153,9 @@ def rejudge(args) -> None:
 
 def measuring_command(result) -> str:
     """The command that measures `result`'s claims again: its paper, model, budget and second checkpoint."""
-    return (f"lincorr reproduce {result.paper} --model {result.model_name}" + (f" --budget {result.budget}" if result.budget else "")
-            + (f" --eval-model {result.eval_model}" if result.eval_model else ""))
+    return (f"lincorr reproduce {result.paper} --model {shlex.quote(result.model_name)}"
+            + (f" --budget {result.budget}" if result.budget else "")
+            + (f" --eval-model {shlex.quote(result.eval_model)}" if result.eval_model else ""))
 
 
 def list_claims(args, paper) -> None:

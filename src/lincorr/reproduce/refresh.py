@@ -46,6 +46,9 @@ def reproduction_files(directory: str | Path) -> list[Path]:
         return [path / RESULT_FILE]
     # A tree of MODEL/PAPER.json, or one model's directory of PAPER.json.
     found = [p for p in sorted(path.glob("*/*.json")) or sorted(path.glob("*.json")) if not p.name.endswith(".provenance.json")]
+    odd = next((p for p in found if p.is_dir()), None)  # a tree's entry is a file; a directory there would read as a run
+    if odd is not None:
+        raise InputError(f"{odd} is a directory, not a saved reproduction's PAPER.json; move it out of {directory}")
     if not found:
         raise InputError(f"{directory}: no saved reproduction there; pass the --out directory of `lincorr reproduce`, its "
                          f"{RESULT_FILE}, or a directory of MODEL/PAPER.json files such as docs/reproductions")

@@ -41,7 +41,7 @@ from lincorr.report.effects import effect_text, sensitivity_text, tests_text
 from lincorr.reproduce.decisions import decide
 from lincorr.reproduce.judging import judged, restating, retested
 from lincorr.reproduce.verdicts import ALPHA, Test
-from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE, VERDICTS, read_reproduction_file
+from lincorr.reproduction_file import REPRODUCTION, RESULT_FILE, VERDICTS, check_judged_numbers, read_reproduction_file
 from lincorr.results import record, summary_frame
 
 # One line per finished claim at INFO (`lincorr -v`): the progress of a run whose output is a log, where no bar is drawn.
@@ -205,6 +205,7 @@ class ReproductionResult:
         path = Path(directory)
         file = path / RESULT_FILE if path.is_dir() else path
         data = read_reproduction_file(file)
+        check_judged_numbers(data, file)
         if data["paper"] not in known_papers():  # its claims would be judged as if they were one of these papers'
             raise InputError(f"{file}: the paper {data['paper']!r} is none of {', '.join(known_papers())}; {REPRODUCTION.remedy}")
         # A claim this version does not have (a misspelt id, one with a trailing space) would join the run's family of p-values.
