@@ -104,6 +104,13 @@ def test_an_option_of_several_values_leaves_the_positionals_to_the_command(tmp_p
     assert list(args.seeds) == [7], "the command line wins"
 
 
+def test_two_config_files_that_set_one_option_are_one_error_line(tmp_path, capsys):
+    for name in ("a.yaml", "b.yaml"):
+        (tmp_path / name).write_text("seed: 3\n", encoding="utf-8")
+    assert main(["fit", "city", "country", "--config", str(tmp_path / "a.yaml"), "--config", str(tmp_path / "b.yaml")]) == 2
+    assert "two --config files set --seed" in one_error_line(capsys)
+
+
 def test_a_value_that_starts_with_a_dash_stays_the_options_value(tmp_path):
     study = tmp_path / "study.yaml"
     study.write_text("source_template: '-{}- lives in the city of'\n", encoding="utf-8")

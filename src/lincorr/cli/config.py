@@ -99,6 +99,9 @@ def with_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
             rest.append(token)
     command, at = command_parser(parser, rest)
     written = [option for path in files for option in options_of(path, command)]
+    twice = next((action for index, (action, _) in enumerate(written) if any(action.dest == other.dest for other, _ in written[:index])), None)
+    if twice is not None:  # the later file would win without a word
+        raise InputError(f"two --config files set {twice.option_strings[-1]}; keep it in one")
     # An option of several values would take the positionals after it (`ablate --seeds 1 2 country capital`): those go
     # last, before any "--", unless the command line gives the option itself (it wins).
     end = rest.index("--") if "--" in rest else len(rest)
