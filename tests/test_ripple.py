@@ -102,7 +102,7 @@ def test_an_empty_prompt_or_answer_names_its_edit_and_query(field, tmp_path):
         read_edits(file)
 
 
-@pytest.mark.parametrize("path", [("edit", "prompt"), ("compositional_I_problems", 0, "compositional_query", "prompt"),
+@pytest.mark.parametrize("path", [("edit", "prompt"), ("edit", "subject_id"), ("compositional_I_problems", 0, "compositional_query", "prompt"),
                                   ("compositional_I_problems", 0, "condition_query", "answer")], ids=lambda path: ".".join(map(str, path)))
 def test_a_prompt_or_answer_of_a_page_is_refused_before_any_model_reads_it(path, tmp_path):
     """A prompt is a sentence: a page of one would be tokenised and run through the model for every edit and query."""

@@ -83,9 +83,10 @@ def read_edits(path: str | Path | None = None, max_edits: int | None = None) -> 
 def edit_from(record: dict, index: int, path: Path) -> Edit:
     fact = record["edit"]
     where = f"{path}: edit {index} ({fact['subject_id'][:100]!r}, {fact['relation'][:100]})"
-    if len(fact["prompt"]) > MOST_CHARACTERS:
-        raise InputError(f"{where}: its prompt is {len(fact['prompt']):,} characters, more than the {MOST_CHARACTERS:,} "
-                         "a sentence that teaches one fact needs; shorten it")
+    for field in ("prompt", "subject_id", "relation", "target_id"):
+        if len(fact[field]) > MOST_CHARACTERS:
+            raise InputError(f"{where}: its {field} is {len(fact[field]):,} characters, more than the {MOST_CHARACTERS:,} "
+                             "of a sentence that teaches one fact; shorten it")
     if not record["compositional_I_problems"]:
         raise InputError(f"{where} has no queries; give it at least one compositional query, or leave the edit out")
     problems = tuple(Problem(query_from(problem["compositional_query"], f"{where}, query {number}"),
