@@ -29,8 +29,8 @@ HASH_LENGTH = 16  # hex digits: 64 bits tell an edit from its source's past for 
 # record they had, every module their step imported, so that any edit to one of those modules makes them stale.
 WHOLE_MODULE = "*"
 RECORDING_ITSELF = ("lincorr.recording", __name__)
-# A record may come from someone else's file: only names of lincorr's own modules are looked up as modules.
-MODULE_NAME = re.compile(r"lincorr(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# A record may come from someone else's file: only names of the package's own modules are looked up as modules.
+SUBMODULES = re.compile(r"(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,7 +146,8 @@ def _parsed(module: str, stamp: tuple) -> ModuleUnits:
 
 def units(module: str) -> ModuleUnits | None:
     """The units of `module`'s source as it is now on disk (None for a module that no longer exists)."""
-    if not MODULE_NAME.fullmatch(module):
+    package = PACKAGE_DIRECTORY.name
+    if not (module.startswith(package) and SUBMODULES.fullmatch(module[len(package):])):
         return None
     try:
         return _parsed(module, _stamp(module))
