@@ -206,7 +206,6 @@ def json_object(text: str) -> dict:
     """An argparse type: a JSON object, e.g. '{"attn_implementation": "eager"}', of at most MOST_JSON_OPTION_CHARACTERS
     characters nested at most MOST_JSON_OPTION_DEPTH deep."""
     example = "write an object like '{\"attn_implementation\": \"eager\"}'"
-    shown = repr(text) if len(text) <= 100 else f"{text[:100]!r}... ({len(text):,} characters)"
     if len(text) > MOST_JSON_OPTION_CHARACTERS:
         raise argparse.ArgumentTypeError(f"is {len(text):,} characters, more than the {MOST_JSON_OPTION_CHARACTERS:,} options take; {example}")
     if json_depth(text) > MOST_JSON_OPTION_DEPTH:
@@ -216,5 +215,5 @@ def json_object(text: str) -> dict:
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"is not JSON ({error}); {example}") from None
     if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object like '{{\"attn_implementation\": \"eager\"}}', not {shown}")
+        raise argparse.ArgumentTypeError(f"must be a JSON object like '{{\"attn_implementation\": \"eager\"}}', not {shown(text)}")
     return value
