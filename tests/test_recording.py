@@ -21,7 +21,7 @@ import lincorr.reproduce.runner as runner
 from lincorr import cache, recording, source_units, strict_json
 from lincorr.knowledge import load_registry
 from lincorr.linear import LinearMap
-from lincorr.reproduce import reproduce
+from lincorr.reproduce import ReproductionResult, reproduce
 from lincorr.reproduce.claims import Claim, Paper
 from lincorr.reproduce.step import Context, Measured
 from lincorr.reproduce.steps import STEPS
@@ -286,6 +286,36 @@ def test_refresh_measures_exactly_the_stale_claims_and_rewrites_their_file(two_s
     assert after.stale_claims() == [] and after.claims[0].code["lincorr.linear:fit_ridge"] == "edited"
     assert after.claims[1] == before.claims[1], "the claim whose code did not change was left as it was"
     assert after.claims[0].measured_at >= before.claims[0].measured_at and after.measured == 1
+
+
+def test_a_refresh_stopped_midway_leaves_its_file_holding_the_claims_it_finished(two_steps, llama_lm, tmp_path, monkeypatch):
+    """The file is the resume point: on a machine without the first one's cache, a second refresh measures only the rest."""
+    from lincorr.reproduce.refresh import refresh
+
+    saved = tmp_path / "reproductions" / "tiny-llama" / "peng.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text(strict_json.dumps(reproduce("peng", llama_lm, registry=load_registry()).summary(), indent=2) + "\n")
+    edited(monkeypatch, "lincorr.reproduce.runner:measure_unless_refused")  # code both claims ran
+
+    def stopped(ctx: Context) -> Measured:
+        raise KeyboardInterrupt
+
+    counts = STEPS["planted-count"]
+    monkeypatch.setitem(STEPS, "planted-count", stopped)
+    printed: list[str] = []
+    no_cache = lincorr.CollectSettings(use_cache=False)
+    with pytest.raises(KeyboardInterrupt):
+        refresh(saved.parent.parent, lambda name: llama_lm, no_cache, printed.append)
+    assert "2 stale of 2" in printed[0], printed
+    midway = ReproductionResult.load(saved)
+    assert [c.id for c in midway.stale_claims()] == ["peng.counts"] and midway.measured == 1
+    assert midway.claims[0].code["lincorr.reproduce.runner:measure_unless_refused"] == "edited"
+
+    monkeypatch.setitem(STEPS, "planted-count", counts)
+    printed.clear()
+    refresh(saved.parent.parent, lambda name: llama_lm, no_cache, printed.append)
+    assert f"1 stale of 2 in {saved} (peng.counts)" in printed[0], printed
+    assert ReproductionResult.load(saved).stale_claims() == []
 
 
 def test_work_shared_between_claims_carries_the_record_of_the_claim_that_made_it(monkeypatch, llama_lm):

@@ -46,7 +46,8 @@ def add_commands(commands) -> None:
                              "docs/reproductions) that code they ran has changed since, and what changed")
     parser.add_argument("--refresh", default=None, metavar="DIR",
                         help="measure again the stale claims of the saved reproductions under DIR (as --status finds them), "
-                             "model by model, and rewrite their files; resumes where a stopped refresh left off; every other file "
+                             "model by model, rewriting each file as each claim finishes, so a stopped refresh resumes where it left "
+                             "off, from the file itself on another machine; every other file "
                              "is judged again by the current tests and verdict rules, and rewritten where they read it differently")
     parser.add_argument("--rejudge", default=None, metavar="DIR",
                         help="judge a saved reproduction again with the current tests and verdict rules (nothing is measured) and save it to --out")

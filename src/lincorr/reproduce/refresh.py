@@ -1,13 +1,16 @@
 """Refreshing saved reproductions (`lincorr reproduce --refresh DIR`): the claims some code of which has changed since they
 were measured, measured again model by model, merged into their files and judged again with the rest.
 
-A file is rewritten whole once all its stale claims are measured; each claim is kept in the cache as it finishes, so a
-refresh that is stopped resumes where it was. The time a refresh will take is the sum of its claims' last measurements.
+A file is rewritten, whole and judged again, as each of its stale claims is measured, so the file itself holds the
+progress: a refresh stopped on one machine resumes on another from the file, where the claims it finished read fresh
+(and on the same machine from the cache too, which keeps each claim as it finishes). The time a refresh will take is the
+sum of its claims' last measurements.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -111,8 +114,11 @@ class RefreshProgress:
 
 
 def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: CollectSettings,
-              on_finished: Callable[[ClaimResult, bool], None] | None = None) -> ReproductionResult:
-    """`saved` with its stale claims measured again on `lm` (the model that measured them) and every claim judged again."""
+              on_finished: Callable[[ClaimResult, bool], None] | None = None,
+              on_merged: Callable[[ReproductionResult], None] | None = None) -> ReproductionResult:
+    """`saved` with its stale claims measured again on `lm` (the model that measured them) and every claim judged again.
+    `on_merged` receives the file as it stands after each claim measured now: those finished so far merged in, the rest
+    as they were."""
     if saved.result.model_fingerprint and lm.fingerprint != saved.result.model_fingerprint:
         raise InputError(f"{saved.path}: measured on a model with fingerprint {saved.result.model_fingerprint[:24]}..., but "
                          f"{saved.result.model_name} now loads {lm.fingerprint[:24]}...; measure it again whole: lincorr reproduce "
@@ -121,12 +127,28 @@ def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: Co
         raise InputError(f"{saved.path}: a --budget decide reproduction is measured again whole: lincorr reproduce "
                          f"{saved.result.paper} --model {saved.result.model_name} --budget decide")
     started = time.perf_counter()
+    finished: list[ClaimResult] = []
+    measured_now: list[str] = []
+
+    def merged(measured: int) -> ReproductionResult:
+        by_id = {claim.id: claim for claim in finished}
+        claims = [by_id.get(claim.id, claim) for claim in saved.result.claims]
+        return dataclasses.replace(saved.result, claims=judged([retested(claim) for claim in claims], alpha_of(saved.result.budget)),
+                                   seconds=round(time.perf_counter() - started, 1), measured=measured)
+
+    def heard(claim: ClaimResult, measured: bool) -> None:
+        finished.append(claim)
+        if on_finished is not None:
+            on_finished(claim, measured)
+        if measured:
+            measured_now.append(claim.id)
+            if on_merged is not None:
+                on_merged(merged(len(measured_now)))
+
     again = reproduce(saved.result.paper, lm, only=",".join(c.id for c in saved.stale), budget=saved.result.budget or "quick",
-                      settings=settings, eval_model=eval_lm, on_finished=on_finished)
-    measured = {claim.id: claim for claim in again.claims}
-    claims = [measured.get(claim.id, claim) for claim in saved.result.claims]
-    return dataclasses.replace(saved.result, claims=judged([retested(claim) for claim in claims], alpha_of(saved.result.budget)),
-                               seconds=round(time.perf_counter() - started, 1), measured=again.measured)
+                      settings=settings, eval_model=eval_lm, on_finished=heard)
+    finished[:] = again.claims
+    return merged(again.measured or 0)
 
 
 def write_refreshed(saved: SavedReproduction, result: ReproductionResult) -> None:
@@ -151,7 +173,8 @@ def refresh(directory: str | Path, load: Callable[[str], LM], settings: CollectS
     for model, eval_model in models:
         lm, eval_lm = load(model), load(eval_model) if eval_model else None
         for entry in (s for s in stale if (s.result.model_name, s.result.eval_model) == (model, eval_model)):
-            result = refreshed(entry, lm, eval_lm, settings, progress.listener(entry.path))
+            result = refreshed(entry, lm, eval_lm, settings, progress.listener(entry.path),
+                               functools.partial(write_refreshed, entry))
             write_refreshed(entry, result)
             left = [c.id for c in result.claims if changed_code(c)]
             report(f"wrote {entry.path}: {result.measured} claims measured again in {duration_text(result.seconds or 0)}"
