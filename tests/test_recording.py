@@ -275,7 +275,9 @@ def test_refresh_measures_exactly_the_stale_claims_and_rewrites_their_file(two_s
     assert "no stale claim" in capsys.readouterr().out
     edited(monkeypatch, "lincorr.linear:fit_ridge")
     assert main(["reproduce", "--status", str(saved.parent.parent)]) == 0
-    assert "peng.fits" in capsys.readouterr().out
+    status = capsys.readouterr().out
+    assert "peng.fits" in status and "\\n" not in status, status
+    assert status.splitlines()[-1].startswith("refreshing 1 claims of 1 files: about"), status
     assert main(["reproduce", "--status", str(saved.parent)]) == 0, "one model's directory of PAPER.json"
     assert "peng.fits" in capsys.readouterr().out
     assert main(["reproduce", "--refresh", str(saved.parent.parent)]) == 0

@@ -125,7 +125,8 @@ def status(args) -> None:
             changed = changed_code(claim)
             print(printable(f"{claim.id} ({entry.path}): measured {claim.measured_at}; changed since: {', '.join(changed[:4])}"
                             + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")))
-    print(printable(plan_text(saved)))
+    for line in plan_text(saved).splitlines():  # each line escaped on its own: the plan's line breaks are lincorr's
+        print(printable(line))
 
 
 def rejudge(args) -> None:
