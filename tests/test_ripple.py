@@ -181,6 +181,7 @@ def test_edits_that_change_no_country_are_refused_in_one_line_before_the_model_l
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.integration  # the bundled model, converted once into the run's cache
 def test_the_whole_benchmark_runs_at_a_tiny_budget_on_the_bundled_model(bundled, tmp_path, capsys):
     """Predictors, edits and benchmark end to end on the first eight bundled edits: three of them change a country the
     default model's tokenizer can rank; the rest are counted out with their reasons."""
