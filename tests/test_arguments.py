@@ -135,6 +135,29 @@ def test_an_argument_mistake_is_one_line_before_the_model_loads(argv, kind, cach
     assert files_under(workspace["ws"], os.getcwd()) == before, "a refused command left files behind"
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["fit", "city", "country", "-n", " 500"], "expected a whole number, written in the digits 0-9 (1000 or 1_000), got ' 500'"),
+    (["fit", "city", "country", "--seed", "\u0665"], "expected a whole number, written in the digits 0-9"),
+    (["resilience", "--lr", "\u0665e-5"], "expected a number, written as in 1e-5, 0.25 or -3"),
+    (["fit", "city", "country", "--test-fraction", "0.5 "], "expected a number, written as in 1e-5"),
+    (["fit", "city", "country", "--alpha", "1e-400"], "'1e-400' is too near 0 to be told from 0"),
+    (["resilience", "--lr", "infinity"], "must be a finite number"),
+])
+def test_a_number_is_read_as_written_in_ascii_and_never_silently_as_0(argv, message, monkeypatch, capsys):
+    """int() and float() also read surrounding spaces and other scripts' digits, and float() reads 1e-400 as 0: each
+    refused in one line that says how to write the number."""
+    monkeypatch.setattr(lincorr.models, "load_model", refuse_to_load)
+    assert main([*argv, "--model", "nothing-is-loaded"]) == 2
+    assert message in one_error_line(capsys)
+
+
+def test_a_number_grouped_by_underscores_is_read_as_python_reads_it():
+    from lincorr.cli.values import COUNT, finite_number
+
+    assert COUNT("1_000") == 1000 and finite_number("2_500.5e-1_0") == 2500.5e-10
+    assert finite_number("0e5") == 0 and finite_number(".5") == 0.5 and finite_number("1.") == 1
+
+
 def test_argument_catalogue_ids_are_unique():
     assert len({case[0] for case in ARGUMENT_MISTAKES}) == len(ARGUMENT_MISTAKES)
 

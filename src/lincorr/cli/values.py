@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,20 +21,27 @@ MODEL_HELP = "bundled alias (`lincorr models` lists them), .gguf file, local dir
 # splits and budgets, and no option counts more of anything than that.
 MOST_WHOLE = 10**15
 
+# Numbers as a command line writes them: ASCII digits, grouped by underscores if you like (1_000, as Python writes
+# them). Python's int() and float() also read surrounding spaces and other scripts' digits ("٥"), which a typo or a
+# pasted value can bring and no one reading the command sees as a number.
+DIGITS = r"[0-9]+(?:_[0-9]+)*"
+WHOLE = re.compile(rf"[+-]?{DIGITS}")
+DECIMAL = re.compile(rf"[+-]?(?:{DIGITS}(?:\.(?:{DIGITS})?)?|\.{DIGITS})(?:[eE][+-]?{DIGITS})?")
+NOT_FINITE = ("inf", "infinity", "nan")
+
 
 def whole_number(minimum: int, maximum: int = MOST_WHOLE, why: str = "") -> Callable[[str], int]:
     """An argparse type: an integer from `minimum` to `maximum` (`why` says where the maximum comes from)."""
 
     def parse(text: str) -> int:
-        digits = text.strip().lstrip("+-")
-        if len(digits) > len(str(maximum)) and digits.isdigit():  # Python's int() reads no more than 4,300 digits
-            if text.strip().startswith("-"):
+        if not WHOLE.fullmatch(text):
+            raise argparse.ArgumentTypeError(f"expected a whole number, written in the digits 0-9 (1000 or 1_000), got {shown(text)}")
+        digits = text.lstrip("+-").replace("_", "")
+        if len(digits) > len(str(maximum)):  # Python's int() reads no more than 4,300 digits
+            if text.startswith("-"):
                 raise argparse.ArgumentTypeError(f"must be at least {minimum}, got a negative number of {len(digits):,} digits")
             raise argparse.ArgumentTypeError(f"must be at most {maximum:,}{why}, got a number of {len(digits):,} digits")
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a whole number, got {shown(text)}") from None
+        value = int(text)
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
         if value > maximum:
@@ -149,13 +157,17 @@ MAX_TEMPLATE = 1000
 
 
 def finite_number(text: str) -> float:
-    """An argparse type: a float that is neither NaN nor infinite."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    """An argparse type: a float written as a decimal number (1e-5, 0.25, -3), neither NaN nor infinite, and not so near
+    0 that it reads as 0."""
+    if not DECIMAL.fullmatch(text):
+        what = "must be a finite number" if text.strip().lower().lstrip("+-") in NOT_FINITE else "expected a number"
+        raise argparse.ArgumentTypeError(f"{what}, written as in 1e-5, 0.25 or -3, got {shown(text)}")
+    value = float(text)
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {shown(text)}, which is beyond a float's range")
+    if value == 0 and any(digit in "123456789" for digit in text.lower().partition("e")[0]):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is too near 0 to be told from 0 (below about 5e-324); give 0, or a "
+                                         "number a float can hold")
     return value
 
 
@@ -180,10 +192,10 @@ def ridge_alpha(text: str) -> float | str:
     if text == "cv":
         return text
     try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 <= value <= MOST_RIDGE_ALPHA):
+        value = finite_number(text)
+    except argparse.ArgumentTypeError as error:
+        raise argparse.ArgumentTypeError(f"must be 'cv' or a number from 0 to {MOST_RIDGE_ALPHA:g}; {error}") from None
+    if not 0 <= value <= MOST_RIDGE_ALPHA:
         raise argparse.ArgumentTypeError(f"must be 'cv' or a number from 0 to {MOST_RIDGE_ALPHA:g}, got {shown(text)}")
     return value
 
