@@ -391,6 +391,9 @@ def test_cache_list_size_and_clear(assets, capsys):
     assert main(["cache", "list", "--json"]) == 0
     sections = {s["section"]: s for s in strict_loads(capsys.readouterr().out)["sections"]}
     assert sections["models"]["entries"] == 1 and sections["tables"]["entries"] >= 2 and sections["results"]["bytes"] == 0
+    assert main(["cache", "list"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert len(rows) == len(sections) and len({row.index(" entries") for row in rows}) == 1, "the columns line up"
     assert main(["cache", "size"]) == 0 and "KB" in capsys.readouterr().out
     assert main(["cache", "clear", "--tables"]) == 0
     root = Path(os.environ["LINCORR_CACHE_DIR"])

@@ -46,8 +46,9 @@ def run_list(args) -> None:
                     "sections": [{"section": u.section, "path": str(u.path), "entries": u.entries, "bytes": u.bytes} for u in usage]})
         return
     print(f"cache {cache_root()} (LINCORR_CACHE_DIR moves it)")
+    width = max(len(u.section) for u in usage)
     for u in usage:
-        print(f"  {u.section:<8} {u.entries:6d} entries  {human_size(u.bytes):>9}  {u.path}")
+        print(f"  {u.section:<{width}} {u.entries:6d} entries  {human_size(u.bytes):>9}  {u.path}")
 
 
 def run_size(args) -> None:
