@@ -140,7 +140,7 @@ def test_an_argument_mistake_is_one_line_before_the_model_loads(argv, kind, cach
     (["fit", "city", "country", "--seed", "\u0665"], "expected a whole number, written in the digits 0-9"),
     (["resilience", "--lr", "\u0665e-5"], "expected a number, written as in 1e-5, 0.25 or -3"),
     (["fit", "city", "country", "--test-fraction", "0.5 "], "expected a number, written as in 1e-5"),
-    (["fit", "city", "country", "--alpha", "1e-400"], "'1e-400' is too near 0 to be told from 0"),
+    (["fit", "city", "country", "--alpha", "1e-400"], "'1e-400' is too near 0 for a float to tell from 0"),
     (["resilience", "--lr", "infinity"], "must be a finite number"),
 ])
 def test_a_number_is_read_as_written_in_ascii_and_never_silently_as_0(argv, message, monkeypatch, capsys):

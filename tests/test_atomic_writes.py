@@ -148,3 +148,25 @@ def test_a_directory_another_writer_puts_in_place_meanwhile_is_replaced_as_an_ea
         (staging / "ours.txt").write_text("ours", encoding="utf-8")
     assert raced and [item.name for item in target.iterdir()] == ["ours.txt"]
     assert temporaries(tmp_path) == []
+
+
+def test_an_output_stopped_between_its_two_renames_is_the_earlier_one(tmp_path, monkeypatch):
+    """`put_in_place` moves the earlier output aside, then renames the new one in: a stop between the two (Ctrl-C) puts
+    the earlier one back instead of leaving only its moved-aside copy."""
+    target, staging = tmp_path / "run", tmp_path / ".run.staging"
+    target.mkdir()
+    (target / "result.json").write_text("earlier")
+    staging.mkdir()
+    (staging / "result.json").write_text("new")
+    rename = os.replace
+
+    def stopped_before_the_new_one(source, destination):
+        if Path(source) == staging:
+            raise KeyboardInterrupt
+        rename(source, destination)
+
+    monkeypatch.setattr(filesystem.os, "replace", stopped_before_the_new_one)
+    with pytest.raises(KeyboardInterrupt):
+        filesystem.put_in_place(staging, target)
+    assert (target / "result.json").read_text() == "earlier"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".run.staging", "run"]

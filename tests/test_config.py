@@ -62,6 +62,9 @@ def test_a_group_commands_options_go_after_its_own_name(tmp_path):
     ("n_inputs: 10\nn-inputs: 20\n", "'n_inputs' and 'n-inputs' set the same option"),
     # YAML 1.1 reads 1:30 as 90 (base 60); here it is text, which a count is not.
     ("seed: 1:30\n", "seed: "),
+    # a penalty's error quotes the value whole, within the line's 100 characters of it
+    ("alpha: abc\n", "alpha: must be 'cv' or a number from 0 to 1e+100, got 'abc'"),
+    ("test_fraction: .inf\n", "test-fraction: must be a finite number"),
 ])
 def test_a_wrong_file_is_one_error_line_naming_it(text, message, tmp_path, capsys):
     study = tmp_path / "study.yaml"

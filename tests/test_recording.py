@@ -10,6 +10,7 @@ import importlib
 import os
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import re
@@ -318,6 +319,79 @@ def test_a_refresh_stopped_midway_leaves_its_file_holding_the_claims_it_finished
     refresh(saved.parent.parent, lambda name: llama_lm, no_cache, printed.append)
     assert f"1 stale of 2 in {saved} (peng.counts)" in printed[0], printed
     assert ReproductionResult.load(saved).stale_claims() == []
+
+
+@pytest.fixture
+def stale_file(two_steps, llama_lm, tmp_path, monkeypatch) -> Path:
+    """The planted paper's reproduction saved as a tree's file, both its claims stale (an edit to code both ran)."""
+    saved = tmp_path / "reproductions" / "tiny-llama" / "peng.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text(strict_json.dumps(reproduce("peng", llama_lm, registry=load_registry()).summary(), indent=2) + "\n")
+    edited(monkeypatch, "lincorr.reproduce.runner:measure_unless_refused")
+    return saved
+
+
+def test_a_claim_a_refresh_takes_from_the_cache_is_written_into_the_file_at_once(stale_file, llama_lm, monkeypatch):
+    """A first refresh measured peng.fits into this machine's cache and stopped; the file was then put back as it was
+    (another checkout): the next refresh takes peng.fits from the cache and the file holds it before peng.counts ends."""
+    from lincorr.reproduce.refresh import refresh
+
+    counts, before = STEPS["planted-count"], stale_file.read_text()
+
+    def stopped(ctx: Context) -> Measured:
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(STEPS, "planted-count", stopped)
+    for _ in range(2):
+        stale_file.write_text(before)
+        printed: list[str] = []
+        with pytest.raises(KeyboardInterrupt):
+            refresh(stale_file.parent.parent, lambda name: llama_lm, report=printed.append)
+    assert "peng.fits of" in printed[-1] and "from the cache" in printed[-1], printed
+    assert [c.id for c in ReproductionResult.load(stale_file).stale_claims()] == ["peng.counts"]
+    monkeypatch.setitem(STEPS, "planted-count", counts)
+
+
+def test_a_claim_this_machine_does_not_measure_keeps_its_earlier_measurement(stale_file, llama_lm, monkeypatch):
+    """Refused here (too little memory), a stale claim stays as it was measured, stale, for a machine that can measure it;
+    the progress line says so."""
+    from lincorr.reproduce.refresh import refresh
+
+    earlier = ReproductionResult.load(stale_file).claims[1]
+    monkeypatch.setattr(runner, "memory_reason", lambda claim, lm: "needs more memory" if claim.id == "peng.counts" else None)
+    printed: list[str] = []
+    refresh(stale_file.parent.parent, lambda name: llama_lm, lincorr.CollectSettings(use_cache=False), printed.append)
+    assert any("peng.counts of" in line and "not measured here (needs more memory)" in line for line in printed), printed
+    after = ReproductionResult.load(stale_file)
+    assert [c.id for c in after.stale_claims()] == ["peng.counts"] and after.claims[1].detail == earlier.detail
+    assert after.claims[1].verdict == earlier.verdict != "not applicable"
+
+
+def test_a_stored_test_the_code_cannot_make_again_waits_for_its_claims_measurement(stale_file, llama_lm, monkeypatch):
+    """Midway, the file is judged with the claims still to measure as stored; one whose test the current code refuses
+    to make again holds back the midway write, not the refresh, which measures it anew and writes the file at the end."""
+    from lincorr.reproduce import refresh as refreshing
+
+    current = refreshing.retested
+
+    def retested(claim):  # the stored claim's record names the code before the edit
+        if claim.id == "peng.counts" and claim.code["lincorr.reproduce.runner:measure_unless_refused"] != "edited":
+            raise ValueError("claim peng.counts: a field this code does not know")
+        return current(claim)
+
+    monkeypatch.setattr(refreshing, "retested", retested)
+    refreshing.refresh(stale_file.parent.parent, lambda name: llama_lm, lincorr.CollectSettings(use_cache=False), lambda line: None)
+    assert ReproductionResult.load(stale_file).stale_claims() == []
+
+
+def test_status_shows_a_line_break_in_a_path_as_its_escape(stale_file, capsys):
+    from lincorr.cli import main
+
+    odd = stale_file.parent.parent / "tiny\u2028llama"
+    stale_file.parent.rename(odd)
+    assert main(["reproduce", "--status", str(odd.parent)]) == 0
+    printed = capsys.readouterr().out
+    assert "tiny\\u2028llama" in printed and "\u2028" not in printed, printed
 
 
 def test_work_shared_between_claims_carries_the_record_of_the_claim_that_made_it(monkeypatch, llama_lm):

@@ -206,17 +206,23 @@ def put_in_place(staging: Path, target: Path) -> None:
     output at once race between the look and the rename: a directory another writer put there since (the rename finds
     it not empty), or moved aside since, is taken as an earlier one, so one writer's whole result stays."""
     moved_aside = []
-    for attempt in range(PLACING_ATTEMPTS):
-        try:
-            if target.exists():
-                old = staging.with_name(f"{staging.name}old{attempt}")
-                os.replace(target, old)
-                moved_aside.append(old)
-            os.replace(staging, target)
-            break
-        except OSError as error:
-            if error.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT) or attempt == PLACING_ATTEMPTS - 1:
-                raise
+    try:
+        for attempt in range(PLACING_ATTEMPTS):
+            try:
+                if target.exists():
+                    old = staging.with_name(f"{staging.name}old{attempt}")
+                    os.replace(target, old)
+                    moved_aside.append(old)
+                os.replace(staging, target)
+                break
+            except OSError as error:
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOENT) or attempt == PLACING_ATTEMPTS - 1:
+                    raise
+    except BaseException:  # stopped between the two renames (Ctrl-C, a full disk): the earlier output goes back
+        if moved_aside and not os.path.lexists(target):
+            with contextlib.suppress(OSError):
+                os.replace(moved_aside.pop(), target)
+        raise
     synced(target.parent)
     for old in moved_aside:
         shutil.rmtree(old, ignore_errors=True)

@@ -77,7 +77,7 @@ def run_reproduce(args) -> None:
     if args.refresh:
         from lincorr.reproduce.refresh import refresh
 
-        refresh(args.refresh, lambda name: load_lm(args, name), collect_settings(args))
+        refresh(args.refresh, lambda name: load_lm(args, name), collect_settings(args), report=lambda line: print(printable(line)))
         return
     if args.rejudge:
         rejudge(args)
@@ -111,7 +111,7 @@ def run_reproduce(args) -> None:
 
 def status(args) -> None:
     """The stale claims of every reproduction under --status, each with the units of code that changed."""
-    from lincorr.reproduce.refresh import plan_text, saved_reproductions
+    from lincorr.reproduce.refresh import plan_lines, saved_reproductions
     from lincorr.reproduce.runner import changed_code
 
     saved = saved_reproductions(args.status)
@@ -125,7 +125,7 @@ def status(args) -> None:
             changed = changed_code(claim)
             print(printable(f"{claim.id} ({entry.path}): measured {claim.measured_at}; changed since: {', '.join(changed[:4])}"
                             + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")))
-    for line in plan_text(saved).splitlines():  # each line escaped on its own: the plan's line breaks are lincorr's
+    for line in plan_lines(saved):
         print(printable(line))
 
 

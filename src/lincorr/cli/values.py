@@ -27,7 +27,7 @@ MOST_WHOLE = 10**15
 DIGITS = r"[0-9]+(?:_[0-9]+)*"
 WHOLE = re.compile(rf"[+-]?{DIGITS}")
 DECIMAL = re.compile(rf"[+-]?(?:{DIGITS}(?:\.(?:{DIGITS})?)?|\.{DIGITS})(?:[eE][+-]?{DIGITS})?")
-NOT_FINITE = ("inf", "infinity", "nan")
+NOT_FINITE = ("inf", "infinity", "nan", ".inf", ".nan")  # .inf and .nan: YAML's
 
 
 def whole_number(minimum: int, maximum: int = MOST_WHOLE, why: str = "") -> Callable[[str], int]:
@@ -36,7 +36,7 @@ def whole_number(minimum: int, maximum: int = MOST_WHOLE, why: str = "") -> Call
     def parse(text: str) -> int:
         if not WHOLE.fullmatch(text):
             raise argparse.ArgumentTypeError(f"expected a whole number, written in the digits 0-9 (1000 or 1_000), got {shown(text)}")
-        digits = text.lstrip("+-").replace("_", "")
+        digits = text.lstrip("+-").replace("_", "").lstrip("0") or "0"
         if len(digits) > len(str(maximum)):  # Python's int() reads no more than 4,300 digits
             if text.startswith("-"):
                 raise argparse.ArgumentTypeError(f"must be at least {minimum}, got a negative number of {len(digits):,} digits")
@@ -166,8 +166,7 @@ def finite_number(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {shown(text)}, which is beyond a float's range")
     if value == 0 and any(digit in "123456789" for digit in text.lower().partition("e")[0]):
-        raise argparse.ArgumentTypeError(f"{shown(text)} is too near 0 to be told from 0 (below about 5e-324); give 0, or a "
-                                         "number a float can hold")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is too near 0 for a float to tell from 0 (below about 5e-324)")
     return value
 
 
@@ -177,7 +176,7 @@ def finite_number_that(accepts: Callable[[float], bool], requirement: str) -> Ca
     def parse(text: str) -> float:
         value = finite_number(text)
         if not accepts(value):
-            raise argparse.ArgumentTypeError(f"must be {requirement}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be {requirement}, got {shown(text)}")
         return value
 
     return parse
@@ -191,10 +190,9 @@ def ridge_alpha(text: str) -> float | str:
     """"cv" or a finite, non-negative penalty."""
     if text == "cv":
         return text
-    try:
-        value = finite_number(text)
-    except argparse.ArgumentTypeError as error:
-        raise argparse.ArgumentTypeError(f"must be 'cv' or a number from 0 to {MOST_RIDGE_ALPHA:g}; {error}") from None
+    if not DECIMAL.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be 'cv' or a number from 0 to {MOST_RIDGE_ALPHA:g}, got {shown(text)}")
+    value = finite_number(text)  # which says why a number is none a float holds
     if not 0 <= value <= MOST_RIDGE_ALPHA:
         raise argparse.ArgumentTypeError(f"must be 'cv' or a number from 0 to {MOST_RIDGE_ALPHA:g}, got {shown(text)}")
     return value

@@ -71,16 +71,17 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
-def plan_text(saved: Sequence[SavedReproduction]) -> str:
-    """What a refresh will measure: each file's stale claims and the time they took when last measured."""
+def plan_lines(saved: Sequence[SavedReproduction]) -> list[str]:
+    """What a refresh will measure: each file's stale claims and the time they took when last measured, a line each,
+    then the total (lines for `errors.printable` to show one by one: a path may hold a line break)."""
     stale = [s for s in saved if s.stale]
     if not stale:
-        return f"no stale claim: every measured claim of the {len(saved)} reproductions matches the code"
+        return [f"no stale claim: every measured claim of the {len(saved)} reproductions matches the code"]
     lines = [f"{len(s.stale)} stale of {len(s.result.claims)} in {s.path} ({', '.join(c.id for c in s.stale)}), "
              f"about {duration_text(s.seconds())}" for s in stale]
     total = sum(s.seconds() for s in stale)
-    return "\n".join([*lines, f"refreshing {sum(len(s.stale) for s in stale)} claims of {len(stale)} files: about "
-                      f"{duration_text(total)} by their last measurements"])
+    return [*lines, f"refreshing {sum(len(s.stale) for s in stale)} claims of {len(stale)} files: about "
+                    f"{duration_text(total)} by their last measurements"]
 
 
 PACE_SHARE = 0.25  # the share of the recorded time a refresh has done before its own pace scales what is left
@@ -102,15 +103,23 @@ class RefreshProgress:
             if recorded is None:
                 return
             taken = (claim.seconds or 0.0) if measured_now else 0.0
+            refused = not measured_now and not_measured(claim)
             self.done.append((recorded, taken))
             left, recorded_done = sum(self.recorded.values()), sum(r for r, _ in self.done)
             # A few claims served by the cache in no time (a shared table of logits) say nothing of the pace of the rest.
             pace = (sum(t for _, t in self.done) / recorded_done
                     if recorded_done > 0 and recorded_done >= PACE_SHARE * (recorded_done + left) else 1.0)
-            how = f"measured in {duration_text(taken)}" if measured_now else "from the cache"
+            how = (f"not measured here ({claim.reason}); its earlier measurement is kept, still stale" if refused
+                   else f"measured in {duration_text(taken)}" if measured_now else "from the cache")
             self.report(f"[{len(self.done)}/{len(self.done) + len(self.recorded)}] {claim.id} of {path}: {how}; about "
                         f"{duration_text(left * pace if pace > 0 else left)} left")
         return finished
+
+
+def not_measured(claim: ClaimResult) -> bool:
+    """Whether a run gave `claim` no measurement (refused here, not at its budget), rather than a result: not applicable,
+    with no test and no record of code it ran."""
+    return claim.verdict == "not applicable" and claim.detail is None and not claim.code
 
 
 def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: CollectSettings,
@@ -127,23 +136,30 @@ def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: Co
         raise InputError(f"{saved.path}: a --budget decide reproduction is measured again whole: lincorr reproduce "
                          f"{saved.result.paper} --model {saved.result.model_name} --budget decide")
     started = time.perf_counter()
+    earlier = {claim.id: claim for claim in saved.result.claims}
     finished: list[ClaimResult] = []
     measured_now: list[str] = []
 
     def merged(measured: int) -> ReproductionResult:
-        by_id = {claim.id: claim for claim in finished}
+        # A claim this run did not measure (too little memory here) keeps its earlier measurement, stale, for a machine that can.
+        by_id = {claim.id: claim for claim in finished if not not_measured(claim) or earlier[claim.id].detail is None}
         claims = [by_id.get(claim.id, claim) for claim in saved.result.claims]
         return dataclasses.replace(saved.result, claims=judged([retested(claim) for claim in claims], alpha_of(saved.result.budget)),
                                    seconds=round(time.perf_counter() - started, 1), measured=measured)
 
     def heard(claim: ClaimResult, measured: bool) -> None:
         finished.append(claim)
-        if on_finished is not None:
-            on_finished(claim, measured)
         if measured:
             measured_now.append(claim.id)
-            if on_merged is not None:
-                on_merged(merged(len(measured_now)))
+        if on_finished is not None:
+            on_finished(claim, measured)
+        if on_merged is None:
+            return
+        try:
+            so_far = merged(len(measured_now))
+        except ValueError:  # a claim still to measure whose stored test this code cannot make again: judged at the end
+            return
+        on_merged(so_far)
 
     again = reproduce(saved.result.paper, lm, only=",".join(c.id for c in saved.stale), budget=saved.result.budget or "quick",
                       settings=settings, eval_model=eval_lm, on_finished=heard)
@@ -162,11 +178,12 @@ def write_refreshed(saved: SavedReproduction, result: ReproductionResult) -> Non
 def refresh(directory: str | Path, load: Callable[[str], LM], settings: CollectSettings = CollectSettings(),
             report: Callable[[str], None] = print) -> list[SavedReproduction]:
     """Measure again the stale claims of every reproduction under `directory`, one model loaded at a time (`load` takes a
-    model name, as the files record it), and rewrite each file once its claims are done; then judge every other file again
+    model name, as the files record it), and rewrite each file as each of its claims finishes; then judge every other file again
     (`ReproductionResult.rejudged`, nothing measured) and rewrite those the current tests and verdict rules read
     differently. The files whose claims were measured again."""
     saved = saved_reproductions(directory)
-    report(plan_text(saved))
+    for line in plan_lines(saved):
+        report(line)
     stale = [s for s in saved if s.stale]
     models = sorted({(s.result.model_name, s.result.eval_model) for s in stale})
     progress = RefreshProgress(stale, report)
