@@ -513,3 +513,14 @@ def test_the_status_shows_a_strangers_text_escaped_never_as_terminal_control(tmp
     assert main(["reproduce", "--status", str(run)]) == 0
     printed = capsys.readouterr().out
     assert "\x1b" not in printed and "\r" not in printed and "\\x1b[31mRED\\r\\nlincorr: a forged line" in printed
+
+
+def test_a_saved_files_reader_knows_the_budgets_and_verdicts_the_runner_writes():
+    """reproduction_file reads saved runs without the runner's imports (the report needs no scipy): its names are the
+    runner's, kept twice, so this holds them together."""
+    from lincorr import reproduction_file
+    from lincorr.reproduce import claims, decisions
+
+    assert reproduction_file.BUDGET_NAMES == (*claims.BUDGETS, claims.DECIDE)
+    assert reproduction_file.VERDICTS == (decisions.REPRODUCED, decisions.SMALLER, decisions.NOT_REPRODUCED,
+                                          decisions.INCONCLUSIVE, "not applicable")

@@ -16,7 +16,7 @@ from lincorr.errors import InputError, printable
 from lincorr.schema import ANY, NULL, NUMBER, TEXT, Entries, FileKind, Items, Maybe, read_document
 
 RESULT_FILE = "reproduction.json"
-BUDGET_NAMES = ("quick", "paper", "decide")  # `claims.BUDGETS` and `--budget decide`, as a saved run names them
+BUDGET_NAMES = ("quick", "paper", "decide")  # `claims.BUDGETS` and `--budget decide`, as a saved run names them (a test holds them equal)
 VERDICTS = ("reproduced", "reproduced, smaller", "not reproduced", "inconclusive", "not applicable")
 TEXT_OR_NULL = (TEXT, NULL)
 PUBLISHED = {"where": Maybe(TEXT), "model": Maybe(TEXT), "setting": Maybe(ANY), "rows": Maybe(Items(Entries(ANY))),
