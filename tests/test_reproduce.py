@@ -343,6 +343,10 @@ def test_the_claim_tables_of_results_md_are_the_committed_reproductions():
         first_line = table.split("\n")[0]
         assert "measured only the claims its `--only` named" in first_line or all(claim in first_line for claim in added), \
             "the block names the claims its run did not have, or says the run chose some"
+        stale = {c.id for c in run.stale_claims()}
+        marked = {row.split(" | ")[0].removeprefix("| ") for row in table.splitlines() if row.endswith(" (stale) |")}
+        assert marked == stale and (f"**{len(stale)} claims are stale**" in first_line) == bool(stale), \
+            "a stale claim's row says so, and only a stale claim's"
 
 
 def test_every_committed_verdict_reads_off_its_interval_at_the_runs_level():
