@@ -190,9 +190,8 @@ def ridge_alpha(text: str) -> float | str:
     """"cv" or a finite, non-negative penalty."""
     if text == "cv":
         return text
-    if not DECIMAL.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"must be 'cv' or a number from 0 to {MOST_RIDGE_ALPHA:g}, got {shown(text)}")
-    value = finite_number(text)  # which says why a number is none a float holds
+    # A number a float cannot hold gets finite_number's reason; anything else written is no number (NaN: refused below).
+    value = finite_number(text) if DECIMAL.fullmatch(text) else math.nan
     if not 0 <= value <= MOST_RIDGE_ALPHA:
         raise argparse.ArgumentTypeError(f"must be 'cv' or a number from 0 to {MOST_RIDGE_ALPHA:g}, got {shown(text)}")
     return value

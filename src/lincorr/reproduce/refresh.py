@@ -126,8 +126,8 @@ def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: Co
               on_finished: Callable[[ClaimResult, bool], None] | None = None,
               on_merged: Callable[[ReproductionResult], None] | None = None) -> ReproductionResult:
     """`saved` with its stale claims measured again on `lm` (the model that measured them) and every claim judged again.
-    `on_merged` receives the file as it stands after each claim measured now: those finished so far merged in, the rest
-    as they were."""
+    `on_merged` receives the file as it stands after each claim finishes (measured now or from the cache): those finished
+    so far merged in, the rest as they were."""
     if saved.result.model_fingerprint and lm.fingerprint != saved.result.model_fingerprint:
         raise InputError(f"{saved.path}: measured on a model with fingerprint {saved.result.model_fingerprint[:24]}..., but "
                          f"{saved.result.model_name} now loads {lm.fingerprint[:24]}...; measure it again whole: lincorr reproduce "
