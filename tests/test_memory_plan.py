@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from lincorr.errors import LincorrError
+from lincorr.errors import LincorrError, UsageError
 from lincorr.finetune import Fact, TrainConfig, single_step, train_on_facts
 from lincorr.memory_plan import PLANS, StepsInBackward, chosen_plan, plan_named, predicted_peak
 from helpers.tiny import tiny_llama, tiny_tokenizer
@@ -113,6 +113,27 @@ def test_an_unknown_plan_is_one_clear_error():
     with pytest.raises(LincorrError, match="no memory plan is called 'sgd'"):
         TrainConfig(memory_plan="sgd")
     assert plan_named("adamw-float32") is PLANS[0]
+
+
+@pytest.mark.parametrize("command", [["generalize", "city", "country"], ["gradcorr", "city", "country"],
+                                     ["extractive", "ocr"], ["resilience", "--finetune-text", "passages.txt", "--family", "attribute"]])
+def test_every_command_that_fine_tunes_takes_the_plan_asked_for(command):
+    from lincorr.cli import build_parser
+    from lincorr.cli.extractive import train_config
+    from lincorr.cli.options import MEMORY_PLANS
+    from lincorr.cli.studies import resilience_training
+    from lincorr.cli.training import training_config
+    from lincorr.memory_plan import AUTO
+
+    assert MEMORY_PLANS == (AUTO, *(plan.name for plan in PLANS)), "the command line spells the plans as memory_plan names them"
+    parse = build_parser().parse_args
+    assert parse(command).memory_plan == AUTO
+    args = parse([*command, "--memory-plan", "adamw-bfloat16-moments"])
+    configured = {"extractive": lambda: train_config(args), "resilience": lambda: resilience_training(args)}
+    train = configured.get(command[0], lambda: training_config(args, TrainConfig()))()
+    assert train.memory_plan == "adamw-bfloat16-moments"
+    with pytest.raises(UsageError, match="invalid choice: 'sgd'"):
+        parse([*command, "--memory-plan", "sgd"])
 
 
 def test_the_sharded_plan_needs_a_process_group_and_is_never_chosen_by_auto(tokenizer):

@@ -13,6 +13,7 @@ from lincorr.cli.options import (
     add_collect_settings,
     add_command,
     add_json_option,
+    add_memory_plan_option,
     add_model_options,
     add_n_inputs_option,
     add_out_option,
@@ -100,17 +101,19 @@ def add_training_options(parser) -> None:
     group.add_argument("--lr", type=positive_number, default=None, help="learning rate (default: the preset's)")
     group.add_argument("--epochs", type=COUNT, default=None, help="epochs (default: the preset's)")
     group.add_argument("--train-batch-size", type=COUNT, default=None, help="facts per step (default: the preset's)")
+    add_memory_plan_option(group)
 
 
 def train_config(args, base=None):
-    """The preset's TrainConfig (or `base`, a study's own default under the small preset) with --lr, --epochs, --train-batch-size and --seed."""
+    """The preset's TrainConfig (or `base`, a study's own default under the small preset) with --lr, --epochs, --train-batch-size,
+    --seed and --memory-plan."""
     import dataclasses
 
     from lincorr.studies.extractive.ocr import PAPER_TRAIN, SMALL_TRAIN
 
     preset = PAPER_TRAIN if args.preset == "paper" else (base or SMALL_TRAIN)
     overrides = {"learning_rate": args.lr, "epochs": args.epochs, "batch_size": args.train_batch_size}
-    return dataclasses.replace(preset, seed=args.seed, **{k: v for k, v in overrides.items() if v is not None})
+    return dataclasses.replace(preset, seed=args.seed, memory_plan=args.memory_plan, **{k: v for k, v in overrides.items() if v is not None})
 
 
 def study_handler(module: str, function: str, make_config, *, collects: bool = False):

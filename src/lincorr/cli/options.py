@@ -106,6 +106,18 @@ def add_registry_option(parser) -> None:
     parser.add_argument("--registry", action=Distinct, default=[], metavar="FILE", help="extra registry file (repeatable)")
 
 
+# `memory_plan`'s "auto" and PLANS by name, spelt here so that --help imports no torch; a test holds them equal. Not the
+# sharded plan: every process would have to train, where a command's other processes serve the collection of tables.
+MEMORY_PLANS = ("auto", "adamw-float32", "adamw-step-in-backward", "adamw-bfloat16-moments")
+
+
+def add_memory_plan_option(parser) -> None:
+    parser.add_argument("--memory-plan", choices=MEMORY_PLANS, default="auto",
+                        help="how fine-tuning holds its gradients and AdamW's moments: adamw-float32 (the paper's), "
+                             "adamw-step-in-backward (no whole-model gradient), adamw-bfloat16-moments (that, and the moments in "
+                             "bfloat16); auto takes the first whose predicted peak fits the free memory")
+
+
 def add_json_option(parser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 

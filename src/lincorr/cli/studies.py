@@ -19,6 +19,7 @@ from lincorr.cli.options import (
     add_custom_prompt_options,
     add_fit_options,
     add_json_option,
+    add_memory_plan_option,
     add_model_options,
     add_out_option,
     add_prompt_pair,
@@ -129,6 +130,7 @@ def add_resilience(commands) -> None:
     resilience.add_argument("--lr", type=positive_number, default=5e-5, help="fine-tuning learning rate")
     resilience.add_argument("--epochs", type=COUNT, default=1, help="fine-tuning epochs")
     resilience.add_argument("--train-batch-size", type=COUNT, default=8, help="fine-tuning passages per step")
+    add_memory_plan_option(resilience)
     shared_options(resilience, "--fit-model", model_help=f"model A, to fit W on: {MODEL_HELP}")
     resilience.set_defaults(handler=run_resilience)
 
@@ -303,8 +305,15 @@ def run_cases(args) -> None:
     save_and_print(args, tables)
 
 
-def run_resilience(args) -> None:
+def resilience_training(args):
+    """--finetune-text's TrainConfig: --lr, --epochs, --train-batch-size, --seed and --memory-plan."""
     from lincorr.finetune import TrainConfig
+
+    return TrainConfig(learning_rate=args.lr, epochs=args.epochs, batch_size=args.train_batch_size, seed=args.seed,
+                       memory_plan=args.memory_plan)
+
+
+def run_resilience(args) -> None:
     from lincorr.models import require_other_checkpoint
     from lincorr.studies.logits.resilience import finetune_on_text, measure_resilience
 
@@ -316,8 +325,7 @@ def run_resilience(args) -> None:
     fit_lm = load_lm(args)
     training = None
     if args.finetune_text:
-        train = TrainConfig(learning_rate=args.lr, epochs=args.epochs, batch_size=args.train_batch_size, seed=args.seed)
-        eval_lm, training = finetune_on_text(fit_lm, args.finetune_text, train)
+        eval_lm, training = finetune_on_text(fit_lm, args.finetune_text, resilience_training(args))
     else:
         eval_lm = load_lm(args, args.eval_model)
         require_other_checkpoint(fit_lm, eval_lm, "--eval-model")

@@ -17,6 +17,7 @@ from lincorr.cli.options import (
     add_command,
     add_fit_options,
     add_json_option,
+    add_memory_plan_option,
     add_model_options,
     add_n_inputs_option,
     add_out_option,
@@ -111,6 +112,7 @@ def training_options(parser, train, with_epochs: bool = True) -> None:
     parser.add_argument("--train-batch-size", type=COUNT, default=None, help=f"facts per step (default: {train.batch_size})")
     parser.add_argument("--full", action="store_true",
                         help="train every parameter, embeddings included (default: transformer blocks only; --preset paper implies it)")
+    add_memory_plan_option(parser)
 
 
 def generalization_options(parser) -> None:
@@ -126,7 +128,8 @@ def generalization_options(parser) -> None:
 
 
 def training_config(args, study_default):
-    """The study's TrainConfig `study_default`, under --preset paper the paper's preset, then --lr, --epochs, --train-batch-size and --full."""
+    """The study's TrainConfig `study_default`, under --preset paper the paper's preset, then --lr, --epochs, --train-batch-size,
+    --full and --memory-plan."""
     import dataclasses
 
     from lincorr.studies.training.generalization import PAPER_PRESET
@@ -134,7 +137,7 @@ def training_config(args, study_default):
     train = PAPER_PRESET.apply(study_default) if args.preset == "paper" else study_default
     overrides = {"learning_rate": args.lr, "epochs": getattr(args, "epochs", None), "batch_size": args.train_batch_size}
     return dataclasses.replace(train, **{k: v for k, v in overrides.items() if v is not None}, blocks_only=train.blocks_only and not args.full,
-                               seed=args.seed)
+                               seed=args.seed, memory_plan=args.memory_plan)
 
 
 def generalization_config(args):
