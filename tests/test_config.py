@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from lincorr.cli import build_parser, main
-from lincorr.cli.config import with_config
+from lincorr.cli.config import accumulates, with_config
 from tests.helpers.cli_errors import one_error_line
 
 
@@ -105,6 +107,48 @@ def test_an_option_of_several_values_leaves_the_positionals_to_the_command(tmp_p
     assert (args.source, args.target, list(args.seeds), args.seed) == ("country", "capital", [1, 2], 4)
     args = parsed(["ablate", "country", "capital", "--seeds", "7", "--config", str(study)])
     assert list(args.seeds) == [7], "the command line wins"
+
+
+def commands(parser, names=()):
+    """Every (sub)command's names and parser, read off the parsers, so that a new command is held too."""
+    sub = next((action for action in parser._actions if isinstance(action, argparse._SubParsersAction)), None)
+    if sub is None:
+        yield list(names), parser
+    for name, child in (sub.choices.items() if sub else ()):
+        yield from commands(child, (*names, name))
+
+
+def gathering_options(parser) -> dict[str, argparse.Action]:
+    return {option: action for action in parser._actions for option in action.option_strings
+            if option.startswith("--") and accumulates(action)}
+
+
+def test_the_command_lines_values_of_a_repeatable_option_replace_the_files(tmp_path):
+    """Appended after the file's, `--top Paris` over the file's `top: [Paris]` was refused as given twice, and any other
+    word was added to the file's instead of winning."""
+    parser, study = build_parser(), tmp_path / "study.yaml"
+    for names, command in commands(parser):
+        for option in gathering_options(command):
+            study.write_text(f"{option[2:]}: ['1']\n", encoding="utf-8")
+            assert with_config(parser, [*names, "--config", str(study), option, "2"]) == [*names, option, "2"], (names, option)
+    study.write_text("top: [Paris, Tokyo]\n", encoding="utf-8")
+    assert parsed(["fit", "city", "country", "--config", str(study), "--top", "Paris"]).top == ["Paris"]
+
+
+def test_an_option_whose_name_begins_a_repeatable_ones_leaves_that_one_to_the_file(tmp_path):
+    """`--seed 5` is not an abbreviation of `--seeds`: the file's `seeds: [1, 2]` was dropped, the default seeds run."""
+    parser, study, met = build_parser(), tmp_path / "study.yaml", 0
+    for names, command in commands(parser):
+        options = {option: action for action in command._actions for option in action.option_strings}
+        for longer, action in gathering_options(command).items():
+            for shorter in (option for option in options if longer.startswith(option) and options[option] is not action):
+                study.write_text(f"{longer[2:]}: ['1']\n", encoding="utf-8")
+                argv = with_config(parser, [*names, "--config", str(study), shorter, "2"])
+                met += 1
+                assert any(token == longer or token.startswith(f"{longer}=") for token in argv), (names, shorter, longer)
+    assert met, "no command has such a pair any more: this test holds nothing"
+    study.write_text("seeds: [1, 2]\n", encoding="utf-8")
+    assert list(parsed(["ablate", "country", "capital", "--config", str(study), "--seed", "5"]).seeds) == [1, 2]
 
 
 def test_two_config_files_that_set_one_option_are_one_error_line(tmp_path, capsys):

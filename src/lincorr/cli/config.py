@@ -102,18 +102,34 @@ def with_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     twice = next((action for index, (action, _) in enumerate(written) if any(action.dest == other.dest for other, _ in written[:index])), None)
     if twice is not None:  # the later file would win without a word
         raise InputError(f"two --config files set {twice.option_strings[-1]}; keep it in one")
-    # An option of several values would take the positionals after it (`ablate --seeds 1 2 country capital`): those go
-    # last, before any "--", unless the command line gives the option itself (it wins).
     end = rest.index("--") if "--" in rest else len(rest)
+    # A single value the command line gives later wins by argparse's own rule; the values of a repeatable option or an
+    # option of several values would add to the command line's (`--top Paris` then refused as given twice), so the
+    # command line's replace them.
+    given = given_in(command, rest[at:end])
+    written = [(action, tokens) for action, tokens in written if not (accumulates(action) and action in given)]
+    # An option of several values would take the positionals after it (`ablate --seeds 1 2 country capital`): those go
+    # last, before any "--".
     leading = [tokens for action, tokens in written if action.nargs not in ("+", "*")]
-    trailing = [tokens for action, tokens in written if action.nargs in ("+", "*") and not given_in(action, rest[at:end])]
+    trailing = [tokens for action, tokens in written if action.nargs in ("+", "*")]
     return rest[:at] + [t for tokens in leading for t in tokens] + rest[at:end] + [t for tokens in trailing for t in tokens] + rest[end:]
 
 
-def given_in(action: argparse.Action, tokens: list[str]) -> bool:
-    """Whether `tokens` give `action`'s option, spelt in full, with "=", or as an abbreviation argparse takes."""
-    named = {token.split("=", 1)[0] for token in tokens if token.startswith("--")}
-    return any(option.startswith(name) for option in action.option_strings for name in named if len(name) > 2)
+def accumulates(action: argparse.Action) -> bool:
+    """Whether `action` gathers values rather than keeping the last one given."""
+    return action.nargs in ("+", "*") or isinstance(action, (argparse._AppendAction, Distinct))
+
+
+def given_in(parser: argparse.ArgumentParser, tokens: list[str]) -> set[argparse.Action]:
+    """The options of `parser` that `tokens` give, spelt in full, with "=", or as an abbreviation, resolved as argparse
+    resolves them: a full name is that option even where it begins another (`--seed` is not `--seeds`)."""
+    options = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
+    given = set()
+    for name in {token.split("=", 1)[0] for token in tokens if token.startswith("--") and len(token) > 2}:
+        meant = {options[name]} if name in options else {action for option, action in options.items() if option.startswith(name)}
+        if len(meant) == 1:  # more would be argparse's "ambiguous option" error
+            given |= meant
+    return given
 
 
 def command_parser(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[argparse.ArgumentParser, int]:
