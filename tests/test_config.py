@@ -8,6 +8,7 @@ import pytest
 
 from lincorr.cli import build_parser, main
 from lincorr.cli.config import accumulates, with_config
+from lincorr.errors import InputError, UsageError
 from tests.helpers.cli_errors import one_error_line
 
 
@@ -149,6 +150,28 @@ def test_an_option_whose_name_begins_a_repeatable_ones_leaves_that_one_to_the_fi
     assert met, "no command has such a pair any more: this test holds nothing"
     study.write_text("seeds: [1, 2]\n", encoding="utf-8")
     assert list(parsed(["ablate", "country", "capital", "--config", str(study), "--seed", "5"]).seeds) == [1, 2]
+
+
+def test_a_value_the_files_option_refuses_is_explained_as_the_command_line_explains_it(tmp_path):
+    """The message was cut at 100 characters, remedy and all (`model: ''` ended "... or hub i... (101 characters)")."""
+    parser, study, met = build_parser(), tmp_path / "study.yaml", 0
+    for names, command in commands(parser):
+        for action in (action for action in command._actions if callable(action.type) and action.nargs is None):
+            option = next(option for option in action.option_strings if option.startswith("--"))
+            try:
+                parser.parse_args([*names, f"{option}="])
+            except UsageError as error:
+                said = str(error).partition(": ")[2].rpartition(" (see ")[0]
+                if not str(error).startswith(f"argument {option}"):  # the type took it; a positional is missing
+                    continue
+            else:
+                continue
+            study.write_text(f"{option[2:]}: ''\n", encoding="utf-8")
+            with pytest.raises(InputError) as refused:
+                with_config(parser, [*names, "--config", str(study)])
+            met += 1
+            assert str(refused.value).endswith(f"{option[2:]}: {said}"), (names, option, str(refused.value))
+    assert met > 50
 
 
 def test_two_config_files_that_set_one_option_are_one_error_line(tmp_path, capsys):

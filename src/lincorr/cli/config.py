@@ -219,7 +219,8 @@ def check_value(option: str, action: argparse.Action, text: str, path: str) -> N
     try:
         converted = action.type(text) if callable(action.type) else text
     except (argparse.ArgumentTypeError, ValueError, TypeError) as error:
-        raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]}: {quoted(error)}") from None
+        # Whole, as the command line's: each type quotes the value briefly itself, and `report_error` cuts a long line.
+        raise InputError(f"{CONFIG_FILE.what} {path}: {option[2:]}: {error}") from None
     if action.choices is not None and converted not in action.choices:
         raise InputError(f"{CONFIG_FILE.what} {path}: {quoted(option[2:])} is {quoted(repr(text))}; choose one of "
                          f"{', '.join(map(str, action.choices))}")
