@@ -253,6 +253,7 @@ def tracker_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
         "blank": (" ", "is no tracking URI"),
         "a NUL": ("file:runs%00x", "holds a NUL character"),
         "a line break": ("file:runs\nx", "holds a character that is not printable"),
+        "escapes of no UTF-8": ("file:runs%C3%28", "%-escapes of bytes that are no UTF-8"),
         "inside --out": ((tmp_path / "out" / "mlruns").as_uri(), "lies inside --out"),
         "holding --out": (tmp_path.as_uri(), "lies inside MLflow's file store"),
         "the root": ("file:///", "lies inside MLflow's file store"),
@@ -264,7 +265,7 @@ def tracker_cases(tmp_path: Path) -> dict[str, tuple[str, str]]:
 
 @pytest.mark.parametrize("case", ["unknown scheme", "database store", "a regular file", "through ..", "enormous", "no server", "read-only",
                                   "a hosted service's word", "file: alone", "another machine's file store", "blank", "a NUL",
-                                  "a line break", "inside --out", "holding --out", "the root", "a directory of someone's files",
+                                  "a line break", "escapes of no UTF-8", "inside --out", "holding --out", "the root", "a directory of someone's files",
                                   "a password"])
 def test_a_tracker_that_cannot_take_the_run_is_refused_before_any_work(case, mlflow, workspace, tmp_path, capsys, monkeypatch):
     """Checked before the fit: nothing is saved, the error is one line that quotes the URI briefly, and a server that

@@ -108,7 +108,11 @@ def file_store(tracking_uri: str, parts, shown: str, out) -> str:
     if parts.scheme and parts.netloc not in ("", "localhost"):
         raise OutputError(f"--mlflow {shown} names a store on the machine {parts.netloc}; lincorr writes file: stores on this "
                           "one: give file:/path or file:./relative")
-    text = urllib.parse.unquote(parts.path if parts.scheme else tracking_uri)
+    try:
+        text = urllib.parse.unquote(parts.path if parts.scheme else tracking_uri, errors="strict")
+    except UnicodeDecodeError:  # unquote's default would write into a directory named with U+FFFD, not the one meant
+        raise OutputError(f"--mlflow {shown} holds %-escapes of bytes that are no UTF-8 text; write the directory's name "
+                          "as it is, e.g. file:./mlruns") from None
     if not text:
         raise OutputError(f"--mlflow {shown} names no directory; give one, e.g. file:./mlruns")
     try:
