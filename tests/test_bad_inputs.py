@@ -420,7 +420,7 @@ def test_an_empty_or_relative_cache_variable_never_makes_the_working_directory_t
 
 
 @pytest.mark.parametrize("under", ["", "/sub"])
-@pytest.mark.parametrize("command", [["cache", "list"], ["cache", "list", "--json"], ["cache", "size"], ["cache", "clear"]])
+@pytest.mark.parametrize("command", [["cache", "list"], ["cache", "list", "--json"], ["cache", "size"], ["cache", "clear"], ["models"]])
 def test_every_cache_command_refuses_a_cache_variable_that_names_a_file(command, under, capsys, monkeypatch, tmp_path):
     """A cache named under a file could never be made: it is refused, not listed as empty."""
     (tmp_path / "a-file").write_text("mine", encoding="utf-8")

@@ -14,7 +14,7 @@ from helpers.tiny import WORDS, tiny_llama, tiny_tokenizer
 from safetensors.torch import load_file, save_file
 
 from lincorr.bundled import catalogue
-from lincorr.cache import CONVERSION_RECORD, conversion_state, converted_model_directory, file_sha256
+from lincorr.cache import CONVERSION_RECORD, conversion_state, converted_model_directory, file_sha256, record_conversion
 from lincorr.cli import main
 from lincorr.errors import ModelError
 from lincorr.filesystem import MAX_RECORD_BYTES, read_record_json
@@ -129,3 +129,30 @@ def test_nan_weights_are_refused_by_what_they_are(tmp_path):
     with pytest.raises(ModelError, match="NaN or infinite values") as raised:
         load_model(str(directory))
     assert "--dtype" not in str(raised.value)
+
+
+def test_models_lists_an_intact_conversion_as_converted(capsys):
+    bundle = catalogue()["gemma-3-270m-q4km"]
+    directory = converted_model_directory(bundle.alias, bundle.fingerprint)
+    (directory / "config.json").parent.mkdir(parents=True)
+    (directory / "config.json").write_text("{}")
+    record_conversion(directory, bundle.fingerprint, Path("source.gguf"))
+    assert main(["models", "--json"]) == 0
+    assert {row["alias"]: row for row in json.loads(capsys.readouterr().out)}[bundle.alias]["converted"] is True
+
+
+@pytest.mark.parametrize("cache", ["absent", "someone's files", "a link to them", "read-only"])
+@pytest.mark.parametrize("command", [["models"], ["models", "--json"], ["cache", "list"], ["cache", "size"]])
+def test_a_listing_writes_nothing_where_the_cache_variable_points(command, cache, tmp_path, monkeypatch, capsys):
+    """`lincorr models` made the cache there, marker and models/ section: in `/` when LINCORR_CACHE_DIR named it, in a
+    directory of someone's files; and it refused a read-only cache it only had to read."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "thesis.tex").write_text("mine")
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path / {"absent": "new", "a link to them": "link"}.get(cache, "mine")))
+    if cache == "read-only":  # as root, who runs the tests, permission bits stop nothing: the check itself refuses
+        monkeypatch.setattr("lincorr.cache.check_writable", lambda *args: pytest.fail("a listing asked to write the cache"))
+    before = sorted(tmp_path.rglob("*"))
+    assert main(command) == 0
+    capsys.readouterr()
+    assert sorted(tmp_path.rglob("*")) == before

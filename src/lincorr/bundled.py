@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from lincorr import recording
-from lincorr.cache import MODELS, cache_directory, conversion_state, converted_model_directory, file_sha256
+from lincorr.cache import MODELS, cache_directory, conversion_location, conversion_state, file_sha256
 from lincorr.errors import ModelError
 from lincorr.filesystem import atomic_file
 from lincorr.reading import human_size
@@ -234,7 +234,7 @@ class BundledStatus:
 def bundled_status() -> list[BundledStatus]:
     rows = []
     for bundle in catalogue().values():
-        directory = converted_model_directory(bundle.alias, bundle.fingerprint)
+        directory = conversion_location(bundle.alias, bundle.fingerprint)
         rows.append(BundledStatus(bundle, not missing_chunks(bundle), conversion_state(directory, bundle.fingerprint) == "intact",
                                   conversion_bytes(bundle.header.parameters), FLOAT32_BYTES * bundle.header.parameters))
     return rows

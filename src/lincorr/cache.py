@@ -324,6 +324,12 @@ def converted_model_directory(name: str, fingerprint: str) -> Path:
     return cache_directory(MODELS) / f"{name}-{key_digest({'fingerprint': fingerprint})[:16]}"
 
 
+def conversion_location(name: str, fingerprint: str) -> Path:
+    """Where `converted_model_directory` keeps the conversion, found without creating or claiming anything: for a listing,
+    which writes nothing into whatever directory LINCORR_CACHE_DIR names and lists a read-only cache."""
+    return cache_root() / MODELS / f"{name}-{key_digest({'fingerprint': fingerprint})[:16]}"
+
+
 def file_record(path: Path) -> dict:
     info = path.stat()
     return {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": sha256_of(path)}

@@ -28,8 +28,10 @@ def fine_tuning_peaks() -> dict[str, float]:
 
 def run_models(args) -> None:
     from lincorr.bundled import DEFAULT_MODEL, bundled_status, install_command, machine_memory
+    from lincorr.cli.cache import checked_root
     from lincorr.reading import human_size
 
+    checked_root()
     rows = bundled_status()
     machine, peaks = machine_memory(), fine_tuning_peaks()
 
