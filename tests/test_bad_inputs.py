@@ -573,6 +573,20 @@ def test_an_error_quoting_a_huge_value_stays_a_short_line(given, assets, capsys)
     assert len(line) <= 2100 and "characters)" in line, line[:300]
 
 
+def test_an_error_quoting_a_name_that_holds_a_line_separator_shows_its_escape(capsys):
+    """str.splitlines splits at more than line breaks: the line showed `we\u2028ird` as `we ird`, a name there is not."""
+    from lincorr.cli import report_error
+    from lincorr.errors import printable
+
+    separators = [character for character in map(chr, range(0x3000)) if len(f"a{character}b".splitlines()) == 2]
+    assert len(separators) > 5
+    for separator in (character for character in separators if character != "\n"):
+        assert report_error(InputError(f"we{separator}ird does not exist")) == 2
+        assert one_error_line(capsys) == f"lincorr: error: we{printable(separator)}ird does not exist"
+    assert report_error(InputError("two\nlines\r\nthree")) == 2
+    assert one_error_line(capsys) == "lincorr: error: two lines three"
+
+
 def test_a_repeatable_option_checks_each_value_once_against_the_values_before_it():
     """`Distinct` appends in place and checks a value against a set: 20,000 words parse, and a repeat among them is named."""
     from lincorr.cli.options import CommandParser, Distinct

@@ -35,6 +35,7 @@ SHORT_WRITE = re.compile(r"\d+ requested and \d+ written")
 # cut to its ends past QUOTED_WORD characters, and the line past MAX_LINE, so that it still says what to do.
 QUOTED_WORD, MAX_LINE = 200, 2000
 LONG_WORD = re.compile(rf"\S{{{QUOTED_WORD + 1},}}")
+LINE_BREAK = re.compile(r"\r?\n")
 # How torch's CPU allocator and safetensors' mmap say that an allocation failed (they raise a plain RuntimeError).
 OUT_OF_MEMORY_WORDS = ("Cannot allocate memory", "can't allocate memory", "DefaultCPUAllocator: not enough memory")
 
@@ -225,7 +226,9 @@ def report_error(error: LincorrError, *, rank: int | None = None) -> int:
     if rank is None and launched_rank != "0":
         time.sleep(SHARED_ERROR_GRACE_S)
         where = f"rank {launched_rank}: "
-    print(f"lincorr: error: {where}{printable(shortened(' '.join(str(error).splitlines())))}", file=sys.stderr)
+    # Joined at its line breaks alone: splitlines() also splits at the separators a name may hold (U+2028, \x1c, ...),
+    # and the line named a file with a space where it has one; `printable` shows those as their escapes.
+    print(f"lincorr: error: {where}{printable(shortened(' '.join(LINE_BREAK.split(str(error)))))}", file=sys.stderr)
     return 2
 
 
