@@ -45,7 +45,9 @@ def test_a_group_commands_options_go_after_its_own_name(tmp_path):
     ("sed: 3\n", "'sed' is not an option of `lincorr fit`"),
     ("heatmap: false\n", "heatmap is a switch"),
     ("seed: [1, 2]\n", "seed takes one value, not a list"),
-    ("seed: {a: 1}\n", "seed"),
+    ("seed: {a: 1}\n", "seed is a mapping, which no option takes; write text, a number, true or a list"),
+    # A mapping's numbers are read as written text: it cannot stand for the JSON --model-kwargs reads.
+    ("model_kwargs: {rms_norm_eps: 1e-6}\n", "model_kwargs is a mapping, which no option takes; write its JSON as quoted text"),
     ("- seed\n", "config file"),
     ("seed: [unclosed\n", "is not YAML"),
     ("seed: 1\nseed: 2\n", "duplicate key 'seed' (first on line 1)"),

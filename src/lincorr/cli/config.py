@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from lincorr.cli.values import Distinct
+from lincorr.cli.values import Distinct, json_object
 from lincorr.errors import InputError
 from lincorr.reading import FLOAT_DIGITS, check_nesting, human_size, read_text, regular_file_size, yaml_depth
 from lincorr.schema import REAL, TEXT, Entries, FileKind, Items, checked
@@ -157,10 +157,11 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[tuple[argpars
         document = yaml.load(text, Loader=ConfigLoader)
     except yaml.YAMLError as error:
         raise InputError(f"{CONFIG_FILE.what} {path} is not YAML ({' '.join(str(error).split())[:200]}); {CONFIG_FILE.remedy}") from None
+    known = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
+    check_no_mapping(document, known, path)
     document = checked({} if document is None else document, CONFIG_FILE, Path(path))
     if not document:
         raise InputError(f"{CONFIG_FILE.what} {path} holds no options; {CONFIG_FILE.remedy}")
-    known = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
     tokens: list[tuple[argparse.Action, list[str]]] = []
     keys: dict[str, object] = {}  # by destination: an option and its older spelling (`out`, `save_dir`) are one
     for key, value in document.items():
@@ -176,6 +177,18 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[tuple[argpars
             raise InputError(f"{CONFIG_FILE.what} {path}: {quoted(key)} holds a NUL character (\\0); remove it")
         tokens.append((action, given))
     return tokens
+
+
+def check_no_mapping(document, known: dict[str, argparse.Action], path: str) -> None:
+    """Refuse a value written as a YAML mapping, saying how to write an option that takes a JSON object: YAML's mapping
+    would hold its numbers as written text (`number_as_written`), so it cannot stand for the JSON the option reads."""
+    for key, value in document.items() if isinstance(document, dict) else ():
+        if isinstance(value, dict):
+            option = "--" + str(key).replace("_", "-")
+            takes_json = option in known and known[option].type is json_object
+            how = (f"write its JSON as quoted text, as the command line takes it: {option[2:]}: '{{\"attn_implementation\": \"eager\"}}'"
+                   if takes_json else "write text, a number, true or a list")
+            raise InputError(f"{CONFIG_FILE.what} {path}: {quoted(key)} is a mapping, which no option takes; {how}")
 
 
 def quoted(value) -> str:
