@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
+import torch
 from helpers.cli_errors import one_error_line
 from helpers.tiny import WORDS, tiny_llama, tiny_tokenizer
 
@@ -105,6 +107,35 @@ def test_a_damaged_model_directory_ends_in_one_error_line(tiny_model_directory, 
 def test_model_kwargs_that_from_pretrained_refuses_end_in_one_error_line(tiny_model_directory, kwargs, capsys):
     assert main(["fit", "city", "country", "--model", str(tiny_model_directory), "-n", "20", "--model-kwargs", kwargs]) == 2
     assert str(tiny_model_directory) in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("change", [{"num_attention_heads": 0}, {"hidden_size": -4}, {"rope_scaling": {"type": "nonsense"}},
+                                    {"tie_word_embeddings": "yes"}, {"num_attention_heads": 3}],
+                         ids=["no-heads", "negative-size", "unknown-rope", "flag-as-text", "heads-not-dividing-width"])
+def test_a_config_transformers_cannot_build_a_model_from_ends_in_one_error_line(tiny_model_directory, change, capsys):
+    """Each ended in the traceback of whatever transformers' code met first: ZeroDivisionError, RuntimeError, KeyError,
+    huggingface_hub's validation errors (from the tokenizer's load, which reads config.json too)."""
+    config = tiny_model_directory / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text(encoding="utf-8")), **change}), encoding="utf-8")
+    assert main(["fit", "city", "country", "--model", str(tiny_model_directory), "-n", "20"]) == 2
+    assert "did not load" in one_error_line(capsys)
+
+
+def test_an_error_raised_in_lincorrs_own_code_while_loading_keeps_its_traceback(tiny_model_directory, monkeypatch):
+    """Only another package's refusal is the model's fault: the same exception from lincorr's code is a bug."""
+    import lincorr.models
+
+    def boom_in(filename: str):
+        space: dict = {}
+        exec(compile("def boom(*args, **kwargs):\n    raise KeyError('rope_type')\n", filename, "exec"), space)
+        return space["boom"]
+
+    monkeypatch.setattr(lincorr.models, "load_model", boom_in(lincorr.models.__file__))
+    argv = ["fit", "city", "country", "--model", str(tiny_model_directory), "-n", "20"]
+    with pytest.raises(KeyError):
+        main(argv)
+    monkeypatch.setattr(lincorr.models, "load_model", boom_in(str(Path(torch.__file__).parent / "nn" / "modules" / "module.py")))
+    assert main(argv) == 2
 
 
 def made_fifo(name):

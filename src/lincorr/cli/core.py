@@ -27,12 +27,12 @@ from lincorr.cli.options import (
     fit_config,
     load_lm,
     load_registry_from,
-    model_load_errors,
     print_json,
     read_references,
     resolve_prompt,
     track,
 )
+from lincorr.cli.model_errors import model_load_errors
 from lincorr.cli.spellings import add_alias, add_preset_option
 from lincorr.cli.values import output_directory
 from lincorr.errors import LincorrError, UsageError

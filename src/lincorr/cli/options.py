@@ -7,15 +7,14 @@ action objects between commands, so one command's default would leak into anothe
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from lincorr import strict_json
 from lincorr.cli.listing import HELP
+from lincorr.cli.model_errors import model_load_errors
 from lincorr.cli.spellings import MLFLOW_VARIABLE, add_global_options
 from lincorr.cli.values import (  # noqa: F401 - the commands import the option values from here, with the options
     COUNT,
@@ -38,7 +37,7 @@ from lincorr.cli.values import (  # noqa: F401 - the commands import the option 
     ridge_alpha,
     whole_number,
 )
-from lincorr.errors import InputError, LincorrError, ModelError, UsageError
+from lincorr.errors import InputError, ModelError, UsageError
 
 PAPER_ESTIMATOR = "ols (the paper's estimator) or ridge"
 SIDES = ("source", "target")
@@ -329,27 +328,6 @@ def load_lm(args, spec: str | None = None):
     with model_load_errors(name, model_kwargs):
         return load_model(name, device=args.device, dtype=args.dtype, device_map=args.device_map,
                           trust_remote_code=args.trust_remote_code, revision=args.revision if own else None, model_kwargs=model_kwargs)
-
-
-@contextlib.contextmanager
-def model_load_errors(name: str, model_kwargs: dict | None = None):
-    """What transformers and safetensors raise for a damaged model directory (weights, config, tokenizer) or for keyword
-    arguments from_pretrained does not take, as one line (a ModelError, or a UsageError naming --model-kwargs)."""
-    from safetensors import SafetensorError
-
-    try:
-        yield
-    except LincorrError:
-        raise
-    except (OSError, ValueError, TypeError, AttributeError, SafetensorError) as error:
-        if isinstance(error, OSError) and error.errno is not None:
-            raise  # the system's (a full disk, a permission): the command's own handler says so
-        cause = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
-        if model_kwargs:
-            raise UsageError(f"the model {name} did not load with --model-kwargs {json.dumps(model_kwargs)} ({cause}); "
-                             "check those arguments against from_pretrained's") from None
-        raise ModelError(f"the model {name} did not load ({cause}); check its files (config.json, the weights, "
-                         "tokenizer.json) or convert it again") from None
 
 
 def read_once(args, name: str, read: Callable[[], object]):
