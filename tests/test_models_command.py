@@ -138,10 +138,30 @@ def test_an_error_raised_in_lincorrs_own_code_while_loading_keeps_its_traceback(
     assert main(argv) == 2
 
 
+@pytest.mark.parametrize("named, says", [
+    (lambda directory: directory / "model.safetensors", "is a file, not a model"),
+    (lambda directory: made_file(directory / "model.bin", b"GGUF" + bytes(60)), "rename it to end in .gguf"),
+    (lambda directory: made_fifo("a-fifo")(directory) or directory / "a-fifo", "is a FIFO (named pipe), not a model"),
+    (lambda directory: Path("/dev/zero"), "is a character device, not a model"),
+], ids=["weights-file", "gguf-without-ending", "fifo", "device"])
+def test_a_model_path_that_is_neither_a_directory_nor_a_gguf_file_is_refused_by_what_it_is(tiny_model_directory, named, says, capsys):
+    """transformers took each for a hub id (the error advised unsetting HF_HUB_OFFLINE), or read a regular file whole as
+    its config.json."""
+    spec = named(tiny_model_directory)
+    assert main(["fit", "city", "country", "--model", str(spec), "-n", "20"]) == 2
+    line = one_error_line(capsys)
+    assert says in line and "HF_HUB_OFFLINE" not in line, line
+
+
+def made_file(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
 def made_fifo(name):
     """A damage that replaces the model directory's file `name` with a FIFO."""
     def damage(directory):
-        (directory / name).unlink()
+        (directory / name).unlink(missing_ok=True)
         os.mkfifo(directory / name)
     return damage
 

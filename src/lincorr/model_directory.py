@@ -105,6 +105,28 @@ def check_model_name(spec: str) -> None:
                              "a .gguf file, a directory, or a hub id like org/name") from None
 
 
+def check_not_a_lone_file(spec: str) -> None:
+    """Refuse a local path that is neither a directory nor a `.gguf` file: a weights file named in place of its directory,
+    a GGUF file without its ending, a FIFO or a device. transformers took each for a hub id and the error advised unsetting
+    HF_HUB_OFFLINE, or it read a regular file whole as a config.json, gigabytes of weights included."""
+    local = Path(spec).expanduser()
+    try:
+        mode = local.stat().st_mode
+    except (OSError, ValueError):
+        return  # nothing there: a hub id, or a path the caller reports missing
+    if stat.S_ISDIR(mode):
+        return
+    start = b""
+    if stat.S_ISREG(mode):
+        with contextlib.suppress(OSError), open(local, "rb") as handle:
+            start = handle.read(4)
+    if start == b"GGUF":
+        raise ModelError(f"{spec} is a GGUF file whose name does not end in .gguf, by which lincorr knows one; rename it to end in .gguf")
+    what = "a file" if stat.S_ISREG(mode) else kind_of(mode)
+    raise ModelError(f"{spec} is {what}, not a model; a local model is a .gguf file or a directory from save_pretrained: "
+                     "for a weights file, pass the directory that holds it with its config.json")
+
+
 @contextlib.contextmanager
 def transformers_refusals(spec: str, model_kwargs: Mapping):
     """transformers' refusals that no file of the model causes, as one ModelError: a package an option needs is not

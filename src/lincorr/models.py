@@ -21,6 +21,7 @@ from lincorr.filesystem import replaced_directory
 from lincorr.provenance import note
 from lincorr.model_directory import TOKENIZER_FILES, check_all_weights_loaded, check_model_directory
 from lincorr.model_directory import check_finite_weights, check_model_name, transformers_refusals
+from lincorr.model_directory import check_not_a_lone_file
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -359,6 +360,7 @@ def load_pretrained(spec: str, *, options: LoadOptions, trust_remote_code: bool,
     """Load from a local directory or the HF hub (network only when the user names a hub model); safetensors weights only."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_not_a_lone_file(spec)
     local = Path(spec).expanduser()
     if not local.is_dir() and "/" not in spec:
         known = ", ".join(catalogue())
