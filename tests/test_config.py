@@ -158,16 +158,16 @@ def test_a_value_the_files_option_refuses_is_explained_as_the_command_line_expla
     """The message was cut at 100 characters, remedy and all (`model: ''` ended "... or hub i... (101 characters)")."""
     parser, study, met = build_parser(), tmp_path / "study.yaml", 0
     for names, command in commands(parser):
-        for action in (action for action in command._actions if callable(action.type) and action.nargs is None):
+        for action in (action for action in command._actions if callable(action.type) and action.nargs is None and action.option_strings):
             option = next(option for option in action.option_strings if option.startswith("--"))
             try:
-                parser.parse_args([*names, f"{option}="])
-            except UsageError as error:
-                said = str(error).partition(": ")[2].rpartition(" (see ")[0]
-                if not str(error).startswith(f"argument {option}"):  # the type took it; a positional is missing
-                    continue
-            else:
+                action.type("")
                 continue
+            except (argparse.ArgumentTypeError, ValueError):
+                pass
+            with pytest.raises(UsageError) as on_the_command_line:
+                parser.parse_args([*names, f"{option}="])
+            said = str(on_the_command_line.value).partition(": ")[2].rpartition(" (see ")[0]
             study.write_text(f"{option[2:]}: ''\n", encoding="utf-8")
             with pytest.raises(InputError) as refused:
                 with_config(parser, [*names, "--config", str(study)])

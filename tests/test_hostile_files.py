@@ -107,3 +107,32 @@ def test_a_template_without_one_placeholder_is_reported_before_the_model(templat
     assert main(argv) == 2
     line = one_error_line(capsys)
     assert "template" in line and "no-such-model" not in line, line
+
+
+PATH_METAVARS = {"FILE", "DIR", "RUN_DIR", "EDITS_FILE"}
+
+
+def path_actions(parser: argparse.ArgumentParser, names=()):
+    """(command, action) of every option or positional that names a path, of every (sub)command."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield from path_actions(child, (*names, name))
+        elif action.metavar in PATH_METAVARS and action.default is not argparse.SUPPRESS:
+            yield " ".join(names), action
+
+
+def test_every_path_a_user_names_reads_a_leading_tilde_as_the_home_directory(tmp_path, monkeypatch, capsys):
+    """A config file's `inputs: ~/inputs.txt`, and `--inputs=~/x`, which the shell does not expand, were looked for in a
+    directory named `~` ("does not exist"), where `out: ~/runs` was the home directory."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    found = list(path_actions(build_parser()))
+    assert {metavar for _, action in found for metavar in [action.metavar]} == PATH_METAVARS
+    for command, action in found:
+        assert callable(action.type) and action.type("~/x") == str(tmp_path / "x"), (command, action.dest)
+        with pytest.raises(argparse.ArgumentTypeError, match="home directory this machine does not know"):
+            action.type("~no-such-user-here/x")
+    (tmp_path / "study.yaml").write_text("inputs: ~/inputs.txt\n", encoding="utf-8")
+    (tmp_path / "inputs.txt").write_text("Paris\n", encoding="utf-8")
+    assert main(["fit", "city", "country", "--model", str(tmp_path / "none"), "--config=~/study.yaml"]) == 2
+    assert "1 inputs hold out 0 to score on" in one_error_line(capsys), "the file was found and read: one input is too few"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from lincorr.cli.values import Distinct, json_object
+from lincorr.cli.values import Distinct, json_object, user_path
 from lincorr.errors import InputError
 from lincorr.reading import FLOAT_DIGITS, check_nesting, human_size, read_text, regular_file_size, yaml_depth
 from lincorr.schema import REAL, TEXT, Entries, FileKind, Items, checked
@@ -147,6 +147,10 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[tuple[argpars
     """The command-line tokens of the config file `path` for `parser`'s command, option by option."""
     if not path:
         raise InputError("--config needs a file: --config study.yaml")
+    try:
+        path = user_path(path)  # `--config=~/study.yaml` reaches lincorr as written: the shell expands no ~ after "="
+    except argparse.ArgumentTypeError as error:
+        raise InputError(f"--config {error}") from None
     size = regular_file_size(path, CONFIG_FILE.what)
     if size > MAX_CONFIG_BYTES:
         raise InputError(f"{CONFIG_FILE.what} {path} is {human_size(size)}, more than the {human_size(MAX_CONFIG_BYTES)} a config file "

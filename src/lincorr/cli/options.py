@@ -35,6 +35,7 @@ from lincorr.cli.values import (  # noqa: F401 - the commands import the option 
     names,
     output_directory,
     ridge_alpha,
+    user_path,
     whole_number,
 )
 from lincorr.errors import InputError, ModelError, UsageError
@@ -102,7 +103,7 @@ def add_model_options(parser, *aliases: str, help_text: str = MODEL_HELP) -> Non
 
 
 def add_registry_option(parser) -> None:
-    parser.add_argument("--registry", action=Distinct, default=[], metavar="FILE", help="extra registry file (repeatable)")
+    parser.add_argument("--registry", type=user_path, action=Distinct, default=[], metavar="FILE", help="extra registry file (repeatable)")
 
 
 # `memory_plan`'s "auto" and PLANS by name, spelt here so that --help imports no torch; a test holds them equal. Not the
@@ -154,12 +155,12 @@ def add_custom_prompt_options(parser) -> None:
     group = parser.add_argument_group("your own prompts (instead of registry prompts; SOURCE/TARGET become their labels)")
     for side in SIDES:
         group.add_argument(f"--{side}-template", type=prompt_template, default=None, help=f'custom {side} template with one "{{}}"')
-        group.add_argument(f"--{side}-domain", default=None, metavar="FILE", help=f"custom {side} answer words, one per line")
+        group.add_argument(f"--{side}-domain", type=user_path, default=None, metavar="FILE", help=f"custom {side} answer words, one per line")
 
 
 def add_references_option(parser) -> None:
     """--references FILE: the user's own reference pairs, read by `relations.read_reference_file`."""
-    parser.add_argument("--references", default=None, metavar="FILE",
+    parser.add_argument("--references", type=user_path, default=None, metavar="FILE",
                         help='your own reference pairs: TSV subject<TAB>object per line, or JSON {"subject": ["object", ...]}, '
                              '[["subject", "object"], ...] or {"samples": [{"subject": ..., "object": ...}]}; words match domain '
                              "words ignoring case, or by their first token")
@@ -170,7 +171,7 @@ def add_collection_options(parser) -> None:
     group = parser.add_argument_group("inputs")
     add_n_inputs_option(group, "number of vocabulary-sampled inputs X")
     add_seed_option(group, "seed of the input sample and the train/test split")
-    group.add_argument("--inputs", default=None, metavar="FILE", help="file with one input X per line (instead of a vocabulary sample)")
+    group.add_argument("--inputs", type=user_path, default=None, metavar="FILE", help="file with one input X per line (instead of a vocabulary sample)")
     add_registry_option(group)
     add_collect_settings(parser)
 

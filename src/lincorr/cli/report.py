@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from lincorr.cli.options import Distinct, add_command
+from lincorr.cli.options import Distinct, add_command, user_path
 
 
 def add_commands(commands) -> None:
     report = add_command(commands, "report")
-    report.add_argument("run_dirs", nargs="+", action=Distinct, metavar="RUN_DIR", help="a directory written by --out of any lincorr command")
-    report.add_argument("--out", default="report.html", metavar="FILE", help="the HTML file to write, outside every RUN_DIR")
+    report.add_argument("run_dirs", nargs="+", type=user_path, action=Distinct, metavar="RUN_DIR", help="a directory written by --out of any lincorr command")
+    report.add_argument("--out", type=user_path, default="report.html", metavar="FILE", help="the HTML file to write, outside every RUN_DIR")
     report.add_argument("--title", default="lincorr report", help="the page's title")
     report.set_defaults(handler=run_report)
 

@@ -6,7 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from lincorr.cli.values import finite_number_that
+from lincorr.cli.values import finite_number_that, user_path
 from lincorr.cli.options import (
     add_collect_settings,
     add_command,
@@ -41,15 +41,15 @@ def add_commands(commands) -> None:
     parser.add_argument("--max-hours", type=finite_number_that(lambda hours: hours > 0, "more than 0"), default=None, metavar="H",
                         help=f"--budget decide: the most hours its second look may be predicted to take (default {DEFAULT_MAX_HOURS:g})")
     parser.add_argument("--list", action="store_true", help="list the paper's claims and exit")
-    parser.add_argument("--status", default=None, metavar="DIR",
+    parser.add_argument("--status", type=user_path, default=None, metavar="DIR",
                         help="list the claims of saved reproductions (a --out directory, or a tree of MODEL/PAPER.json such as "
                              "docs/reproductions) that code they ran has changed since, and what changed")
-    parser.add_argument("--refresh", default=None, metavar="DIR",
+    parser.add_argument("--refresh", type=user_path, default=None, metavar="DIR",
                         help="measure again the stale claims of the saved reproductions under DIR (as --status finds them), "
                              "model by model, rewriting each file as each claim finishes, so a stopped refresh resumes where it left "
                              "off, from the file itself on another machine; every other file "
                              "is judged again by the current tests and verdict rules, and rewritten where they read it differently")
-    parser.add_argument("--rejudge", default=None, metavar="DIR",
+    parser.add_argument("--rejudge", type=user_path, default=None, metavar="DIR",
                         help="judge a saved reproduction again with the current tests and verdict rules (nothing is measured) and save it to --out")
     parser.add_argument("--eval-model", type=model_spec, default=None, metavar="MODEL",
                         help="a second checkpoint of --model with its tokenizer (e.g. its instruct version), for the claims "

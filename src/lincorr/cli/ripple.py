@@ -17,6 +17,7 @@ from lincorr.cli.options import (
     load_lm,
     load_registry_from,
     save_and_print,
+    user_path,
 )
 
 
@@ -25,7 +26,7 @@ def add_commands(commands) -> None:
     from lincorr.ripple.outcomes import EDIT_TRAINING
 
     parser = add_command(commands, "ripple")
-    parser.add_argument("edits", nargs="?", default=None, metavar="EDITS_FILE",
+    parser.add_argument("edits", nargs="?", type=user_path, default=None, metavar="EDITS_FILE",
                         help="a RippleEdits-shaped JSON file (default: the bundled 140 edits of RippleEdits)")
     parser.add_argument("--max-edits", type=COUNT, default=None, help="read only the first N edits (a quick look)")
     parser.add_argument("--training", choices=tuple(EDIT_TRAINING), default="paper",

@@ -38,6 +38,7 @@ from lincorr.cli.options import (
     refuse_same_model,
     resolve_prompt,
     save_and_print,
+    user_path,
 )
 from lincorr.cli.spellings import add_alias, add_paper_table_option, add_preset_option
 from lincorr.errors import DataError, InputError, UsageError
@@ -126,7 +127,7 @@ def add_resilience(commands) -> None:
     grid_options(resilience)
     eval_from = resilience.add_mutually_exclusive_group(required=True)
     eval_from.add_argument("--eval-model", type=model_spec, default=None, help="model B: another checkpoint with A's tokenizer")
-    eval_from.add_argument("--finetune-text", default=None, metavar="FILE", help="model B = A fine-tuned on this text file (one passage per line)")
+    eval_from.add_argument("--finetune-text", type=user_path, default=None, metavar="FILE", help="model B = A fine-tuned on this text file (one passage per line)")
     resilience.add_argument("--lr", type=positive_number, default=5e-5, help="fine-tuning learning rate")
     resilience.add_argument("--epochs", type=COUNT, default=1, help="fine-tuning epochs")
     resilience.add_argument("--train-batch-size", type=COUNT, default=8, help="fine-tuning passages per step")

@@ -100,6 +100,18 @@ def model_spec(text: str) -> str:
     return text
 
 
+def user_path(text: str) -> str:
+    """An argparse type: a path to read, with a leading `~` read as the home directory, as the shell reads it unquoted and
+    as a config file's `inputs: ~/inputs.txt` means (it was looked for in a directory named `~`, and did not exist)."""
+    if not text.startswith("~"):
+        return text
+    try:
+        return str(Path(text).expanduser())
+    except RuntimeError:  # ~user of a user this machine does not have
+        raise argparse.ArgumentTypeError(f"{shown(text)} starts with a home directory this machine does not know; "
+                                         "give the path in full") from None
+
+
 def output_directory(text: str) -> str:
     """An argparse type: a directory to write, not blank, with a leading `~` read as the home directory (as the shell
     reads it unquoted, and as a config file's `out: ~/runs` means)."""
