@@ -432,6 +432,17 @@ def test_every_cache_command_refuses_a_cache_variable_that_names_a_file(command,
     assert (tmp_path / "a-file").read_text(encoding="utf-8") == "mine"
 
 
+@pytest.mark.parametrize("too_long", ["a-name", "a-path"])
+@pytest.mark.parametrize("command", [["cache", "list"], ["cache", "size"], ["cache", "clear"], ["models"], "fit"])
+def test_a_cache_variable_too_long_for_the_file_system_is_one_line(command, too_long, assets, capsys, monkeypatch, tmp_path):
+    """Every command that looks at the cache ended in an `OSError: File name too long` traceback."""
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path / ("x" * 300 if too_long == "a-name" else "x/" * 2100)))
+    reported = spy_on_errors(monkeypatch)
+    assert main(filled(FIT, assets) if command == "fit" else command) == 2
+    assert "too long a path, or holds too long a name" in one_error_line(capsys)
+    assert [type(error) for error in reported] == [InputError]
+
+
 def test_cache_clear_leaves_a_directory_lincorr_did_not_make(capsys, monkeypatch, tmp_path):
     for mine in ("models", "logits", "results"):
         (tmp_path / mine).mkdir()

@@ -23,7 +23,7 @@ from lincorr.cli.config import with_config
 from lincorr.cli.listing import MODULE, SYSTEMS
 from lincorr.cli.options import CommandParser, check_output_directories, check_tracking, check_user_files
 from lincorr.cli.spellings import add_global_options, apply_preset
-from lincorr.errors import DeviceError, LincorrError, StorageError, UsageError, printable
+from lincorr.errors import DeviceError, InputError, LincorrError, StorageError, UsageError, printable
 from lincorr.progress import quiet
 
 # What the machine, not lincorr, refused: a full disk or quota, a read-only disk, a missing permission.
@@ -116,20 +116,32 @@ def main(argv: list[str] | None = None) -> int:
                                           "nothing half-written was left; `lincorr models` says what each model needs: choose a "
                                           "smaller model, --batch-size 8, --dtype bfloat16, or a machine with more memory"))
     except OSError as error:
-        short_write = error.errno is None and SHORT_WRITE.fullmatch(str(error)) is not None
-        if error.errno not in ENVIRONMENT_ERRNOS and not short_write:
+        refusal = machine_refusal(error)
+        if refusal is None:
             raise
         finished = True
-        # Raised while writing: staged outputs and cache temporaries were removed on the way out.
-        what = f"the disk took fewer bytes than were written ({error}), as a full one does" if short_write else error.strerror
-        status = report_error(StorageError(f"{what}: {error.filename or 'while writing'}; nothing half-written was left; "
-                                           "free space or choose another location"))
+        status = report_error(refusal)
     finally:
         record_command(None)  # what this process saves later (as a library) was not written by this command
         met = end_run(team, finished)
     if met:
         end_rank_process(status)
     return status
+
+
+def machine_refusal(error: OSError) -> LincorrError | None:
+    """The line for an OSError that the machine, not lincorr, raised (a full disk, a read-only one, a missing permission,
+    a path too long for the file system); None for any other, which is a bug of lincorr's."""
+    if error.errno == errno.ENAMETOOLONG:  # a path given with an option, or LINCORR_CACHE_DIR, each checked in most places
+        return InputError(f"{error.filename or 'a path'} is too long a path, or holds too long a name, for the file system; "
+                          "shorten it (--out, a file option, or LINCORR_CACHE_DIR)")
+    short_write = error.errno is None and SHORT_WRITE.fullmatch(str(error)) is not None
+    if error.errno not in ENVIRONMENT_ERRNOS and not short_write:
+        return None
+    # Raised while writing: staged outputs and cache temporaries were removed on the way out.
+    what = f"the disk took fewer bytes than were written ({error}), as a full one does" if short_write else error.strerror
+    return StorageError(f"{what}: {error.filename or 'while writing'}; nothing half-written was left; free space or choose "
+                        "another location")
 
 
 def out_of_memory(error: BaseException) -> bool:
