@@ -13,7 +13,7 @@ from pathlib import Path
 
 from lincorr.bundled import catalogue
 from lincorr.errors import DeviceError, ModelError
-from lincorr.reading import kind_of
+from lincorr.reading import file_start, kind_of
 from lincorr.schema import TEXT, FileKind, Maybe, read_document
 
 PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt")
@@ -116,11 +116,7 @@ def check_not_a_lone_file(spec: str) -> None:
         return  # nothing there: a hub id, or a path the caller reports missing
     if stat.S_ISDIR(mode):
         return
-    start = b""
-    if stat.S_ISREG(mode):
-        with contextlib.suppress(OSError), open(local, "rb") as handle:
-            start = handle.read(4)
-    if start == b"GGUF":
+    if file_start(local, 4) == b"GGUF":
         raise ModelError(f"{spec} is a GGUF file whose name does not end in .gguf, by which lincorr knows one; rename it to end in .gguf")
     what = "a file" if stat.S_ISREG(mode) else kind_of(mode)
     raise ModelError(f"{spec} is {what}, not a model; a local model is a .gguf file or a directory from save_pretrained: "

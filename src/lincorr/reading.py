@@ -11,6 +11,7 @@ stranger's file would crash the process).
 from __future__ import annotations
 
 import codecs
+import contextlib
 import json
 import math
 import re
@@ -60,6 +61,17 @@ def read_bytes(path, what: str) -> bytes:
     if len(raw) > MAX_FILE_BYTES:
         raise InputError(f"{what} {path} is over {human_size(MAX_FILE_BYTES)}; lincorr reads files up to {human_size(MAX_FILE_BYTES)}")
     return raw
+
+
+def file_start(path, length: int) -> bytes:
+    """The first `length` bytes of a regular file (a magic number), never more; b"" for anything else or a file that
+    cannot be read: a caller tells what a path holds before it chooses a reader."""
+    path = Path(path)
+    with contextlib.suppress(OSError):
+        if stat.S_ISREG(path.stat().st_mode):
+            with open(path, "rb") as handle:
+                return handle.read(length)
+    return b""
 
 
 def read_text(path, what: str) -> str:
