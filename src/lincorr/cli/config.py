@@ -115,6 +115,11 @@ def with_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     return rest[:at] + [t for tokens in leading for t in tokens] + rest[at:end] + [t for tokens in trailing for t in tokens] + rest[end:]
 
 
+def long_options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """`parser`'s options by their long spellings (`--seed`, `--save-dir`)."""
+    return {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
+
+
 def accumulates(action: argparse.Action) -> bool:
     """Whether `action` gathers values rather than keeping the last one given."""
     return action.nargs in ("+", "*") or isinstance(action, (argparse._AppendAction, Distinct))
@@ -123,7 +128,7 @@ def accumulates(action: argparse.Action) -> bool:
 def given_in(parser: argparse.ArgumentParser, tokens: list[str]) -> set[argparse.Action]:
     """The options of `parser` that `tokens` give, spelt in full, with "=", or as an abbreviation, resolved as argparse
     resolves them: a full name is that option even where it begins another (`--seed` is not `--seeds`)."""
-    options = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
+    options = long_options(parser)
     given = set()
     for name in {token.split("=", 1)[0] for token in tokens if token.startswith("--") and len(token) > 2}:
         meant = {options[name]} if name in options else {action for option, action in options.items() if option.startswith(name)}
@@ -161,7 +166,7 @@ def options_of(path: str, parser: argparse.ArgumentParser) -> list[tuple[argpars
         document = yaml.load(text, Loader=ConfigLoader)
     except yaml.YAMLError as error:
         raise InputError(f"{CONFIG_FILE.what} {path} is not YAML ({' '.join(str(error).split())[:200]}); {CONFIG_FILE.remedy}") from None
-    known = {option: action for action in parser._actions for option in action.option_strings if option.startswith("--")}
+    known = long_options(parser)
     check_no_mapping(document, known, path)
     document = checked({} if document is None else document, CONFIG_FILE, Path(path))
     if not document:
