@@ -35,8 +35,9 @@ def run_block(path: Path) -> str:
     costs = run["seconds_per_edit"]
     skipped = "; ".join(f"{count} {reason}" for reason, count in run["skipped"].items())
     settings = run["settings"]
-    lines = [f"### {run['model']}", "",
-             f"`lincorr ripple --model {run['model']} --out docs/ripple/{path.parent.name}` ({settings['n_inputs']} vocabulary inputs "
+    phrasing = settings.get("phrasing", "dataset")
+    lines = [f"### {run['model']}" + (f", {phrasing} phrasing" if phrasing != "dataset" else ""), "",
+             f"`lincorr ripple --model {run['model']}" + (f" --phrasing {phrasing}" if phrasing != "dataset" else "") + f" --out docs/ripple/{path.parent.name}` ({settings['n_inputs']} vocabulary inputs "
              f"per W, `--training {settings['training']}`, top-{settings['top_k']}, {settings['n_boot']} bootstrap resamples of "
              f"the edits): {run['n_queries_scored']} queries of {run['n_edits_scored']} edits scored of {run['n_edits']} edits "
              f"read. Left out: {skipped or 'none'}. GradSim over {run['gradient_parameters']}; the CLaRE-style layer "

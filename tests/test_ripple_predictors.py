@@ -14,10 +14,13 @@ from sklearn.metrics import roc_auc_score
 from helpers.tiny import tiny_llama, tiny_tokenizer
 from lincorr.domains import build_domain
 from lincorr.models import wrap_model
-from lincorr.ripple.benchmark import PREDICTORS, auc, benchmark, cluster_draws, improved, interval, spearman, statistics
-from lincorr.ripple.hops import FIRST_HOP, Hop, fact_prompt, hop_of, hops_of
+from lincorr.ripple.benchmark import GRADSIM_EDITED, PREDICTORS, auc, benchmark, cluster_draws, improved, interval, spearman, statistics
+from lincorr.finetune import Fact, train_on_facts
+from lincorr.knowledge import load_registry
+from lincorr.models import LM
+from lincorr.ripple.hops import FIRST_HOP, NO_REGISTRY_PROMPT, NOT_A_PERSON, Hop, fact_prompt, hop_of, hops_of, registry_phrased
 from lincorr.ripple.edits import Edit, Problem, Query
-from lincorr.ripple.outcomes import EDIT_TRAINING, constrained_layers, edit_outcomes
+from lincorr.ripple.outcomes import EDIT_TRAINING, constrained_layers, edit_outcomes, learned
 from lincorr.ripple.predictors import answer_scores, clare_similarities, grad_sims, gradient_parameters, prior
 
 COUNTRIES = ("France", "Japan", "Italy", "Germany")
@@ -52,6 +55,21 @@ def test_an_edit_becomes_templates_over_its_subject_and_new_object():
     assert hop.query_template == "The name of the continent which the country of citizenship of {} is part of is"
     assert hop.condition_template == "The name of the continent which {} is part of is"
     assert (hop.subject, hop.new_object, hop.answer, hop.relation) == ("Alice", "Japan", "Asia", "CONTINENT")
+
+
+def test_the_registry_phrasing_asks_a_citizenship_edit_in_the_papers_prompts_and_counts_out_the_rest():
+    citizen = edit("Alice", "Japan", "France", ("Asia",))
+    thing = dataclasses.replace(edit("Bob", "Italy", "France", ("Europe",)), relation="COUNTRY")
+    currency = edit("Carol", "Japan", "France", ("Yen",))
+    currency = dataclasses.replace(currency, problems=(Problem(currency.problems[0].query,
+                                                               dataclasses.replace(currency.problems[0].condition, relation="CURRENCY")),))
+    edits = [citizen, thing, currency]
+    hops, _ = hops_of(edits)
+    phrased, skipped = registry_phrased(hops, edits, load_registry())
+    (hop,) = phrased
+    assert (hop.fact_template, hop.query_template) == ("{} lives in the country of", "{} lives in the continent of")
+    assert hop.condition_template == hops[0].condition_template and (hop.subject, hop.new_object, hop.answer) == ("Alice", "Japan", "Asia")
+    assert skipped == {NOT_A_PERSON: 1, NO_REGISTRY_PROMPT: 1}
 
 
 def test_edits_that_change_no_country_or_do_not_name_their_subject_are_counted_out():
@@ -125,6 +143,12 @@ def test_an_edit_is_taught_to_a_copy_and_its_queries_asked_again(lm, training):
     (after,) = outcome["after"]
     assert after["rank_after"] in (1, 2) and after["held_rank_after"] in (1, 2)
     assert (after["rank_after"] == after["held_rank_after"]) == (known["held_answer"] == "Asia")
+    # The authors' GradSim: both gradients on the edited model, the same model training it again with the same seed gives
+    trained = train_on_facts(lm.model, lm.tokenizer, [Fact("The name of the country of citizenship of Alice is", "Japan")], config,
+                             stop_when=learned(lm, hop, domains(lm.tokenizer)[FIRST_HOP]))
+    edited = LM("edited", trained.model, lm.tokenizer, fingerprint="edited", head_verified=lm.head_verified)
+    assert after[GRADSIM_EDITED] == pytest.approx(grad_sims(edited, [hop])[0], abs=1e-6)
+    assert after[GRADSIM_EDITED] != pytest.approx(grad_sims(lm, [hop])[0], abs=1e-3)
 
 
 def test_auc_and_spearman_agree_with_scikit_learn_and_scipy():

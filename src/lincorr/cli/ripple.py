@@ -23,6 +23,7 @@ from lincorr.cli.options import (
 
 def add_commands(commands) -> None:
     from lincorr.ripple.benchmark import N_BOOT
+    from lincorr.ripple.hops import PHRASINGS
     from lincorr.ripple.outcomes import EDIT_TRAINING
 
     parser = add_command(commands, "ripple")
@@ -32,6 +33,9 @@ def add_commands(commands) -> None:
     parser.add_argument("--training", choices=tuple(EDIT_TRAINING), default="paper",
                         help="paper: AdamW 5e-6 on every parameter until the edit is learned (at most 50 steps); "
                              "constrained: FT-L style, the MLP weights of the three middle blocks at 5e-4")
+    parser.add_argument("--phrasing", choices=PHRASINGS, default="dataset",
+                        help="dataset: the file's own sentences; registry: the paper's prompts about people ('{} lives in the "
+                             "country of', '{} speaks the language of'), for the citizenship edits whose queries it has words for")
     parser.add_argument("--top-k", type=COUNT, default=1, help="a query moves when its implied answer enters this top of its domain")
     parser.add_argument("--n-boot", type=RESAMPLES, default=N_BOOT, help="bootstrap resamples of the edits")
     add_n_inputs_option(parser, "vocabulary inputs each W is fitted on")
@@ -53,7 +57,7 @@ def run_ripple(args) -> None:
     edits = read_edits(args.edits, args.max_edits)  # a bad file fails here, before the model loads
     scorable_hops(edits)
     registry = load_registry_from(args)
-    config = RippleConfig(n_inputs=args.n_inputs, seed=args.seed, training=args.training, top_k=args.top_k, n_boot=args.n_boot)
+    config = RippleConfig(n_inputs=args.n_inputs, seed=args.seed, training=args.training, phrasing=args.phrasing, top_k=args.top_k, n_boot=args.n_boot)
     result = measure_ripple(load_lm(args), edits, registry, config, edits_file=str(args.edits or EDITS_FILE),
                             settings=collect_settings(args))
     save_and_print(args, result)

@@ -23,6 +23,12 @@ FIRST_HOP = "COUNTRY"  # the answer domain of every country edit's first hop
 # Registry domains that hold answers a person would give for a second hop, added to the dataset's own answers.
 REGISTRY_DOMAINS = {FIRST_HOP: "country", "CONTINENT": "continent", "OFFICIAL_LANGUAGE": "language", "CAPITAL": "city"}
 NOT_A_COUNTRY_EDIT = "the edit changes no country: its queries go through a person, where W has no answer domain"
+# The registry's prompts (the paper's Table 11 and the mechanisms study's `capital`) that ask of a person what a country
+# edit and its queries ask: the variant `--phrasing registry` asks them in place of the dataset's sentences.
+REGISTRY_PROMPTS = {FIRST_HOP: "country", "CONTINENT": "continent", "OFFICIAL_LANGUAGE": "language", "CAPITAL": "capital"}
+PHRASINGS = ("dataset", "registry")
+NOT_A_PERSON = "the registry's prompts are about people and this edit's subject is not one (a COUNTRY edit)"
+NO_REGISTRY_PROMPT = "the registry has no prompt for this query's relation"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +84,23 @@ def scorable_hops(edits: Sequence[Edit]) -> tuple[tuple[Hop, ...], dict[str, int
         raise InputError(f"none of the {len(edits)} edits has a query lincorr can score ({reasons}); give edits whose relation "
                          f"is one of {', '.join(COUNTRY_RELATIONS)}")
     return hops, skipped
+
+
+def registry_phrased(hops: Sequence[Hop], edits: Sequence[Edit], registry) -> tuple[tuple[Hop, ...], dict[str, int]]:
+    """The hops of citizenship edits asked in the registry's words: the edit taught as "{} lives in the country of", each
+    query as the registry's prompt of its relation about the same person ("{} lives in the continent of"); the condition
+    query (about the country) stays the dataset's. The hops the registry has no words for, counted by reason."""
+    phrased: list[Hop] = []
+    skipped: collections.Counter[str] = collections.Counter()
+    for hop in hops:
+        if edits[hop.edit].relation != "COUNTRY_OF_CITIZENSHIP":
+            skipped[NOT_A_PERSON] += 1
+        elif hop.relation not in REGISTRY_PROMPTS:
+            skipped[NO_REGISTRY_PROMPT] += 1
+        else:
+            phrased.append(dataclasses.replace(hop, fact_template=registry.prompt(REGISTRY_PROMPTS[FIRST_HOP]).template,
+                                               query_template=registry.prompt(REGISTRY_PROMPTS[hop.relation]).template))
+    return tuple(phrased), dict(skipped.most_common())
 
 
 def hop_of(index: int, edit: Edit, number: int, problem: Problem) -> Hop | str:

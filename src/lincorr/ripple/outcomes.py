@@ -8,13 +8,15 @@ blocks, a larger rate) as the `constrained` option. The caller's model is never 
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping, Sequence
 
 from lincorr.domains import Domain
 from lincorr.finetune import Fact, TrainConfig, train_on_facts
 from lincorr.models import LM
 from lincorr.ripple.hops import FIRST_HOP, Hop
-from lincorr.ripple.predictors import answer_scores
+from lincorr.ripple.benchmark import GRADSIM_EDITED
+from lincorr.ripple.predictors import answer_scores, grad_sims
 
 # Peng et al. train with AdamW at 5e-6 and say nothing of epochs: until the fact is learned, capped at 50 steps of the one
 # sentence (as lincorr's paper preset caps its runs).
@@ -44,7 +46,8 @@ def edit_outcomes(lm: LM, hops: Sequence[Hop], held_answers: Sequence[str], doma
                   config: TrainConfig) -> dict:
     """Teach the hops' edit to a copy of the model, then ask each hop's query again: the implied answer's log-probability
     and rank within the domain after the edit, the same of the answer the model gave before it (`held_answers`: does the
-    old implication give way?), and whether the edit itself was learned (new object top-1) and in how many steps."""
+    old implication give way?), GradSim read on the edited model as its authors read it, and whether the edit itself was
+    learned (new object top-1) and in how many steps."""
     edit = hops[0]
     stop = learned(lm, edit, domains[FIRST_HOP])
     fact = Fact(edit.fact_template.replace("{}", edit.subject), edit.new_object)
@@ -55,4 +58,8 @@ def edit_outcomes(lm: LM, hops: Sequence[Hop], held_answers: Sequence[str], doma
         logprob, rank = answer_scores(edited, hop.query_template, domains[hop.relation], hop.subject, hop.answer)
         held_logprob, held_rank = answer_scores(edited, hop.query_template, domains[hop.relation], hop.subject, held)
         after.append({"logprob_after": logprob, "rank_after": rank, "held_logprob_after": held_logprob, "held_rank_after": held_rank})
-    return {"learned": stop(trained.model), "steps": trained.steps, "train_seconds": trained.seconds, "after": after}
+    clock = time.perf_counter()
+    for row, similarity in zip(after, grad_sims(edited, hops)):
+        row[GRADSIM_EDITED] = similarity
+    return {"learned": stop(trained.model), "steps": trained.steps, "train_seconds": trained.seconds, "after": after,
+            "edited_gradsim_seconds": time.perf_counter() - clock}

@@ -22,9 +22,9 @@ from lincorr.models import LM
 from lincorr.outputs import none_if_nan, settings_key, staged_directory, write_csv, write_json
 from lincorr.progress import progress_bar
 from lincorr.results import Stored, record
-from lincorr.ripple.benchmark import CLARE, GRADSIM, N_BOOT, PREDICTORS, PRIOR, W_PAPER, benchmark
+from lincorr.ripple.benchmark import CLARE, GRADSIM, GRADSIM_EDITED, N_BOOT, PREDICTORS, PRIOR, W_PAPER, benchmark
 from lincorr.ripple.edits import Edit
-from lincorr.ripple.hops import FIRST_HOP, Hop, answer_domains, domain_words, scorable_hops, usable
+from lincorr.ripple.hops import FIRST_HOP, Hop, answer_domains, domain_words, registry_phrased, scorable_hops, usable
 from lincorr.ripple.outcomes import EDIT_TRAINING, constrained_layers, edit_outcomes
 from lincorr.ripple.predictors import clare_similarities, grad_sims, gradient_parameters, prior, w_predictions
 
@@ -38,6 +38,7 @@ class RippleConfig:
     n_inputs: int = 1000
     seed: int = 0
     training: str = "paper"  # or "constrained" (FT-L style): `outcomes.EDIT_TRAINING`
+    phrasing: str = "dataset"  # or "registry": the registry's prompts about people in place of the dataset's sentences
     top_k: int = 1  # a query "moves" when its implied answer enters the top k of its domain
     n_boot: int = N_BOOT
 
@@ -146,6 +147,9 @@ def measure_ripple(lm: LM, edits: Sequence[Edit], registry, config: RippleConfig
                    settings: CollectSettings = CollectSettings()) -> RippleResult:
     """Every predictor and the outcome of every country edit's queries, and the benchmark over them."""
     all_hops, skipped = scorable_hops(edits)
+    if config.phrasing == "registry":
+        all_hops, left_out = registry_phrased(all_hops, edits, registry)
+        skipped = {**skipped, **left_out}
     words = domain_words(all_hops, edits, registry)
     domains = answer_domains(words, lm.tokenizer)
     hops, skipped = scored_hops(edits, domains, all_hops, skipped)
@@ -199,7 +203,8 @@ def measured_edit(lm: LM, hops: Sequence[Hop], domains: Mapping[str, Domain], tr
     similarities = clare_similarities(lm, hops)
     seconds[CLARE], clock = time.perf_counter() - clock, time.perf_counter()
     outcome = edit_outcomes(lm, hops, [before["held_answer"] for before in priors], domains, train)
-    seconds["edit"] = time.perf_counter() - clock
+    seconds["edit"] = time.perf_counter() - clock - outcome["edited_gradsim_seconds"]
+    seconds[GRADSIM_EDITED] = outcome["edited_gradsim_seconds"]
     return {"hops": [{**before, GRADSIM: gradsim, "clare_layers": layers, **after}
                      for before, gradsim, layers, after in zip(priors, gradsims, similarities, outcome["after"])],
             "learned": outcome["learned"], "steps": outcome["steps"], "seconds": seconds}
