@@ -9,8 +9,10 @@ writes of the payload, for every k the write has. The parent then reads what is 
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +172,42 @@ def test_an_output_stopped_between_its_two_renames_is_the_earlier_one(tmp_path, 
         filesystem.put_in_place(staging, target)
     assert (target / "result.json").read_text() == "earlier"
     assert sorted(p.name for p in tmp_path.iterdir()) == [".run.staging", "run"]
+
+
+def test_a_file_reaches_the_disk_before_its_rename_and_the_rename_after_it(tmp_path, monkeypatch):
+    """Without the first fsync a power loss just after the rename can leave the name on an empty file; without the
+    second, the rename itself can be lost while the old file is already gone from the cache's view."""
+    target, events = tmp_path / "entry.json", []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(handle):
+        info = os.fstat(handle)
+        events.append(("fsync", "directory" if stat.S_ISDIR(info.st_mode) else "file", info.st_ino))
+        return real_fsync(handle)
+
+    def replace(source, destination):
+        events.append(("replace", os.stat(source).st_ino))
+        return real_replace(source, destination)
+
+    monkeypatch.setattr(filesystem.os, "fsync", fsync)
+    monkeypatch.setattr(filesystem.os, "replace", replace)
+    with filesystem.atomic_file(target) as out:
+        out.write("new")
+    written, directory = target.stat().st_ino, tmp_path.stat().st_ino
+    assert events == [("fsync", "file", written), ("replace", written), ("fsync", "directory", directory)], events
+    assert target.read_text(encoding="utf-8") == "new"
+
+
+def test_a_directory_the_system_will_not_fsync_still_gets_its_file(tmp_path, monkeypatch):
+    """Some systems refuse to open or fsync a directory: the file is whole by then, so the write stands."""
+    real_fsync = os.fsync
+
+    def fsync(handle):
+        if stat.S_ISDIR(os.fstat(handle).st_mode):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_fsync(handle)
+
+    monkeypatch.setattr(filesystem.os, "fsync", fsync)
+    with filesystem.atomic_file(tmp_path / "entry.json") as out:
+        out.write("new")
+    assert (tmp_path / "entry.json").read_text(encoding="utf-8") == "new" and temporaries(tmp_path) == []

@@ -117,18 +117,32 @@ def ready_directory(directory) -> Path:
 
 @contextlib.contextmanager
 def atomic_file(path, mode: str = "w"):
-    """Yield a file object open on a temporary next to `path`; on success it becomes `path`, on failure it is removed."""
+    """Yield a file object open on a temporary next to `path`; on success it becomes `path`, on failure it is removed.
+
+    The data reaches the disk before the rename and the rename after it: otherwise a machine that loses power just
+    after the rename may come back with the new name on an empty file, and nothing of the old one.
+    """
     path = Path(path)
     handle, temporary = tempfile.mkstemp(prefix=temporary_prefix(path.name), dir=ready_directory(path.parent))
     try:
         with os.fdopen(handle, mode, encoding=None if "b" in mode else "utf-8") as out:
             yield out
+            out.flush()
+            os.fsync(out.fileno())
         os.chmod(temporary, file_mode())
         os.replace(temporary, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
         raise
+    synced_directory(path.parent)
+
+
+def synced_directory(directory: Path) -> None:
+    """`directory`'s entries (a rename into it) flushed to the disk where the system allows it: some refuse to open or
+    fsync a directory (Windows, some network file systems), and the file is whole by then either way."""
+    with contextlib.suppress(OSError):
+        synced(directory)
 
 
 def write_json_atomic(path, payload) -> None:
