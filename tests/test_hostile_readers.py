@@ -38,7 +38,7 @@ from lincorr.knowledge.lre import LRE_FILE, read_lre_relation
 from lincorr.ripple.edits import EDITS, EDITS_FILE, read_edits
 from lincorr.linear import MAP_FILE, LinearMap
 from lincorr.model_directory import MODEL_CONFIG, check_model_directory
-from lincorr.reading import MAX_FILE_BYTES, MAX_NESTING
+from lincorr.reading import MAX_FILE_BYTES, MAX_NESTING, read_json
 from lincorr.relations import read_reference_file
 from lincorr.report import read_run
 from lincorr.report.files import RUN_FILE
@@ -308,6 +308,49 @@ def test_half_a_surrogate_pair_anywhere_is_one_error_line(name, tmp_path, runs_f
         refused(reader, path, f"{'.'.join(map(str, where)) or 'the whole file'} = half a pair", "not Unicode")
     path.write_text(json.dumps(replaced(document, (), {"\udfff": 1})), encoding="utf-8")
     refused(reader, path, "a key that is half a pair", "not Unicode")
+
+
+def nested(document, where: tuple):
+    for step in where:
+        document = document[step]
+    return document
+
+
+def with_a_key_twice(document, where: tuple) -> tuple[str, str]:
+    """The JSON of `document` with the object at `where` holding its first key twice (which json.dumps never writes), and
+    that key."""
+    inner = nested(document, where)
+    key, value = next(iter(inner.items()))
+    doubled = "{" + json.dumps(key) + ": " + json.dumps(value) + ", " + json.dumps(inner)[1:]
+    marker = "lincorr-test: the object written with a key twice"
+    return json.dumps(replaced(document, where, marker)).replace(json.dumps(marker), doubled, 1), key
+
+
+@pytest.mark.parametrize("name", [name for name, reader in READERS.items() if reader.json])
+def test_a_key_written_twice_in_any_object_is_one_error_line_naming_it(name, tmp_path, runs_for_examples):
+    """Python's parser keeps the last of two equal keys without a word: a file saying "verdict" twice would read as
+    whichever its writer put second."""
+    reader = READERS[name]
+    path = example_file(name, tmp_path / "run")
+    document = json.loads(path.read_text(encoding="utf-8"))
+    objects = [where for where in paths_of(document) if isinstance(nested(document, where), dict) and nested(document, where)]
+    for where in objects:
+        text, key = with_a_key_twice(document, where)
+        path.write_text(text, encoding="utf-8")
+        refused(reader, path, f"{'.'.join(map(str, where)) or 'the whole file'} holds {key!r} twice", f"'{key}' twice")
+    assert objects
+
+
+def test_a_json_file_with_a_verdict_written_twice_is_refused_and_a_normal_one_reads(tmp_path):
+    path = tmp_path / "claim.json"
+    for text in ('{"verdict": "a", "verdict": "b"}', '{"claims": [{"id": "x", "verdict": "a", "verdict": "b"}]}'):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(InputError) as refusal:
+            read_json(path, "claim file")
+        message = str(refusal.value)
+        assert str(path) in message and "'verdict' twice" in message and "each key may appear once" in message, message
+    path.write_text('{"verdict": "a", "claims": [{"verdict": "b"}, {"verdict": "c"}]}', encoding="utf-8")
+    assert read_json(path, "claim file") == {"verdict": "a", "claims": [{"verdict": "b"}, {"verdict": "c"}]}
 
 
 def shaped_fields(shape, value, where: str = ""):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import contextlib
+import functools
 import json
 import math
 import re
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lincorr.errors import InputError
+from lincorr.errors import InputError, printable
 
 MAX_FILE_BYTES = 100 * 1024 * 1024  # 100.0 MB as `human_size` writes it
 MAX_NESTING = 64
@@ -96,10 +97,11 @@ def read_json(path, what: str):
 
 
 def parse_json(text: str, path, what: str, fix: str = ""):
-    """`text`, read from `path`, parsed as JSON once its nesting is checked; `fix` ends the error where it is not JSON."""
+    """`text`, read from `path`, parsed as JSON once its nesting is checked, each object's keys once (`unique_keys`);
+    `fix` ends the error where it is not JSON."""
     check_nesting(path, what, json_depth(text))
     try:
-        document = json.loads(text, parse_int=json_int)
+        document = json.loads(text, parse_int=json_int, object_pairs_hook=functools.partial(unique_keys, path, what, fix))
     except json.JSONDecodeError as error:
         raise InputError(f"{path}:{error.lineno}: {what} is not valid JSON ({error.msg}){'; ' + fix if fix else ''}") from None
     if _SURROGATE_ESCAPE.search(text):
@@ -108,6 +110,20 @@ def parse_json(text: str, path, what: str, fix: str = ""):
         except UnicodeEncodeError:
             raise InputError(f"{path}: {what} holds text that is not Unicode (an escape \\ud800-\\udfff that is half of a "
                              f"pair){'; ' + fix if fix else ''}") from None
+    return document
+
+
+def unique_keys(path, what: str, fix: str, pairs: list[tuple[str, object]]) -> dict:
+    """One JSON object of `pairs`, refused where a key appears twice: Python's parser keeps the last silently, so a
+    file saying `"verdict": "a", "verdict": "b"` would read as whichever its writer put second."""
+    document = dict(pairs)
+    if len(document) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise InputError(f"{path}: {what} holds the key '{printable(key)}' twice in one object; each key may appear "
+                                 f"once{'; ' + fix if fix else ''}")
+            seen.add(key)
     return document
 
 
