@@ -419,6 +419,44 @@ def test_an_empty_or_relative_cache_variable_never_makes_the_working_directory_t
     assert sorted(project.rglob("*")) == before
 
 
+@pytest.mark.parametrize("home, says", [("", "HOME is empty"), ("  ", "HOME is empty"),
+                                         ("dotfiles", "HOME is the relative path 'dotfiles'")])
+@pytest.mark.parametrize("cache", [None, "~/lincorr-cache", "~"])
+def test_a_home_set_empty_or_relative_is_named_where_the_cache_would_go_under_it(home, says, cache, capsys, monkeypatch, tmp_path):
+    """`~` under HOME="" is `/` and under a relative HOME the working directory: the cache went to /.cache/lincorr, or the
+    error quoted LINCORR_CACHE_DIR as 'None'. Now HOME is named, and nothing is made."""
+    from lincorr.cache import cache_root
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", home)
+    if cache is None:
+        monkeypatch.delenv("LINCORR_CACHE_DIR")
+    else:
+        monkeypatch.setenv("LINCORR_CACHE_DIR", cache)
+    with pytest.raises(CacheError) as refusal:
+        cache_root()
+    message = str(refusal.value)
+    assert message.startswith(says) and "None" not in message, message
+    assert "set HOME to an absolute path or LINCORR_CACHE_DIR to one" in message, message
+    assert ("~/.cache/lincorr" if cache is None else f"LINCORR_CACHE_DIR '{cache}'") in message, message
+    reported = spy_on_errors(monkeypatch)
+    assert main(["cache", "list"]) == 2 and says in one_error_line(capsys)
+    assert [type(error) for error in reported] == [CacheError] and list(tmp_path.iterdir()) == []
+
+
+def test_the_cache_variables_messages_quote_its_value_and_an_absolute_home_holds_the_default(monkeypatch, tmp_path):
+    from lincorr.cache import cache_root
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("LINCORR_CACHE_DIR", "cache")
+    with pytest.raises(CacheError, match="LINCORR_CACHE_DIR must be an absolute path, not 'cache'"):
+        cache_root()
+    monkeypatch.setenv("LINCORR_CACHE_DIR", "~/mine")
+    assert cache_root() == tmp_path / "mine"
+    monkeypatch.delenv("LINCORR_CACHE_DIR")
+    assert cache_root() == tmp_path / ".cache" / "lincorr"
+
+
 @pytest.mark.parametrize("under", ["", "/sub"])
 @pytest.mark.parametrize("command", [["cache", "list"], ["cache", "list", "--json"], ["cache", "size"], ["cache", "clear"], ["models"]])
 def test_every_cache_command_refuses_a_cache_variable_that_names_a_file(command, under, capsys, monkeypatch, tmp_path):

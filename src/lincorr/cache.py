@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lincorr.errors import CacheError, LincorrError
+from lincorr.errors import CacheError, LincorrError, printable
 from lincorr.filesystem import atomic_file, check_writable, link_trouble, read_json, ready_directory, write_json_atomic
 from lincorr.filesystem import read_record_json
 from lincorr import recording
@@ -44,16 +44,20 @@ def cache_root() -> Path:
     """Where converted weights and logit tables live: LINCORR_CACHE_DIR, an absolute path, or ~/.cache/lincorr.
 
     A set but empty or relative LINCORR_CACHE_DIR is refused: either would make the cache the working directory (or
-    move it with the working directory), where clearing it would remove the user's own files.
+    move it with the working directory), where clearing it would remove the user's own files. So is a `~` that stands
+    for a HOME set empty or relative (`check_home`), which would put the cache under `/` or the working directory.
     A path through a symbolic link that loops or points nowhere (an unmounted share) is refused too: creating the cache
     there would fail half-way.
     """
     configured = os.environ.get("LINCORR_CACHE_DIR")
     if configured is None:
+        check_home("the cache cannot go under ~/.cache/lincorr")
         root = DEFAULT_ROOT.expanduser()
     elif not configured.strip():
         raise CacheError("LINCORR_CACHE_DIR is set but empty; unset it (the cache is then ~/.cache/lincorr) or set it to an absolute path")
     else:
+        if configured == "~" or configured.startswith("~/"):
+            check_home(f"LINCORR_CACHE_DIR '{printable(configured)}' has no home directory to start from")
         root = Path(configured).expanduser()
     if not root.is_absolute():
         raise CacheError(f"LINCORR_CACHE_DIR must be an absolute path, not '{configured}', which would move with the working directory")
@@ -61,6 +65,23 @@ def cache_root() -> Path:
     if trouble:
         raise CacheError(f"cache directory {root}: {trouble}; mount or fix it, or point LINCORR_CACHE_DIR at another directory")
     return root
+
+
+def check_home(why: str) -> None:
+    """A CacheError saying `why` where `~` stands for no usable directory: HOME set but empty (`~` would be `/`) or
+    relative (it would move with the working directory), or HOME unset where the system knows no home for this user."""
+    home = os.environ.get("HOME")
+    if home is not None and not home.strip():
+        problem = "HOME is empty"
+    elif home is not None and not os.path.isabs(home):
+        problem = f"HOME is the relative path '{printable(home)}'"
+    else:
+        try:
+            Path("~").expanduser()
+            return
+        except RuntimeError:  # HOME unset and no entry for this user in the password database
+            problem = "HOME is unset and this user has no home directory"
+    raise CacheError(f"{problem}, so {why}; set HOME to an absolute path or LINCORR_CACHE_DIR to one")
 
 
 def check_cache() -> Path:
