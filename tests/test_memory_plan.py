@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from lincorr.errors import LincorrError, UsageError
+from lincorr.errors import FreeMemoryError, LincorrError, UsageError
 from lincorr.finetune import Fact, TrainConfig, single_step, train_on_facts
 from lincorr.memory_plan import PLANS, StepsInBackward, chosen_plan, plan_named, predicted_peak
 from helpers.tiny import tiny_llama, tiny_tokenizer
@@ -104,9 +104,28 @@ def test_auto_takes_the_papers_plan_where_it_fits_and_the_next_where_not():
     assert chosen_plan("auto", trainable, largest, copy, int(needs[0]) + 1).name == "adamw-float32"
     assert chosen_plan("auto", trainable, largest, copy, int(needs[0]) - 1).name == "adamw-step-in-backward"
     assert chosen_plan("auto", trainable, largest, copy, int(needs[2]) + 1).name == "adamw-bfloat16-moments"
-    with pytest.raises(LincorrError, match="fits no memory plan"):
+    with pytest.raises(FreeMemoryError, match="fits no memory plan"):  # the memory free now: no property of the model
         chosen_plan("auto", trainable, largest, copy, int(needs[2]) - 1)
     assert chosen_plan("adamw-float32", trainable, largest, copy, 0).name == "adamw-float32", "a plan asked for is taken"
+
+
+def test_too_little_memory_free_stops_a_tables_row_unstored_where_another_error_skips_it(tmp_path):
+    """A row of Table 5 refused for the memory free at one moment was stored as skipped, and served so to every later
+    run; a relation the study cannot measure is still a stored skipped row."""
+    from lincorr.cache import stored_row
+    from lincorr.errors import DataError
+
+    def short() -> dict:
+        raise FreeMemoryError("fine-tuning 10 parameters fits no memory plan in the 0.0 GB free")
+
+    def unmeasurable() -> dict:
+        raise DataError("too few pairs")
+
+    with pytest.raises(FreeMemoryError):
+        stored_row("table5", {"relation": "city"}, "city", short)
+    assert stored_row("table5", {"relation": "city"}, "city", lambda: {"relation": "city", "r": 0.5}) == {"relation": "city", "r": 0.5}
+    assert stored_row("table5", {"relation": "job"}, "job", unmeasurable) == {"relation": "job", "skipped": "too few pairs"}
+    assert stored_row("table5", {"relation": "job"}, "job", short) == {"relation": "job", "skipped": "too few pairs"}, "stored"
 
 
 def test_an_unknown_plan_is_one_clear_error():

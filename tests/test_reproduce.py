@@ -194,6 +194,54 @@ def test_a_saved_reproduction_is_judged_again_by_the_current_tests(planted, llam
     assert json.loads((tmp_path / "run" / "reproduction.json").read_text()) == saved, "its input is as it was"
 
 
+def tuned_step(ctx: Context) -> Measured:
+    """A step that fine-tunes the model on one fact, as the training claims' steps do."""
+    from lincorr.finetune import Fact, TrainConfig, train_on_facts
+
+    trained = train_on_facts(ctx.lm.model, ctx.lm.tokenizer, [Fact("Alice lives in the city of", "Paris")], TrainConfig())
+    return Measured({"steps": trained.steps}, "tuned", binomial_above(35, 40, 0.1, interest=0.5))
+
+
+@pytest.fixture
+def tuning(monkeypatch):
+    """A paper of one claim whose step fine-tunes."""
+    monkeypatch.setitem(STEPS, "planted-tuning", tuned_step)
+    claim = Claim("peng.tuned", "Table 0", "planted", None, (), None, "planted-tuning", "binomial", {"quick": {}})
+    monkeypatch.setattr(runner, "load_paper", lambda name: Paper("peng", "planted", (claim,)))
+
+
+def test_too_little_memory_free_while_fine_tuning_is_no_result_and_a_run_with_the_memory_measures(tuning, llama_lm, tmp_path,
+                                                                                                   monkeypatch):
+    """The memory free at one moment is no property of the model: a claim refused for it was stored as `not applicable`
+    and served to every later run. Now nothing is stored; a run with the memory measures it, and a refresh that finds
+    too little keeps the earlier measurement."""
+    import lincorr.finetune as finetune
+    from lincorr.reproduce.refresh import refresh
+
+    stored = Path(os.environ["LINCORR_CACHE_DIR"]) / "results" / "reproduce"
+    free = finetune.available_bytes
+    monkeypatch.setattr(finetune, "available_bytes", lambda device: 1024)
+    refused = reproduce("peng", llama_lm, registry=load_registry())
+    (claim,) = refused.claims
+    assert claim.verdict == "not applicable" and "too little memory free while measuring" in claim.reason, claim.reason
+    assert "fits no memory plan" in claim.reason and claim.code is None and refused.measured == 0
+    assert not stored.exists() or list(stored.iterdir()) == [], "nothing of the refusal is stored"
+    monkeypatch.setattr(finetune, "available_bytes", free)
+    measured = reproduce("peng", llama_lm, registry=load_registry())
+    assert measured.claims[0].verdict == "reproduced" and measured.measured == 1, measured.text()
+    saved = tmp_path / "reproductions" / "tiny-llama" / "peng.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text(strict_json.dumps(measured.summary(), indent=2) + "\n")
+    current = source_units.unit_hash
+    monkeypatch.setattr(source_units, "unit_hash", lambda unit: "edited" if unit == "lincorr.finetune:train_on_facts" else current(unit))
+    monkeypatch.setattr(finetune, "available_bytes", lambda device: 1024)
+    printed: list[str] = []
+    refresh(saved.parent.parent, lambda name: llama_lm, report=printed.append)
+    assert any("not measured here (too little memory free" in line for line in printed), printed
+    kept = ReproductionResult.load(saved).claims[0]
+    assert kept.detail == measured.claims[0].detail and kept.verdict == "reproduced"
+
+
 @pytest.mark.parametrize("arguments, message", [
     (["reproduce", "peng", "--only", "peng.table2,peng.nope"], "peng.nope"),
     (["reproduce", "peng", "--only", ","], "has an empty name"),

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lincorr.errors import CacheError, LincorrError, printable
+from lincorr.errors import CacheError, FreeMemoryError, LincorrError, printable
 from lincorr.filesystem import atomic_file, check_writable, link_trouble, read_json, ready_directory, write_json_atomic
 from lincorr.filesystem import read_record_json
 from lincorr import recording
@@ -282,11 +282,14 @@ def recorded_result(section: str, key: Mapping, compute: Callable[[], dict], *, 
 
 
 def stored_row(section: str, key: Mapping, label: str, compute: Callable[[], dict], *, use_cache: bool = True) -> dict:
-    """`stored_result` for one relation of a table; a LincorrError becomes a row {"relation": label, "skipped": reason}."""
+    """`stored_result` for one relation of a table; a LincorrError becomes a row {"relation": label, "skipped": reason},
+    except a FreeMemoryError: the memory free at one moment says nothing of the relation, so it stops the table unstored."""
 
     def guarded() -> dict:
         try:
             return compute()
+        except FreeMemoryError:
+            raise
         except LincorrError as error:
             return {"relation": label, "skipped": str(error)}
 

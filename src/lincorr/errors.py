@@ -41,6 +41,11 @@ class DeviceError(LincorrError):
     kind = "device"
 
 
+class FreeMemoryError(DeviceError):
+    """Too little memory free at this moment for the work asked (fine-tuning under every memory plan): a later moment or
+    another machine may have it, so nothing it stopped is stored as a result."""
+
+
 class OutputError(LincorrError):
     """Where results would be written: a file in the way, a directory of someone else's files."""
 

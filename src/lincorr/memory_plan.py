@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from lincorr.errors import LincorrError
+from lincorr.errors import FreeMemoryError, LincorrError
 
 FLOAT32, BFLOAT16 = 4, 2  # bytes of a value
 # torch.optim.AdamW's defaults, which every plan's steps use.
@@ -96,7 +96,7 @@ def available_bytes(device: torch.device) -> int:
 
 def chosen_plan(requested: str, n_trainable: int, largest_trainable: int, copy_bytes: int, available: int) -> MemoryPlan:
     """The plan `requested`, or under "auto" the first of PLANS whose predicted peak (with HEADROOM) fits `available`;
-    a LincorrError naming what each would need when none does."""
+    a FreeMemoryError naming what each would need when none does (the memory free now: another moment may have more)."""
     if requested != AUTO:
         return plan_named(requested)
     needs = {plan.name: predicted_peak(plan, n_trainable, largest_trainable, copy_bytes) for plan in PLANS}
@@ -104,7 +104,7 @@ def chosen_plan(requested: str, n_trainable: int, largest_trainable: int, copy_b
         if needs[plan.name] * (1 + HEADROOM) <= available:
             return plan
     wanted = ", ".join(f"{name} {need / 1e9:.1f} GB" for name, need in needs.items())
-    raise LincorrError(f"fine-tuning {n_trainable:,} parameters fits no memory plan in the {available / 1e9:.1f} GB free "
+    raise FreeMemoryError(f"fine-tuning {n_trainable:,} parameters fits no memory plan in the {available / 1e9:.1f} GB free "
                        f"({wanted}, each with {HEADROOM:.0%} to spare); train fewer parameters or use a device with more memory")
 
 

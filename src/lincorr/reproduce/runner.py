@@ -24,7 +24,7 @@ from lincorr.bundled import machine_memory
 from lincorr import recording
 from lincorr.cache import recorded_result
 from lincorr.collection import CollectSettings
-from lincorr.errors import InputError, LincorrError, UsageError
+from lincorr.errors import FreeMemoryError, InputError, LincorrError, UsageError
 from lincorr.knowledge import load_registry
 from lincorr.finetune import layer_index
 from lincorr.memory_plan import PLANS
@@ -236,7 +236,8 @@ def unmeasured_reason(claim: Claim, budget: str, *, with_eval_model: bool) -> st
 
 
 class NotMeasuredHere(Exception):
-    """A claim this machine cannot measure (`memory_reason`), raised where the cache holds no result for it."""
+    """A claim this machine cannot measure (`memory_reason`), or not at this moment (a FreeMemoryError while measuring),
+    raised where the cache holds no result for it: nothing is stored, and a machine or moment with the memory measures it."""
 
 
 def memory_reason(claim: Claim, lm: LM) -> str | None:
@@ -296,20 +297,24 @@ def unmeasured(claim: Claim, reason: str) -> ClaimResult:
 
 
 def measure_unless_refused(claim: Claim, ctx: Context, refusal: str | None, measured: list[str]) -> dict:
-    """`measure_claim`, noting the claim in `measured`; NotMeasuredHere, and nothing stored, where the machine lacks the
-    memory (`memory_reason`): a machine with the memory measures it."""
+    """`measure_claim`, noting the claim in `measured` once measured; NotMeasuredHere, and nothing stored, where the
+    machine lacks the memory (`memory_reason`) or lacks it free while measuring: a machine or moment with it measures it."""
     if refusal is not None:
         raise NotMeasuredHere(refusal)
+    row = measure_claim(claim, ctx)
     measured.append(claim.id)
-    return measure_claim(claim, ctx)
+    return row
 
 
 def measure_claim(claim: Claim, ctx: Context) -> dict:
-    """Run the claim's step and test; a step that cannot run on this model ends `not applicable` with its reason."""
+    """Run the claim's step and test; a step that cannot run on this model ends `not applicable` with its reason. Too
+    little memory free now is no property of the model: NotMeasuredHere, so that the refusal is not stored as its result."""
     assert claim.step is not None, "a claim without a step is not applicable, never measured"
     started = time.perf_counter()
     try:
         measured = STEPS[claim.step](ctx)
+    except FreeMemoryError as error:
+        raise NotMeasuredHere(f"too little memory free while measuring: {error}") from None
     except LincorrError as error:
         result = unmeasured(claim, f"cannot run on this model: {error}")
     else:
