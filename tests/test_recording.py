@@ -183,6 +183,27 @@ def test_a_disk_cache_serves_a_result_only_while_its_code_is_unchanged_and_repla
     assert len(calls) == 2, "its code changed: computed again"
 
 
+def test_a_choice_noted_while_computing_joins_every_open_record_and_what_a_disk_cache_serves(tmp_path, monkeypatch):
+    """The memory plan a fine-tuning took is in no key: noted into the record, it goes wherever the record goes, and it
+    never makes the record stale; a record from someone's file naming no plan's spelling is stale."""
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(tmp_path / "cache"))
+
+    def compute():
+        recording.note("memory-plan", "adamw-step-in-backward")
+        return {}
+
+    with recording.window() as outer:
+        cache.stored_result("noted", {"k": 1}, compute)
+    with recording.window() as served:
+        cache.stored_result("noted", {"k": 1}, lambda: pytest.fail("computed again"))
+    for record in (outer.record, served.record):
+        assert recording.noted(record, "memory-plan") == ["adamw-step-in-backward"], record
+        assert recording.changed(record) == []
+    assert recording.changed({"memory-plan:../../etc/passwd": "chosen", "memory-plan:adamw-float32": "chosen"}) == [
+        "memory-plan:../../etc/passwd"]
+    assert recording.noted(None, "memory-plan") == [] and recording.noted({"lincorr.fit:fit": "ab"}, "memory-plan") == []
+
+
 def test_the_unit_of_code_is_found_by_its_line(planted):
     step, _ = planted
     shapes = importlib.import_module("plantpkg.shapes")

@@ -20,6 +20,7 @@ import lincorr.reproduce.verdicts as verdicts
 from lincorr.reproduce import evidence
 from lincorr import source_units, strict_json
 from lincorr.bundled import find_bundled
+from lincorr.collection import CollectSettings
 from lincorr.cli import main
 from lincorr.knowledge import load_registry
 from lincorr.reproduce import BUDGETS, ReproductionResult, load_paper, reproduce
@@ -195,19 +196,50 @@ def test_a_saved_reproduction_is_judged_again_by_the_current_tests(planted, llam
 
 
 def tuned_step(ctx: Context) -> Measured:
-    """A step that fine-tunes the model on one fact, as the training claims' steps do."""
-    from lincorr.finetune import Fact, TrainConfig, train_on_facts
+    """A step that fine-tunes the model on one fact (under the memory plan its settings name, else "auto"), its trained
+    model kept in the cache of checkpoints, as the training claims' steps do."""
+    from lincorr.checkpoints import trained_checkpoint
+    from lincorr.finetune import Fact, TrainConfig
 
-    trained = train_on_facts(ctx.lm.model, ctx.lm.tokenizer, [Fact("Alice lives in the city of", "Paris")], TrainConfig())
-    return Measured({"steps": trained.steps}, "tuned", binomial_above(35, 40, 0.1, interest=0.5))
+    config = TrainConfig(memory_plan=ctx.settings.get("plan", "auto"))
+    trained_checkpoint(ctx.lm, [Fact("Alice lives in the city of", "Paris")], config, name="tuned")
+    return Measured({}, "tuned", binomial_above(35, 40, 0.1, interest=0.5))
 
 
 @pytest.fixture
 def tuning(monkeypatch):
-    """A paper of one claim whose step fine-tunes."""
+    """A paper whose claims fine-tune (under "auto", and under the leanest plan named) but one, which trains nothing."""
+    def claim(claim_id: str, step: str, **settings) -> Claim:
+        return Claim(claim_id, "Table 0", "planted", None, (), None, step, "binomial", {"quick": settings})
+
     monkeypatch.setitem(STEPS, "planted-tuning", tuned_step)
-    claim = Claim("peng.tuned", "Table 0", "planted", None, (), None, "planted-tuning", "binomial", {"quick": {}})
-    monkeypatch.setattr(runner, "load_paper", lambda name: Paper("peng", "planted", (claim,)))
+    monkeypatch.setitem(STEPS, "planted-plain", lambda ctx: Measured({}, "plain", binomial_above(35, 40, 0.1, interest=0.5)))
+    paper = Paper("peng", "planted", (claim("peng.tuned", "planted-tuning"), claim("peng.lean", "planted-tuning", plan="adamw-bfloat16-moments"),
+                                      claim("peng.plain", "planted-plain")))
+    monkeypatch.setattr(runner, "load_paper", lambda name: paper)
+
+
+def test_a_claim_names_the_memory_plans_its_fine_tuning_took_also_where_the_training_came_from_the_cache(tuning, llama_lm, tmp_path,
+                                                                                                          monkeypatch):
+    """Under "auto" the plan follows the memory free, which no key names: the claim's record notes it, so its saved file
+    says it, and a claim whose fine-tuned model comes from the cache of checkpoints names the plan that trained it."""
+    result = reproduce("peng", llama_lm, registry=load_registry())
+    plans = {claim.id: claim.memory_plans for claim in result.claims}
+    assert plans == {"peng.tuned": ["adamw-float32"], "peng.lean": ["adamw-bfloat16-moments"], "peng.plain": []}, plans
+    assert result.claims[0].code["memory-plan:adamw-float32"] == "chosen" and result.stale_claims() == []
+    result.save(tmp_path / "run")
+    saved = json.loads((tmp_path / "run" / "reproduction.json").read_text())
+    assert [claim["memory_plans"] for claim in saved["claims"]] == [["adamw-float32"], ["adamw-bfloat16-moments"], []]
+    assert ReproductionResult.load(tmp_path / "run").summary() == result.summary()
+    import lincorr.checkpoints as checkpoints
+
+    monkeypatch.setattr(checkpoints, "train_on_facts", lambda *args, **kwargs: pytest.fail("trained again"))
+    again = reproduce("peng", llama_lm, only="peng.tuned", registry=load_registry(), settings=CollectSettings(use_cache=False))
+    assert again.measured == 1 and again.claims[0].memory_plans == ["adamw-float32"], "measured again on the stored checkpoint"
+    for claim in saved["claims"]:  # a file saved before the plans were kept
+        del claim["memory_plans"]
+    (tmp_path / "run" / "reproduction.json").write_text(json.dumps(saved))
+    assert [claim.memory_plans for claim in ReproductionResult.load(tmp_path / "run").claims] == [None, None, None]
 
 
 def test_too_little_memory_free_while_fine_tuning_is_no_result_and_a_run_with_the_memory_measures(tuning, llama_lm, tmp_path,
@@ -221,13 +253,13 @@ def test_too_little_memory_free_while_fine_tuning_is_no_result_and_a_run_with_th
     stored = Path(os.environ["LINCORR_CACHE_DIR"]) / "results" / "reproduce"
     free = finetune.available_bytes
     monkeypatch.setattr(finetune, "available_bytes", lambda device: 1024)
-    refused = reproduce("peng", llama_lm, registry=load_registry())
+    refused = reproduce("peng", llama_lm, only="peng.tuned", registry=load_registry())
     (claim,) = refused.claims
     assert claim.verdict == "not applicable" and "too little memory free while measuring" in claim.reason, claim.reason
     assert "fits no memory plan" in claim.reason and claim.code is None and refused.measured == 0
     assert not stored.exists() or list(stored.iterdir()) == [], "nothing of the refusal is stored"
     monkeypatch.setattr(finetune, "available_bytes", free)
-    measured = reproduce("peng", llama_lm, registry=load_registry())
+    measured = reproduce("peng", llama_lm, only="peng.tuned", registry=load_registry())
     assert measured.claims[0].verdict == "reproduced" and measured.measured == 1, measured.text()
     saved = tmp_path / "reproductions" / "tiny-llama" / "peng.json"
     saved.parent.mkdir(parents=True)

@@ -14,7 +14,7 @@ from typing import Generic, TypeVar
 import torch
 
 from lincorr.errors import LincorrError
-from lincorr import sharded_training
+from lincorr import recording, sharded_training
 from lincorr.memory_plan import (AUTO, PLANS, MemoryPlan, StepsInBackward, WholeGradientSteps, available_bytes, chosen_plan, plan_named,
                                  predicted_peak)
 from lincorr.models import left_pad
@@ -27,6 +27,7 @@ log = logging.getLogger(__name__)
 ModelT = TypeVar("ModelT", bound=torch.nn.Module)
 
 IGNORE_INDEX = -100
+MEMORY_PLAN = "memory-plan"  # the kind of choice a training notes in the record of what it computes (`recording.note`)
 SCHEDULES = ("constant", "linear")
 # Transformer blocks are named "model.layers.3.", "transformer.h.3.", "model.language_model.layers.3." ...
 _LAYER_INDEX = re.compile(r"(?:^|\.)(?:layers|layer|h|blocks)\.(\d+)\.")
@@ -299,13 +300,15 @@ def _run(model, tokenizer, epochs, config: TrainConfig, *, inplace: bool, total_
 
 
 def _plan_for(target, trainable: Sequence[torch.nn.Parameter], config: TrainConfig, *, copied: bool) -> MemoryPlan:
-    """The memory plan of this run (`memory_plan.chosen_plan`), logged with what it predicts."""
+    """The memory plan of this run (`memory_plan.chosen_plan`), logged with what it predicts and noted in the record of
+    what is computing (`recording.note`): under "auto" it depends on the memory free, which no key names."""
     copy_bytes = sum(p.numel() * p.element_size() for p in target.parameters()) if copied else 0
     device = trainable[0].device if trainable else torch.device("cpu")
     largest = max((p.numel() for p in trainable), default=0)
     n_trainable = sum(p.numel() for p in trainable)
     available = available_bytes(device)
     plan = chosen_plan(config.memory_plan, n_trainable, largest, copy_bytes, available)
+    recording.note(MEMORY_PLAN, plan.name)
     paper_plan = PLANS[0]
     if plan is not paper_plan and config.memory_plan == AUTO:
         log.warning("fine-tuning with %s (%s): the paper's %s would need about %.1f GB of the %.1f GB free", plan.name,

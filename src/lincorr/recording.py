@@ -8,7 +8,8 @@ computation (`provenance.computation`: comments, docstrings and argument annotat
 - a module-level value its code read (`lincorr.reproduce.runner:REJUDGED`), through `from ... import` and module
   attributes, and the functions such a value was computed by at import;
 - each of the package's data files it opened (`file:knowledge/data/cities.yaml`, the sha256 of its bytes), and each
-  package directory it listed (`dir:knowledge/data`).
+  package directory it listed (`dir:knowledge/data`);
+- a choice it made that its result depends on and no key names (`memory-plan:adamw-float32`, by `note`), never changed.
 
 `window()` records one computation: cProfile (the standard library's profiler, in C) counts the calls, an audit hook
 sees the files opened. Windows nest. A value served from a memo (`cache`, `cached_property`, `SharedWork`) or from a
@@ -137,6 +138,19 @@ def replay(record: Mapping[str, str]) -> None:
     """A stored result is being reused: the record it was computed under joins every open window's."""
     for recording in _open:
         recording.replayed.update(record)
+
+
+def note(kind: str, name: str) -> None:
+    """A choice the running computation made that its result depends on beside its key and its code (`kind` one of
+    `source_units.CHOICE_KINDS`): `kind:name` joins every open window's record, so every store and memo that keeps the
+    record keeps it too, and whatever reuses the result names it (`noted`)."""
+    assert kind in source_units.CHOICE_KINDS and source_units.CHOICE_NAME.fullmatch(name), (kind, name)
+    replay({f"{kind}:{name}": source_units.CHOSEN})
+
+
+def noted(record: Mapping[str, str] | None, kind: str) -> list[str]:
+    """The names of the choices of `kind` that `record` notes, sorted."""
+    return sorted(unit.partition(":")[2] for unit in record or {} if unit.partition(":")[0] == kind)
 
 
 def changed(record: Mapping[str, str]) -> list[str]:

@@ -28,7 +28,9 @@ CLAIM = {"id": TEXT, "where": TEXT, "statement": TEXT, "paper": PUBLISHED, "ours
          # The test in full (effect, interval, interest, parts, the recipe the decision reads).
          "detail": Maybe((Entries(ANY), NULL)), "adjusted_p": Maybe(NUMBER), "interest_reason": Maybe(TEXT_OR_NULL),
          # The decision (`decisions.Decision.summary()`): shown through `report.effects`, which leaves out any field of the wrong kind.
-         "decision": Maybe((Entries(ANY), NULL))}
+         "decision": Maybe((Entries(ANY), NULL)),
+         # The memory plans its fine-tuning took; absent from files saved before they were kept.
+         "memory_plans": Maybe((Items(TEXT), NULL))}
 REPRODUCTION = FileKind(
     "saved reproduction",
     {"paper": TEXT, "title": Maybe(TEXT), "model": TEXT, "model_fingerprint": Maybe(TEXT), "budget": Maybe(TEXT),

@@ -31,6 +31,11 @@ WHOLE_MODULE = "*"
 RECORDING_ITSELF = ("lincorr.recording", __name__)
 # A record may come from someone else's file: only names of the package's own modules are looked up as modules.
 SUBMODULES = re.compile(r"(\.[A-Za-z_][A-Za-z0-9_]*)*")
+# Choices a computation made that its result depends on beside its key and its code (the memory plan a fine-tuning took
+# from the memory free then), noted in its record as `kind:name` (`recording.note`): such a unit never changes.
+CHOICE_KINDS = ("memory-plan",)
+CHOSEN = "chosen"
+CHOICE_NAME = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +162,11 @@ def units(module: str) -> ModuleUnits | None:
 
 def unit_hash(unit: str) -> str | None:
     """The short sha256 of a unit as its source is now; None when it is gone or is no unit of lincorr's (a record from
-    someone's file may name any path: only a regular file or directory inside the package is read)."""
+    someone's file may name any path: only a regular file or directory inside the package is read). A choice noted in a
+    record (CHOICE_KINDS) is CHOSEN, never changed: what it chose is its name."""
     kind, _, name = unit.partition(":")
+    if kind in CHOICE_KINDS:
+        return CHOSEN if CHOICE_NAME.fullmatch(name) else None
     if kind in ("file", "dir"):
         try:
             path = (PACKAGE_DIRECTORY / name).resolve()

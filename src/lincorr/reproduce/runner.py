@@ -26,7 +26,7 @@ from lincorr.cache import recorded_result
 from lincorr.collection import CollectSettings
 from lincorr.errors import FreeMemoryError, InputError, LincorrError, UsageError
 from lincorr.knowledge import load_registry
-from lincorr.finetune import layer_index
+from lincorr.finetune import MEMORY_PLAN, layer_index
 from lincorr.memory_plan import PLANS
 from lincorr.models import LM, load_model, require_other_checkpoint
 from lincorr.outputs import staged_directory, write_json, write_text_atomic
@@ -73,6 +73,9 @@ class ClaimResult:
     adjusted_p: float | None = None  # T+'s, Bonferroni's across the measured claims of the run
     interest_reason: str | None = None
     decision: dict | None = None  # `Decision.summary()`, made by `judged`
+    # The memory plans its fine-tuning took (noted in `code`: under "auto" they follow the memory free, which no key
+    # names); empty where it trained nothing, None where nothing was measured or in a file saved before they were kept.
+    memory_plans: list[str] | None = None
 
     def summary(self) -> dict:
         """The claim's row of `--json`: id, statement, paper, ours, test, p-values, effect, power, verdict, reason, provenance."""
@@ -382,6 +385,7 @@ def reproduce(paper: str, lm_or_model: LM | str, *, only: str | None = None, bud
             finished(unmeasured(claim, str(refused)))
         else:
             # the test the table judges, by the current code
-            finished(retested(dataclasses.replace(ClaimResult.from_summary(row), code=code if claim.step else None)))
+            finished(retested(dataclasses.replace(ClaimResult.from_summary(row), code=code if claim.step else None,
+                                                  memory_plans=recording.noted(code, MEMORY_PLAN))))
     return ReproductionResult(paper, claims_of.title, lm.name, lm.fingerprint, budget, judged(results), second.name if second else "",
                               round(time.perf_counter() - started, 1), len(measured))
