@@ -13,7 +13,7 @@ import torch
 
 from lincorr.errors import FreeMemoryError, LincorrError, UsageError
 from lincorr.finetune import Fact, TrainConfig, single_step, train_on_facts
-from lincorr.memory_plan import PLANS, StepsInBackward, chosen_plan, plan_named, predicted_peak
+from lincorr.memory_plan import HEADROOM, PLANS, StepsInBackward, chosen_plan, plan_named, predicted_peak
 from helpers.tiny import tiny_llama, tiny_tokenizer
 
 FACTS = (
@@ -107,6 +107,19 @@ def test_auto_takes_the_papers_plan_where_it_fits_and_the_next_where_not():
     with pytest.raises(FreeMemoryError, match="fits no memory plan"):  # the memory free now: no property of the model
         chosen_plan("auto", trainable, largest, copy, int(needs[2]) - 1)
     assert chosen_plan("adamw-float32", trainable, largest, copy, 0).name == "adamw-float32", "a plan asked for is taken"
+
+
+def test_the_copy_trained_is_counted_once_when_the_plan_is_chosen_after_it_is_made(tokenizer, monkeypatch):
+    """The memory free is read once the trained copy exists, and the predicted peak holds that copy: the paper's plan is
+    taken where the memory free before the copy fits its whole peak."""
+    from lincorr import finetune
+
+    model = tiny_llama(len(tokenizer), seed=3)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    largest = max(p.numel() for p in model.parameters())
+    needed = predicted_peak(PLANS[0], sum(p.numel() for p in model.parameters()), largest, weights) * (1 + HEADROOM)
+    monkeypatch.setattr(finetune, "available_bytes", lambda device: int(needed) - weights + 1)  # the copy already taken
+    assert train_on_facts(model, tokenizer, FACTS[:1], dataclasses.replace(TRAINING, epochs=1)).memory_plan == PLANS[0].name
 
 
 def test_too_little_memory_free_stops_a_tables_row_unstored_where_another_error_skips_it(tmp_path):

@@ -306,7 +306,8 @@ def _plan_for(target, trainable: Sequence[torch.nn.Parameter], config: TrainConf
     device = trainable[0].device if trainable else torch.device("cpu")
     largest = max((p.numel() for p in trainable), default=0)
     n_trainable = sum(p.numel() for p in trainable)
-    available = available_bytes(device)
+    # The copy is made already: the memory free now is short of it, and the predicted peak counts it.
+    available = available_bytes(device) + copy_bytes
     plan = chosen_plan(config.memory_plan, n_trainable, largest, copy_bytes, available)
     recording.note(MEMORY_PLAN, plan.name)
     paper_plan = PLANS[0]
