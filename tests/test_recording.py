@@ -472,7 +472,10 @@ def test_on_every_step_an_edit_stales_exactly_the_committed_claims_that_ran_it(m
                  if (units := source_units.units(module)) is not None for name in units.functions}
     edited_unit = []
     current = source_units.unit_hash
-    monkeypatch.setattr(source_units, "unit_hash", lambda unit: "edited" if unit in edited_unit else current(unit))
+    # The source as the records saw it, whether or not the files have been refreshed since code they ran last changed:
+    # what is asked is which records an edit reaches, not whether the committed files are fresh now.
+    recorded = {unit: digest for c in claims for unit, digest in c.code.items()}
+    monkeypatch.setattr(source_units, "unit_hash", lambda unit: "edited" if unit in edited_unit else recorded.get(unit) or current(unit))
 
     def stale_after_editing(unit: str) -> set[str]:
         edited_unit[:] = [unit]
