@@ -630,6 +630,8 @@ REFRESH_REFUSALS = {
     "a-verdict-with-no-test-nothing-stale": (lambda d: d.update(claims=[{**d["claims"][1], "verdict": "reproduced"}]),
                                              "is 'reproduced' with no test behind it"),
     "budget-decide": (lambda d: d.update(budget="decide"), "a --budget decide reproduction is measured again whole"),
+    "model-blank": (lambda d: d.update(model=""), "names no model (\"model\": '')"),
+    "model-of-spaces": (lambda d: d.update(model="   "), "names no model (\"model\": '   ')"),
 }
 
 
@@ -638,7 +640,8 @@ REFRESH_REFUSALS = {
 def test_a_file_a_refresh_cannot_measure_or_judge_is_refused_before_any_model_loads(case, in_a_tree, tmp_path, monkeypatch, capsys):
     """Every file of the tree is checked first: a claim judged with no test behind it ended the refresh in a ValueError
     traceback, and in a tree only after the model had loaded and the other files' stale claims were measured; a --budget
-    decide file was refused only once the model had loaded."""
+    decide file was refused only once the model had loaded; a blank model name loaded the default model, which would
+    have measured the claims of another."""
     from lincorr.cli import reproduce as command
 
     change, says = REFRESH_REFUSALS[case]

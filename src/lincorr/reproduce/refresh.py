@@ -183,14 +183,18 @@ def write_refreshed(saved: SavedReproduction, result: ReproductionResult) -> Non
 
 def checked_before_loading(saved: Sequence[SavedReproduction]) -> dict[Path, ReproductionResult]:
     """Every file checked before any model loads, so that a tree's last file fails in a second, not after hours of
-    measuring the others: a file with stale claims is no --budget decide run, and every claim not measured again is
+    measuring the others: a file with stale claims names the model that measured them (a blank name would load the
+    default model and measure them on another) and is no --budget decide run, and every claim not measured again is
     judged again now (one with a verdict and no test behind it cannot be). The files with no stale claim, judged again
     (`ReproductionResult.rejudged`); an `InputError` naming the file where one cannot be."""
     rejudged = {}
     for entry in saved:
         result, stale = entry.result, {claim.id for claim in entry.stale}
-        again = (f"lincorr reproduce {result.paper} --model {shlex.quote(result.model_name or 'MODEL')}"
+        again = (f"lincorr reproduce {result.paper} --model {shlex.quote(result.model_name.strip() or 'MODEL')}"
                  + (f" --budget {result.budget}" if result.budget else ""))
+        if stale and not result.model_name.strip():
+            raise InputError(f"{entry.path}: names no model (\"model\": {result.model_name!r}), so its stale claims would be "
+                             f"measured on the default one; write the model that measured it there, or measure it again whole: {again}")
         if stale and result.budget == DECIDE:  # its second look's units were planned from its first look's
             raise InputError(f"{entry.path}: a --budget decide reproduction is measured again whole: {again}")
         try:
