@@ -16,6 +16,7 @@ from lincorr import strict_json
 import lincorr.ripple.edits as edits_module
 from lincorr.errors import InputError, UsageError
 from lincorr.ripple import COUNTRY_RELATIONS, EDITS_FILE, read_edits, relation_counts
+from lincorr.ripple.hops import REGISTRY_PROMPTS
 
 SOURCE = EDITS_FILE.parent / "SOURCE.md"
 
@@ -178,6 +179,42 @@ def test_edits_that_change_no_country_are_refused_in_one_line_before_the_model_l
     assert main(["ripple", str(file), "--out", str(tmp_path / "run")]) == 2
     line = one_error_line(capsys)
     assert f"none of the {len(spouses)} edits" in line and "COUNTRY_OF_CITIZENSHIP" in line
+    assert not (tmp_path / "run").exists()
+
+
+def bundled_records() -> list[dict]:
+    return json.loads(EDITS_FILE.read_text(encoding="utf-8"))
+
+
+# Bundled edits of which `hops.registry_phrased` keeps no query, one set per reason it leaves a query out.
+NOTHING_IN_THE_REGISTRYS_WORDS = {
+    "a-country-edit-is-about-no-person": lambda records: [r for r in records if r["edit"]["relation"] == "COUNTRY"],
+    "no-registry-prompt-for-the-query": lambda records: [
+        {**r, "compositional_I_problems": [p for p in r["compositional_I_problems"]
+                                           if p["condition_query"]["relation"] not in REGISTRY_PROMPTS]}
+        for r in records if r["edit"]["relation"] == "COUNTRY_OF_CITIZENSHIP"
+        and any(p["condition_query"]["relation"] not in REGISTRY_PROMPTS for p in r["compositional_I_problems"])],
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOTHING_IN_THE_REGISTRYS_WORDS))
+def test_edits_the_registry_has_no_words_for_are_refused_before_the_model_loads(case, tmp_path, monkeypatch, capsys):
+    """With --phrasing registry, edits whose queries all fall out of `registry_phrased` reached the model load and ended
+    in a DataError about the model's tokenizer."""
+    from helpers.cli_errors import one_error_line
+    from lincorr.cli import main
+    from lincorr.knowledge import load_registry
+    from lincorr.ripple.hops import registry_phrased, scorable_hops
+
+    records = NOTHING_IN_THE_REGISTRYS_WORDS[case](bundled_records())
+    file = tmp_path / "edits.json"
+    file.write_text(json.dumps(records), encoding="utf-8")
+    edits = read_edits(file)
+    assert scorable_hops(edits)[0] and not registry_phrased(scorable_hops(edits)[0], edits, load_registry())[0]
+    monkeypatch.setattr("lincorr.models.load_model", lambda *args, **kwargs: pytest.fail("the model loaded"))
+    assert main(["ripple", str(file), "--phrasing", "registry", "--out", str(tmp_path / "run")]) == 2
+    line = one_error_line(capsys)
+    assert "--phrasing registry" in line and "COUNTRY_OF_CITIZENSHIP" in line and "--phrasing dataset" in line, line
     assert not (tmp_path / "run").exists()
 
 
