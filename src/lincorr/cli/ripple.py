@@ -59,6 +59,7 @@ def run_ripple(args) -> None:
     registry = load_registry_from(args)
     if args.phrasing == "registry":
         check_registry_phrasing(hops, edits, registry)
+    check_inputs_split(args.n_inputs)
     config = RippleConfig(n_inputs=args.n_inputs, seed=args.seed, training=args.training, phrasing=args.phrasing, top_k=args.top_k, n_boot=args.n_boot)
     result = measure_ripple(load_lm(args), edits, registry, config, edits_file=str(args.edits or EDITS_FILE),
                             settings=collect_settings(args))
@@ -79,3 +80,17 @@ def check_registry_phrasing(hops, edits, registry) -> None:
         raise InputError(f"--phrasing registry leaves none of the {len(hops)} scorable queries of these edits ({reasons}): "
                          f"it asks only the {asked} queries of COUNTRY_OF_CITIZENSHIP edits, about a person; give such edits, "
                          "or use --phrasing dataset")
+
+
+def check_inputs_split(n_inputs: int) -> None:
+    """-n holds out enough inputs to score each of W's fits on (`held_out.split_sizes` at each fit's test fraction): said
+    before the model loads, where `FitConfig.check_sizes` said it after the load."""
+    from lincorr.errors import DataError
+    from lincorr.held_out import split_sizes
+    from lincorr.ripple.predictors import W_FITS
+
+    for config in W_FITS.values():
+        try:
+            split_sizes(n_inputs, config.test_fraction)
+        except DataError as error:  # ripple samples its inputs: it has no --inputs to suggest
+            raise DataError(str(error).removesuffix(" (or --inputs with that many lines)")) from None
