@@ -654,3 +654,41 @@ def test_a_file_a_refresh_cannot_measure_or_judge_is_refused_before_any_model_lo
     line = one_error_line(capsys)
     assert str(refused) in line and says in line, line
     assert fine is None or fine.read_text() == before
+
+
+def long_word(document: dict, field: str) -> None:
+    """The stale claim's `field` (or, for "code", the name of a unit it ran) made a word of a million characters."""
+    claim = document["claims"][0]
+    if field == "code":
+        claim["code"] = {"lincorr.fit:" + "x" * 1_000_000: "0" * 16}
+    else:
+        claim[field] = "\x1b]0;x\x07" + "y" * 1_000_000
+
+
+# Every text field of a saved claim, and the name of a unit of code it ran: what --status may print of a stranger's file.
+CLAIM_TEXT = [field.name for field in dataclasses.fields(runner.ClaimResult) if field.type in ("str", "str | None")] + ["code"]
+
+
+def absurd_times(document: dict, seconds) -> None:
+    """Both claims stale, measured in `seconds` each."""
+    for claim in document["claims"]:
+        claim.update(step="precision", code={"lincorr.fit:gone_since": "0" * 16}, seconds=seconds)
+
+
+@pytest.mark.parametrize("change, shows", [*((lambda d, field=field: long_word(d, field), None) for field in CLAIM_TEXT),
+                                           (lambda d: absurd_times(d, 1e308), "about 10,000+ h"),
+                                           (lambda d: absurd_times(d, 10 ** 300), "about 10,000+ h")],
+                         ids=[*(f"a-{field}-of-a-million-characters" for field in CLAIM_TEXT), "seconds-summing-past-float",
+                              "seconds-of-300-digits"])
+def test_the_status_cuts_a_strangers_long_text_and_shows_an_absurd_time_as_one(change, shows, tmp_path, capsys):
+    """A unit name, a time or a step of a million characters was printed whole, and times of 1e308 s as "about inf h"
+    (10**300 s as a number of 300 digits): every line stays an error line's length, an absurd time reads as past 10,000 h."""
+    from lincorr.cli import MAX_LINE
+
+    saved = saved_reproduction(tmp_path / "reproductions" / "tiny" / "peng.json", change)
+    main(["reproduce", "--status", str(saved)])
+    printed = capsys.readouterr()
+    lines = (printed.out + printed.err).splitlines()
+    assert lines and max(len(line) for line in lines) <= MAX_LINE + len(str(saved)), max(len(line) for line in lines)
+    assert "\x1b" not in printed.out + printed.err
+    assert shows is None or (shows in printed.out and "inf" not in printed.out and max(map(len, lines)) < 400), printed.out

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import shlex
 import time
@@ -68,7 +69,16 @@ def saved_reproductions(directory: str | Path) -> list[SavedReproduction]:
     return saved
 
 
+# The longest time a refresh plan shows as a number: a saved file's times are anyone's, and 1e308 s (two of them summing to
+# infinity) printed as "about inf h", or as a number of 300 digits.
+MOST_SHOWN_HOURS = 10_000
+
+
 def duration_text(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "? h"
+    if not seconds < MOST_SHOWN_HOURS * 3600:
+        return f"{MOST_SHOWN_HOURS:,}+ h"
     return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
