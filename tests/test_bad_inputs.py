@@ -543,6 +543,27 @@ def test_a_cache_tree_deeper_than_pythons_recursion_is_listed_sized_and_cleared(
         sys.setrecursionlimit(limit)
 
 
+@pytest.mark.parametrize("variable", ["LINCORR_CACHE_DIR", "HOME"])
+@pytest.mark.parametrize("command", [["cache", "list"], ["cache", "size"], ["cache", "clear"]])
+def test_the_cache_commands_show_a_cache_path_of_terminal_escapes_and_line_breaks_escaped(command, variable, capsys,
+                                                                                          monkeypatch, tmp_path):
+    """A path from LINCORR_CACHE_DIR or HOME holding an escape sequence retitled the terminal, and a line break forged
+    lines: every line the cache commands print shows them as escapes."""
+    from lincorr.cache import CACHE_MARKER
+
+    odd = tmp_path / "c\x1b]0;PWNED\x07\nlincorr: forged"
+    cache = odd if variable == "LINCORR_CACHE_DIR" else odd / ".cache" / "lincorr"
+    (cache / "logits").mkdir(parents=True)
+    (cache / CACHE_MARKER).write_text("", encoding="utf-8")
+    if variable == "HOME":
+        monkeypatch.delenv("LINCORR_CACHE_DIR")
+    monkeypatch.setenv(variable, str(odd))
+    assert main(command) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\x07" not in printed and "\\x1b]0;PWNED\\x07\\nlincorr: forged" in printed, printed
+    assert not any(line.startswith("lincorr: forged") for line in printed.splitlines()), printed
+
+
 # ---- reproducibility ----
 
 def fit_json(assets, capsys, *extra) -> dict:
