@@ -19,7 +19,7 @@ from helpers.cli_errors import one_error_line, spy_on_errors
 
 import lincorr.models
 from lincorr.cli import main
-from lincorr.errors import CacheError, InputError, OutputError, UsageError
+from lincorr.errors import CacheError, DataError, InputError, OutputError, UsageError
 from lincorr.filesystem import OUTPUT_MARKER
 from lincorr.knowledge import load_registry
 from lincorr.knowledge.lre import LreRelation
@@ -87,6 +87,9 @@ ARGUMENT_MISTAKES = [
     ("max-edits-of-4401-digits", ["ripple", "--max-edits", "9" * 4401, *MODEL], UsageError),
     ("bootstrap-of-ten-million", ["fit", "city", "country", "--bootstrap", "10000000", *MODEL], UsageError),
     ("ridge-alpha-past-float-squares", ["fit", "city", "country", "--alpha", "1e308", *MODEL], UsageError),
+    # too few inputs to score W on, for a command that samples them after the model loads
+    ("ripple-n-below-the-held-out-split", ["ripple", "-n", "18", *MODEL], DataError),
+    ("ripple-n-5", ["ripple", "-n", "5", *MODEL], DataError),
     # the cache
     ("cache-dir-dangling-link", ["fit", "city", "country", *MODEL], CacheError, "dangling"),
     ("cache-dir-link-loop", ["fit", "city", "country", *MODEL], CacheError, "loop"),

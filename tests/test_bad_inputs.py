@@ -507,6 +507,63 @@ def test_a_cache_section_that_is_a_link_is_not_followed(capsys, monkeypatch, tmp
     assert (results["entries"], results["bytes"]) == (0, 0)
 
 
+def test_a_cache_tree_deeper_than_pythons_recursion_is_listed_sized_and_cleared(capsys, monkeypatch, tmp_path):
+    """pathlib's rglob (list, size) and shutil.rmtree (clear) recursed into a RecursionError traceback at 1,200 nested
+    directories, and clear left the tree half removed; links inside are neither counted nor followed."""
+    import shutil
+    import sys
+
+    from lincorr.cache import CACHE_MARKER
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "thesis.tex").write_text("mine" * 1000, encoding="utf-8")
+    cache = tmp_path / "cache"
+    deepest = cache / "logits"
+    os.makedirs(deepest)
+    (cache / CACHE_MARKER).write_text("", encoding="utf-8")
+    for _ in range(sys.getrecursionlimit() + 200):
+        deepest = deepest / "d"
+        os.mkdir(deepest)
+    (deepest / "table.npz").write_bytes(b"x" * 1234)
+    (deepest / "linked-file").symlink_to(elsewhere / "thesis.tex")
+    (deepest / "linked-directory").symlink_to(elsewhere)
+    monkeypatch.setenv("LINCORR_CACHE_DIR", str(cache))
+    try:
+        assert main(["cache", "list", "--json"]) == 0
+        tables = next(s for s in json.loads(capsys.readouterr().out)["sections"] if s["section"] == "tables")
+        assert (tables["entries"], tables["bytes"]) == (1, 1234)
+        assert main(["cache", "size"]) == 0 and capsys.readouterr().out.startswith("1.2 KB")
+        assert main(["cache", "clear", "--tables"]) == 0
+        assert not (cache / "logits").exists() and (elsewhere / "thesis.tex").read_text(encoding="utf-8") == "mine" * 1000
+    finally:  # pytest removes old temporary directories with shutil.rmtree too: a tree left behind would break that
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(limit + 1000)
+        shutil.rmtree(cache, ignore_errors=True)
+        sys.setrecursionlimit(limit)
+
+
+@pytest.mark.parametrize("variable", ["LINCORR_CACHE_DIR", "HOME"])
+@pytest.mark.parametrize("command", [["cache", "list"], ["cache", "size"], ["cache", "clear"]])
+def test_the_cache_commands_show_a_cache_path_of_terminal_escapes_and_line_breaks_escaped(command, variable, capsys,
+                                                                                          monkeypatch, tmp_path):
+    """A path from LINCORR_CACHE_DIR or HOME holding an escape sequence retitled the terminal, and a line break forged
+    lines: every line the cache commands print shows them as escapes."""
+    from lincorr.cache import CACHE_MARKER
+
+    odd = tmp_path / "c\x1b]0;PWNED\x07\nlincorr: forged"
+    cache = odd if variable == "LINCORR_CACHE_DIR" else odd / ".cache" / "lincorr"
+    (cache / "logits").mkdir(parents=True)
+    (cache / CACHE_MARKER).write_text("", encoding="utf-8")
+    if variable == "HOME":
+        monkeypatch.delenv("LINCORR_CACHE_DIR")
+    monkeypatch.setenv(variable, str(odd))
+    assert main(command) == 0
+    printed = capsys.readouterr().out
+    assert "\x1b" not in printed and "\x07" not in printed and "\\x1b]0;PWNED\\x07\\nlincorr: forged" in printed, printed
+    assert not any(line.startswith("lincorr: forged") for line in printed.splitlines()), printed
+
+
 # ---- reproducibility ----
 
 def fit_json(assets, capsys, *extra) -> dict:

@@ -156,3 +156,35 @@ def test_a_listing_writes_nothing_where_the_cache_variable_points(command, cache
     assert main(command) == 0
     capsys.readouterr()
     assert sorted(tmp_path.rglob("*")) == before
+
+
+def touched(directory: Path) -> None:
+    os.utime(directory / "config.json", ns=(1, 1))
+
+
+def truncated(directory: Path) -> None:
+    (directory / "config.json").write_text("{")
+
+
+def removed(directory: Path) -> None:
+    (directory / "config.json").unlink()
+
+
+@pytest.mark.parametrize("change, converted", [(touched, True), (truncated, False), (removed, False)],
+                         ids=["touched-since", "truncated", "a-file-removed"])
+def test_a_listing_neither_hashes_nor_rewrites_a_conversion_it_lists(change, converted, monkeypatch, capsys):
+    """`lincorr models` ran the load's check, which hashes a file whose time moved (over 20 s for a 12 GB one) and
+    rewrites the record, and so refused a read-only cache: a listing compares presence and sizes, and writes nothing."""
+    bundle = catalogue()["gemma-3-270m-q4km"]
+    directory = converted_model_directory(bundle.alias, bundle.fingerprint)
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text("{}")
+    record_conversion(directory, bundle.fingerprint, Path("source.gguf"))
+    change(directory)
+    record = directory / CONVERSION_RECORD
+    before = (record.read_bytes(), record.stat().st_mtime_ns, sorted(directory.iterdir()))
+    for name in ("sha256_of", "write_json_atomic", "check_writable"):
+        monkeypatch.setattr(f"lincorr.cache.{name}", lambda *args, name=name, **kwargs: pytest.fail(f"a listing called {name}"))
+    assert main(["models", "--json"]) == 0
+    assert {row["alias"]: row for row in json.loads(capsys.readouterr().out)}[bundle.alias]["converted"] is converted
+    assert (record.read_bytes(), record.stat().st_mtime_ns, sorted(directory.iterdir())) == before

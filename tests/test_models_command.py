@@ -208,3 +208,20 @@ def test_a_model_name_too_long_for_any_file_system_ends_in_one_error_line(capsys
 def test_scale_needs_a_series_or_models_and_a_known_series(capsys, argv, says):
     assert main(argv) == 2
     assert says in one_error_line(capsys)
+
+
+@pytest.mark.parametrize("spec", ["", "   "])
+def test_a_blank_model_name_a_command_passes_on_is_refused_never_read_as_model(spec, monkeypatch):
+    """A name from a file (a saved reproduction's "model") reaches `load_lm` unchecked by the command line's type:
+    `spec or args.model` loaded --model's default in place of ''."""
+    import argparse
+
+    import lincorr.models
+    from lincorr.cli.options import load_lm
+    from lincorr.errors import InputError
+
+    monkeypatch.setattr(lincorr.models, "load_model", lambda *args, **kwargs: pytest.fail("a model loaded"))
+    args = argparse.Namespace(model="gemma-3-270m-q4km", model_kwargs=None, device="cpu", dtype=None, device_map=None,
+                              trust_remote_code=False, revision=None)
+    with pytest.raises(InputError, match="names no model"):
+        load_lm(args, spec)

@@ -93,6 +93,58 @@ def test_the_report_never_writes_into_a_run_it_reads(tiny_runs, tmp_path, monkey
     assert contents(run) == before
 
 
+def files_opened(run: Path, under: Path, monkeypatch) -> set[Path]:
+    """Every file under `under` that the report of `run` opens (builtins.open and io.open spied on while it is built)."""
+    import builtins
+    import io
+
+    opened: set[Path] = set()
+    real = builtins.open
+
+    def spying(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and Path(os.path.abspath(file)).is_relative_to(under):
+            opened.add(Path(os.path.abspath(file)))
+        return real(file, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(builtins, "open", spying)
+        patch.setattr(io, "open", spying)
+        build_report([run])
+    return opened
+
+
+@pytest.mark.parametrize("kept", ["a-run-directory", "a-reproduction-kept-on-its-own"])
+def test_the_report_never_writes_over_any_file_it_reads(kept, tiny_runs, tmp_path, monkeypatch, capsys):
+    """A reproduction kept on its own (docs/reproductions/MODEL/PAPER.json) reads PAPER.provenance.json beside it:
+    `--out` naming that file replaced it with the page. Every file the report opens is refused as --out."""
+    if kept == "a-run-directory":
+        run = Path(shutil.copytree(tiny_runs["reproduce"], tmp_path / "run"))
+    else:
+        (tmp_path / "model").mkdir()
+        run = Path(shutil.copy(tiny_runs["reproduce"] / "reproduction.json", tmp_path / "model" / "peng.json"))
+        shutil.copy(tiny_runs["reproduce"] / "provenance.json", tmp_path / "model" / "peng.provenance.json")
+    read = files_opened(run, tmp_path, monkeypatch)
+    assert len(read) >= 2, read  # the result and its provenance
+    before = contents(tmp_path)
+    reported = spy_on_errors(monkeypatch)
+    for out in read:
+        assert main(["report", str(run), "--out", str(out)]) == 2, out
+        one_error_line(capsys)
+    assert [type(error) for error in reported] == [OutputError] * len(read)
+    assert contents(tmp_path) == before
+
+
+def test_a_reproduction_kept_on_its_own_reads_no_other_runs_provenance(tiny_runs, tmp_path, capsys):
+    """Without its PAPER.provenance.json, the report read provenance.json beside it, another run's (a FIFO there blocked
+    or ended the report); now it shows what the reproduction itself says."""
+    (tmp_path / "model").mkdir()
+    run = Path(shutil.copy(tiny_runs["reproduce"] / "reproduction.json", tmp_path / "model" / "peng.json"))
+    os.mkfifo(tmp_path / "model" / "provenance.json")
+    (section,) = read_run(run)
+    assert section.provenance.command is None and section.provenance.model == "tiny-llama"
+    assert main(["report", str(run), "--out", str(tmp_path / "report.html")]) == 0
+
+
 @pytest.mark.parametrize("where, kind, message", [
     ("{a_file}/report.html", OutputError, "is a file, not a directory"),
     ("{a_file}/deeper/report.html", OutputError, "is a file, not a directory"),

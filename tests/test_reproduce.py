@@ -608,3 +608,87 @@ def test_a_saved_files_reader_knows_the_budgets_and_verdicts_the_runner_writes()
     assert reproduction_file.BUDGET_NAMES == (*claims.BUDGETS, claims.DECIDE)
     assert reproduction_file.VERDICTS == (decisions.REPRODUCED, decisions.SMALLER, decisions.NOT_REPRODUCED,
                                           decisions.INCONCLUSIVE, "not applicable")
+
+
+def saved_reproduction(path: Path, change=lambda document: None) -> Path:
+    """A saved peng reproduction at `path` (a tree's MODEL/PAPER.json): peng.fig3.attribute stale (a unit of its record
+    is gone from lincorr), peng.table1 not applicable; `change` edits the JSON first."""
+    stale = runner.ClaimResult("peng.fig3.attribute", "Figure 3", "a claim", {}, {}, "", "", None, None, "not applicable", "",
+                               step="precision", code={"lincorr.fit:gone_since": "0" * 16})
+    plain = runner.ClaimResult("peng.table1", "Table 1", "describes the prompts", {}, {}, "", "", None, None, "not applicable", "")
+    document = ReproductionResult("peng", "Peng et al.", "tiny", "f" * 16, "quick", (stale, plain)).summary()
+    change(document)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+# What a refresh can neither measure nor judge in a saved file, and what its line says.
+REFRESH_REFUSALS = {
+    "a-verdict-with-no-test-beside-a-stale-claim": (lambda d: d["claims"][1].update(verdict="reproduced"),
+                                                    "is 'reproduced' with no test behind it"),
+    "a-verdict-with-no-test-nothing-stale": (lambda d: d.update(claims=[{**d["claims"][1], "verdict": "reproduced"}]),
+                                             "is 'reproduced' with no test behind it"),
+    "budget-decide": (lambda d: d.update(budget="decide"), "a --budget decide reproduction is measured again whole"),
+    "model-blank": (lambda d: d.update(model=""), "names no model (\"model\": '')"),
+    "model-of-spaces": (lambda d: d.update(model="   "), "names no model (\"model\": '   ')"),
+}
+
+
+@pytest.mark.parametrize("in_a_tree", [False, True], ids=["alone", "last-of-a-tree"])
+@pytest.mark.parametrize("case", sorted(REFRESH_REFUSALS))
+def test_a_file_a_refresh_cannot_measure_or_judge_is_refused_before_any_model_loads(case, in_a_tree, tmp_path, monkeypatch, capsys):
+    """Every file of the tree is checked first: a claim judged with no test behind it ended the refresh in a ValueError
+    traceback, and in a tree only after the model had loaded and the other files' stale claims were measured; a --budget
+    decide file was refused only once the model had loaded; a blank model name loaded the default model, which would
+    have measured the claims of another."""
+    from lincorr.cli import reproduce as command
+
+    change, says = REFRESH_REFUSALS[case]
+    tree = tmp_path / "reproductions"
+    fine = saved_reproduction(tree / "a-model" / "peng.json") if in_a_tree else None
+    refused = saved_reproduction(tree / "z-model" / "peng.json", change)
+    before = fine.read_text() if fine else None
+    monkeypatch.setattr(command, "load_lm", lambda *args, **kwargs: pytest.fail("a model loaded before every file was checked"))
+    assert main(["reproduce", "--refresh", str(tree)]) == 2
+    line = one_error_line(capsys)
+    assert str(refused) in line and says in line, line
+    assert fine is None or fine.read_text() == before
+
+
+def long_word(document: dict, field: str) -> None:
+    """The stale claim's `field` (or, for "code", the name of a unit it ran) made a word of a million characters."""
+    claim = document["claims"][0]
+    if field == "code":
+        claim["code"] = {"lincorr.fit:" + "x" * 1_000_000: "0" * 16}
+    else:
+        claim[field] = "\x1b]0;x\x07" + "y" * 1_000_000
+
+
+# Every text field of a saved claim, and the name of a unit of code it ran: what --status may print of a stranger's file.
+CLAIM_TEXT = [field.name for field in dataclasses.fields(runner.ClaimResult) if field.type in ("str", "str | None")] + ["code"]
+
+
+def absurd_times(document: dict, seconds) -> None:
+    """Both claims stale, measured in `seconds` each."""
+    for claim in document["claims"]:
+        claim.update(step="precision", code={"lincorr.fit:gone_since": "0" * 16}, seconds=seconds)
+
+
+@pytest.mark.parametrize("change, shows", [*((lambda d, field=field: long_word(d, field), None) for field in CLAIM_TEXT),
+                                           (lambda d: absurd_times(d, 1e308), "about 10,000+ h"),
+                                           (lambda d: absurd_times(d, 10 ** 300), "about 10,000+ h")],
+                         ids=[*(f"a-{field}-of-a-million-characters" for field in CLAIM_TEXT), "seconds-summing-past-float",
+                              "seconds-of-300-digits"])
+def test_the_status_cuts_a_strangers_long_text_and_shows_an_absurd_time_as_one(change, shows, tmp_path, capsys):
+    """A unit name, a time or a step of a million characters was printed whole, and times of 1e308 s as "about inf h"
+    (10**300 s as a number of 300 digits): every line stays an error line's length, an absurd time reads as past 10,000 h."""
+    from lincorr.cli import MAX_LINE
+
+    saved = saved_reproduction(tmp_path / "reproductions" / "tiny" / "peng.json", change)
+    main(["reproduce", "--status", str(saved)])
+    printed = capsys.readouterr()
+    lines = (printed.out + printed.err).splitlines()
+    assert lines and max(len(line) for line in lines) <= MAX_LINE + len(str(saved)), max(len(line) for line in lines)
+    assert "\x1b" not in printed.out + printed.err
+    assert shows is None or (shows in printed.out and "inf" not in printed.out and max(map(len, lines)) < 400), printed.out

@@ -16,6 +16,7 @@ from lincorr import strict_json
 import lincorr.ripple.edits as edits_module
 from lincorr.errors import InputError, UsageError
 from lincorr.ripple import COUNTRY_RELATIONS, EDITS_FILE, read_edits, relation_counts
+from lincorr.ripple.hops import REGISTRY_PROMPTS
 
 SOURCE = EDITS_FILE.parent / "SOURCE.md"
 
@@ -78,8 +79,25 @@ def edited(record: dict, path: tuple, value=...) -> dict:
     return changed
 
 
-READ_FIELDS = [path for path, _ in field_paths(bundled_record())
-               if path[-1] in ("prompt", "subject_id", "relation", "target_id", "answer", "subject") and path[:2] != ("edit", "original_fact")]
+def declared_text_fields(shape, path=()):
+    """Every path to a text field that the reader's declared shape (`edits.EDITS`) names: what lincorr reads of a record."""
+    from lincorr.schema import TEXT, Items
+
+    if isinstance(shape, Items):
+        yield from declared_text_fields(shape.shape, (*path, 0))
+    elif isinstance(shape, dict):
+        for key, inner in shape.items():
+            yield from declared_text_fields(inner, (*path, key))
+    elif shape is TEXT:
+        yield path
+
+
+READ_FIELDS = [path[1:] for path in declared_text_fields(edits_module.EDITS.shape)]  # within one record of the list
+
+
+def test_the_fields_read_are_fields_of_ripple_edits_own_records():
+    assert set(READ_FIELDS) <= {path for path, _ in field_paths(bundled_record())}
+    assert ("edit", "original_fact", "target_id") in READ_FIELDS and ("compositional_I_problems", 0, "condition_query", "relation") in READ_FIELDS
 
 
 @pytest.mark.parametrize("path", READ_FIELDS, ids=lambda path: ".".join(map(str, path)))
@@ -102,10 +120,10 @@ def test_an_empty_prompt_or_answer_names_its_edit_and_query(field, tmp_path):
         read_edits(file)
 
 
-@pytest.mark.parametrize("path", [("edit", "prompt"), ("edit", "subject_id"), ("compositional_I_problems", 0, "compositional_query", "prompt"),
-                                  ("compositional_I_problems", 0, "condition_query", "answer")], ids=lambda path: ".".join(map(str, path)))
+@pytest.mark.parametrize("path", READ_FIELDS, ids=lambda path: ".".join(map(str, path)))
 def test_a_prompt_or_answer_of_a_page_is_refused_before_any_model_reads_it(path, tmp_path):
-    """A prompt is a sentence: a page of one would be tokenised and run through the model for every edit and query."""
+    """A prompt is a sentence: a page of one would be tokenised and run through the model for every edit and query. Every
+    text field read is held to it: the old object and a condition query's relation of 5,000,000 characters were read."""
     from lincorr.ripple.edits import MOST_CHARACTERS
 
     file = tmp_path / "edits.json"
@@ -136,6 +154,18 @@ def test_more_edits_than_lincorr_reads_are_refused_in_one_line(tmp_path, monkeyp
     with pytest.raises(InputError, match="holds 3 edits, more than the 2") as error:
         read_edits(file)
     assert "\n" not in str(error.value)
+
+
+def test_more_queries_than_lincorr_reads_are_refused_in_one_line_counting_only_the_edits_read(tmp_path, monkeypatch):
+    """One edit with 120,000 queries was read: the queries of the edits read (all, or --max-edits of them) are capped."""
+    queries = len(bundled_record()["compositional_I_problems"])
+    monkeypatch.setattr(edits_module, "MOST_QUERIES", 2 * queries - 1)
+    file = tmp_path / "edits.json"
+    file.write_text(json.dumps([bundled_record()] * 2), encoding="utf-8")
+    with pytest.raises(InputError, match=f"the 2 edits read hold {2 * queries} queries, more than the {2 * queries - 1}") as error:
+        read_edits(file)
+    assert "\n" not in str(error.value) and "--max-edits" in str(error.value)
+    assert len(read_edits(file, max_edits=1)) == 1
 
 
 def test_a_huge_subject_is_quoted_in_part(tmp_path):
@@ -178,6 +208,42 @@ def test_edits_that_change_no_country_are_refused_in_one_line_before_the_model_l
     assert main(["ripple", str(file), "--out", str(tmp_path / "run")]) == 2
     line = one_error_line(capsys)
     assert f"none of the {len(spouses)} edits" in line and "COUNTRY_OF_CITIZENSHIP" in line
+    assert not (tmp_path / "run").exists()
+
+
+def bundled_records() -> list[dict]:
+    return json.loads(EDITS_FILE.read_text(encoding="utf-8"))
+
+
+# Bundled edits of which `hops.registry_phrased` keeps no query, one set per reason it leaves a query out.
+NOTHING_IN_THE_REGISTRYS_WORDS = {
+    "a-country-edit-is-about-no-person": lambda records: [r for r in records if r["edit"]["relation"] == "COUNTRY"],
+    "no-registry-prompt-for-the-query": lambda records: [
+        {**r, "compositional_I_problems": [p for p in r["compositional_I_problems"]
+                                           if p["condition_query"]["relation"] not in REGISTRY_PROMPTS]}
+        for r in records if r["edit"]["relation"] == "COUNTRY_OF_CITIZENSHIP"
+        and any(p["condition_query"]["relation"] not in REGISTRY_PROMPTS for p in r["compositional_I_problems"])],
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOTHING_IN_THE_REGISTRYS_WORDS))
+def test_edits_the_registry_has_no_words_for_are_refused_before_the_model_loads(case, tmp_path, monkeypatch, capsys):
+    """With --phrasing registry, edits whose queries all fall out of `registry_phrased` reached the model load and ended
+    in a DataError about the model's tokenizer."""
+    from helpers.cli_errors import one_error_line
+    from lincorr.cli import main
+    from lincorr.knowledge import load_registry
+    from lincorr.ripple.hops import registry_phrased, scorable_hops
+
+    records = NOTHING_IN_THE_REGISTRYS_WORDS[case](bundled_records())
+    file = tmp_path / "edits.json"
+    file.write_text(json.dumps(records), encoding="utf-8")
+    edits = read_edits(file)
+    assert scorable_hops(edits)[0] and not registry_phrased(scorable_hops(edits)[0], edits, load_registry())[0]
+    monkeypatch.setattr("lincorr.models.load_model", lambda *args, **kwargs: pytest.fail("the model loaded"))
+    assert main(["ripple", str(file), "--phrasing", "registry", "--out", str(tmp_path / "run")]) == 2
+    line = one_error_line(capsys)
+    assert "--phrasing registry" in line and "COUNTRY_OF_CITIZENSHIP" in line and "--phrasing dataset" in line, line
     assert not (tmp_path / "run").exists()
 
 

@@ -19,9 +19,9 @@ from pathlib import Path
 import yaml
 
 from lincorr import recording
-from lincorr.cache import MODELS, cache_directory, conversion_location, conversion_state, file_sha256
+from lincorr.cache import CONVERSION_RECORD, MODELS, cache_directory, conversion_location, file_sha256, recorded_file
 from lincorr.errors import ModelError
-from lincorr.filesystem import atomic_file
+from lincorr.filesystem import atomic_file, read_record_json
 from lincorr.reading import human_size
 
 log = logging.getLogger(__name__)
@@ -235,6 +235,19 @@ def bundled_status() -> list[BundledStatus]:
     rows = []
     for bundle in catalogue().values():
         directory = conversion_location(bundle.alias, bundle.fingerprint)
-        rows.append(BundledStatus(bundle, not missing_chunks(bundle), conversion_state(directory, bundle.fingerprint) == "intact",
+        rows.append(BundledStatus(bundle, not missing_chunks(bundle), listed_converted(directory, bundle.fingerprint),
                                   conversion_bytes(bundle.header.parameters), FLOAT32_BYTES * bundle.header.parameters))
     return rows
+
+
+def listed_converted(directory: Path, fingerprint: str) -> bool:
+    """Whether the conversion in `directory` reads as whole to a listing: its record names `fingerprint`, and every file it
+    records is there at its recorded size (`cache.recorded_file`). Nothing is hashed or written: the check each load makes
+    (`cache.conversion_state`) hashed a file whose time had moved (over 20 s for 12 GB) and rewrote the record, which a
+    listing must not, on a read-only cache least of all; a file changed at its size is found by the load."""
+    record = read_record_json(directory / CONVERSION_RECORD) or {}
+    files = record.get("files")
+    if record.get("fingerprint") != fingerprint or not files or not isinstance(files, dict):
+        return False
+    return all((found := recorded_file(directory, name, entry)) is not None and found.st_size == entry["size"]
+               for name, entry in files.items())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lincorr.cli.options import add_command, add_json_option, print_json
+from lincorr.errors import printable
 
 
 def add_commands(commands) -> None:
@@ -45,10 +46,11 @@ def run_list(args) -> None:
         print_json({"root": str(cache_root()),
                     "sections": [{"section": u.section, "path": str(u.path), "entries": u.entries, "bytes": u.bytes} for u in usage]})
         return
-    print(f"cache {cache_root()} (LINCORR_CACHE_DIR moves it)")
+    # The cache's path is LINCORR_CACHE_DIR's or HOME's, which may hold a line break or a terminal's escape.
+    print(printable(f"cache {cache_root()} (LINCORR_CACHE_DIR moves it)"))
     width = max(len(u.section) for u in usage)
     for u in usage:
-        print(f"  {u.section:<{width}} {u.entries:6d} entries  {human_size(u.bytes):>9}  {u.path}")
+        print(printable(f"  {u.section:<{width}} {u.entries:6d} entries  {human_size(u.bytes):>9}  {u.path}"))
 
 
 def run_size(args) -> None:
@@ -56,7 +58,7 @@ def run_size(args) -> None:
     from lincorr.reading import human_size
 
     checked_root()
-    print(f"{human_size(sum(u.bytes for u in cache_usage()))}  {cache_root()}")
+    print(printable(f"{human_size(sum(u.bytes for u in cache_usage()))}  {cache_root()}"))
 
 
 def run_clear(args) -> None:
@@ -65,4 +67,4 @@ def run_clear(args) -> None:
     checked_root()
     chosen = [section for section in SECTIONS if getattr(args, section)] or list(SECTIONS)
     removed = clear_cache(chosen)
-    print(f"removed {', '.join(map(str, removed))}" if removed else f"nothing to remove ({', '.join(chosen)} already empty)")
+    print(printable(f"removed {', '.join(map(str, removed))}") if removed else f"nothing to remove ({', '.join(chosen)} already empty)")

@@ -319,6 +319,8 @@ def load_lm(args, spec: str | None = None):
     from lincorr.cache import check_cache
     from lincorr.models import load_model
 
+    if spec is not None and not spec.strip():  # `spec or args.model` would load --model in its place
+        raise InputError(f"{spec!r} names no model; {MODEL_HELP}")
     check_cache()
     # --revision and --model-kwargs are --model's; a second model of the command (--eval-model, say) is loaded as named.
     own = spec is None or spec == args.model

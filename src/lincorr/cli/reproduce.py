@@ -111,6 +111,7 @@ def run_reproduce(args) -> None:
 
 def status(args) -> None:
     """The stale claims of every reproduction under --status, each with the units of code that changed."""
+    from lincorr.cli import shortened
     from lincorr.reproduce.refresh import plan_lines, saved_reproductions
     from lincorr.reproduce.runner import changed_code
 
@@ -122,9 +123,10 @@ def status(args) -> None:
         return
     for entry in saved:
         for claim in entry.stale:
-            changed = changed_code(claim)
-            print(printable(f"{claim.id} ({entry.path}): measured {claim.measured_at}; changed since: {', '.join(changed[:4])}"
-                            + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")))
+            # The file's own words (its time, a unit or step it names) are anyone's: each cut as an error line's words are.
+            changed = [shortened(unit) for unit in changed_code(claim)]
+            print(printable(f"{claim.id} ({entry.path}): measured {shortened(str(claim.measured_at))}; changed since: "
+                            f"{', '.join(changed[:4])}" + (f" and {len(changed) - 4} more" if len(changed) > 4 else "")))
     for line in plan_lines(saved):
         print(printable(line))
 

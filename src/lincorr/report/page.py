@@ -139,18 +139,28 @@ class Report:
         return path
 
 
+def provenance_beside(reproduction: Path) -> Path:
+    """The provenance of a reproduction kept on its own (docs/reproductions/MODEL/PAPER.json): PAPER.provenance.json."""
+    return reproduction.with_suffix(".provenance.json")
+
+
 def check_report_file(path, run_dirs: Sequence = ()) -> Path:
     """`path` as a Path, once it can take the report: an OutputError (or a StorageError from the disk) before any work where it cannot.
 
     A report never replaces a file it reads: a path inside any of `run_dirs` is refused, however it
     is spelt (links and `..` resolved), also one that does not exist yet, since all a run directory
-    holds is the run. So are a directory and a place nothing can be written.
+    holds is the run, and so is a reproduction's PAPER.provenance.json beside it where a run is such a
+    file (`provenance_beside`). So are a directory and a place nothing can be written.
     """
     path = Path(path)
     for run_dir in run_dirs:
         if lies_within(path, run_dir, f"the report {path} or the run directory {run_dir}"):
             raise OutputError(f"the report {path} would be written inside the run directory {run_dir}, which it reads; "
                               f"write it outside every run directory, e.g. {resolved(run_dir, str(run_dir)).parent / 'report.html'}")
+        beside = provenance_beside(Path(run_dir)) if Path(run_dir).suffix == ".json" else None
+        if beside is not None and resolved(path, f"the report {path}") == resolved(beside, f"the provenance {beside}"):
+            raise OutputError(f"the report {path} would replace the provenance of the reproduction {run_dir}, which it reads; "
+                              f"write it elsewhere, e.g. {resolved(beside, str(beside)).parent / 'report.html'}")
     if path.is_dir():
         raise OutputError(f"{path} is a directory; name the HTML file to write, e.g. {path / 'report.html'}")
     if path.is_symlink() or (path.exists() and not path.is_file()):

@@ -8,7 +8,7 @@ from typing import Any
 from pathlib import Path
 
 from lincorr.report import figures
-from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table
+from lincorr.report.page import Block, Column, Figure, KeyNumbers, Section, Table, provenance_beside
 from lincorr.report.sections import number, read_provenance
 from lincorr.report.effects import effect_text, sensitivity_text, tests_text
 from lincorr.reproduction_file import RESULT_FILE, VERDICTS, read_reproduction_file
@@ -126,7 +126,7 @@ def read_reproduction(directory: Path, file: Path | None = None) -> Section:
         for claim in ordered))
     beside = (paper_beside_ours(claim, run.get("budget") or "") for claim in claims if claim["verdict"] != "not applicable")
     blocks: tuple[Block, ...] = (numbers, table, *(figure for figure in (evidence(claims), *beside) if figure))
-    kept_beside = file.with_suffix(".provenance.json") if file is not None else None
+    # A reproduction kept on its own reads its own provenance only: a provenance.json beside it is another run's.
     return Section(f"reproduction of {run['paper']} on {run['model']}", "reproduce", str(file or directory),
-                   read_provenance(directory, run, model=run["model"],
-                                   path=kept_beside if kept_beside is not None and kept_beside.is_file() else None), blocks)
+                   read_provenance(directory, run, model=run["model"], path=provenance_beside(file) if file is not None else None),
+                   blocks)

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -67,7 +69,16 @@ def saved_reproductions(directory: str | Path) -> list[SavedReproduction]:
     return saved
 
 
+# The longest time a refresh plan shows as a number: a saved file's times are anyone's, and 1e308 s (two of them summing to
+# infinity) printed as "about inf h", or as a number of 300 digits.
+MOST_SHOWN_HOURS = 10_000
+
+
 def duration_text(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "? h"
+    if not seconds < MOST_SHOWN_HOURS * 3600:
+        return f"{MOST_SHOWN_HOURS:,}+ h"
     return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
@@ -164,7 +175,12 @@ def refreshed(saved: SavedReproduction, lm: LM, eval_lm: LM | None, settings: Co
     again = reproduce(saved.result.paper, lm, only=",".join(c.id for c in saved.stale), budget=saved.result.budget or "quick",
                       settings=settings, eval_model=eval_lm, on_finished=heard)
     finished[:] = again.claims
-    return merged(again.measured or 0)
+    try:
+        return merged(again.measured or 0)
+    except ValueError as error:  # a claim not measured here whose stored test this code cannot make again
+        raise InputError(f"{saved.path}: {error}; the current code cannot judge it, and this machine did not measure it "
+                         f"again: measure it where it can be, lincorr reproduce {saved.result.paper} --model "
+                         f"{shlex.quote(saved.result.model_name)}") from None
 
 
 def write_refreshed(saved: SavedReproduction, result: ReproductionResult) -> None:
@@ -175,6 +191,34 @@ def write_refreshed(saved: SavedReproduction, result: ReproductionResult) -> Non
         write_text_atomic(saved.path, dumps(result.summary(), indent=2) + "\n")
 
 
+def checked_before_loading(saved: Sequence[SavedReproduction]) -> dict[Path, ReproductionResult]:
+    """Every file checked before any model loads, so that a tree's last file fails in a second, not after hours of
+    measuring the others: a file with stale claims names the model that measured them (a blank name would load the
+    default model and measure them on another) and is no --budget decide run, and every claim not measured again is
+    judged again now (one with a verdict and no test behind it cannot be). The files with no stale claim, judged again
+    (`ReproductionResult.rejudged`); an `InputError` naming the file where one cannot be."""
+    rejudged = {}
+    for entry in saved:
+        result, stale = entry.result, {claim.id for claim in entry.stale}
+        again = (f"lincorr reproduce {result.paper} --model {shlex.quote(result.model_name.strip() or 'MODEL')}"
+                 + (f" --budget {result.budget}" if result.budget else ""))
+        if stale and not result.model_name.strip():
+            raise InputError(f"{entry.path}: names no model (\"model\": {result.model_name!r}), so its stale claims would be "
+                             f"measured on the default one; write the model that measured it there, or measure it again whole: {again}")
+        if stale and result.budget == DECIDE:  # its second look's units were planned from its first look's
+            raise InputError(f"{entry.path}: a --budget decide reproduction is measured again whole: {again}")
+        try:
+            if stale:
+                for claim in (claim for claim in result.claims if claim.id not in stale):
+                    retested(claim)
+            else:
+                rejudged[entry.path] = result.rejudged()
+        except ValueError as error:
+            raise InputError(f"{entry.path}: {error}; the current code cannot judge it: measure it again with {again}, "
+                             f"or ask for the file again") from None
+    return rejudged
+
+
 def refresh(directory: str | Path, load: Callable[[str], LM], settings: CollectSettings = CollectSettings(),
             report: Callable[[str], None] = print) -> list[SavedReproduction]:
     """Measure again the stale claims of every reproduction under `directory`, one model loaded at a time (`load` takes a
@@ -182,6 +226,7 @@ def refresh(directory: str | Path, load: Callable[[str], LM], settings: CollectS
     (`ReproductionResult.rejudged`, nothing measured) and rewrite those the current tests and verdict rules read
     differently. The files whose claims were measured again."""
     saved = saved_reproductions(directory)
+    rejudged = checked_before_loading(saved)
     for line in plan_lines(saved):
         report(line)
     stale = [s for s in saved if s.stale]
@@ -197,7 +242,7 @@ def refresh(directory: str | Path, load: Callable[[str], LM], settings: CollectS
             report(f"wrote {entry.path}: {result.measured} claims measured again in {duration_text(result.seconds or 0)}"
                    + (f"; still stale: {', '.join(left)}" if left else ""))
     for entry in (s for s in saved if not s.stale):
-        again = entry.result.rejudged()
+        again = rejudged[entry.path]
         if again.summary() != entry.result.summary():
             write_refreshed(entry, again)
             changed = sum(new.verdict != old.verdict for new, old in zip(again.claims, entry.result.claims))

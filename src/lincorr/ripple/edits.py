@@ -25,11 +25,14 @@ MOST_EDITS = 100_000
 # A prompt or answer is a sentence (RippleEdits' longest: 126 characters); a page of one would be tokenised, and run
 # through the model, for every edit and query.
 MOST_CHARACTERS = 1000
+# RippleEdits' popular subset holds under 7 compositional queries an edit (918 over the 140 bundled), some 35,000 over
+# its 5,000 edits: a file of more is a mistake (one edit with 120,000 queries was read), refused before it is read on.
+MOST_QUERIES = 100_000
 QUERY = {"prompt": TEXT, "answer": TEXT, "relation": TEXT, "subject": TEXT}
+EDIT = {"prompt": TEXT, "subject_id": TEXT, "relation": TEXT, "target_id": TEXT, "original_fact": {"target_id": TEXT}}
 EDITS = FileKind(
     "RippleEdits file",
-    Items({"edit": {"prompt": TEXT, "subject_id": TEXT, "relation": TEXT, "target_id": TEXT, "original_fact": {"target_id": TEXT}},
-           "compositional_I_problems": Items({"compositional_query": QUERY, "condition_query": QUERY})}),
+    Items({"edit": EDIT, "compositional_I_problems": Items({"compositional_query": QUERY, "condition_query": QUERY})}),
     'write a list of {"edit": {"prompt", "subject_id", "relation", "target_id", "original_fact": {"target_id", ...}}, '
     '"compositional_I_problems": [{"compositional_query": {"prompt", "answer", "relation", "subject"}, "condition_query": {...}}]} '
     "as RippleEdits does", "RippleEdits")
@@ -77,16 +80,33 @@ def read_edits(path: str | Path | None = None, max_edits: int | None = None) -> 
                          "split it, or pass --max-edits for a first look")
     if not document:
         raise InputError(f"{path} holds no edits; {EDITS.remedy}")
+    queries = sum(len(record["compositional_I_problems"]) for record in document[:max_edits])
+    if queries > MOST_QUERIES:
+        raise InputError(f"{path}: the {min(len(document), max_edits or len(document)):,} edits read hold {queries:,} queries, "
+                         f"more than the {MOST_QUERIES:,} lincorr reads; split it, or pass --max-edits for a first look")
     return tuple(edit_from(record, index, path) for index, record in enumerate(document[:max_edits]))
+
+
+def too_long(record: dict, shape: dict, prefix: str = "") -> tuple[str, int] | None:
+    """The first text field of `record` that `shape` declares (and so that lincorr reads) and that is longer than
+    MOST_CHARACTERS: its dotted name and length; None where there is none."""
+    for key, inner in shape.items():
+        if isinstance(inner, dict):
+            found = too_long(record[key], inner, f"{prefix}{key}.")
+            if found is not None:
+                return found
+        elif inner is TEXT and len(record[key]) > MOST_CHARACTERS:
+            return f"{prefix}{key}", len(record[key])
+    return None
 
 
 def edit_from(record: dict, index: int, path: Path) -> Edit:
     fact = record["edit"]
     where = f"{path}: edit {index} ({fact['subject_id'][:100]!r}, {fact['relation'][:100]})"
-    for field in ("prompt", "subject_id", "relation", "target_id"):
-        if len(fact[field]) > MOST_CHARACTERS:
-            raise InputError(f"{where}: its {field} is {len(fact[field]):,} characters, more than the {MOST_CHARACTERS:,} "
-                             "of a sentence that teaches one fact; shorten it")
+    long = too_long(fact, EDIT)
+    if long is not None:
+        raise InputError(f"{where}: its {long[0]} is {long[1]:,} characters, more than the {MOST_CHARACTERS:,} "
+                         "of a sentence that teaches one fact; shorten it")
     if not record["compositional_I_problems"]:
         raise InputError(f"{where} has no queries; give it at least one compositional query, or leave the edit out")
     problems = tuple(Problem(query_from(problem["compositional_query"], f"{where}, query {number}"),
@@ -99,9 +119,10 @@ def query_from(query: dict, where: str) -> Query:
     for field in ("prompt", "answer"):
         if not query[field].strip():
             raise InputError(f"{where} has an empty {field}; every query needs a prompt and the answer it should lead to")
-        if len(query[field]) > MOST_CHARACTERS:
-            raise InputError(f"{where}: its {field} is {len(query[field]):,} characters, more than the {MOST_CHARACTERS:,} "
-                             "of a sentence; shorten it")
+    long = too_long(query, QUERY)
+    if long is not None:
+        raise InputError(f"{where}: its {long[0]} is {long[1]:,} characters, more than the {MOST_CHARACTERS:,} "
+                         "of a sentence; shorten it")
     return Query(query["prompt"], query["answer"], query["relation"], query["subject"])
 
 
