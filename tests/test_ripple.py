@@ -166,6 +166,9 @@ def test_more_queries_than_lincorr_reads_are_refused_in_one_line_counting_only_t
         read_edits(file)
     assert "\n" not in str(error.value) and "--max-edits" in str(error.value)
     assert len(read_edits(file, max_edits=1)) == 1
+    monkeypatch.setattr(edits_module, "MOST_QUERIES", queries - 1)
+    with pytest.raises(InputError, match=f"the one edit read holds {queries} queries"):
+        read_edits(file, max_edits=1)
 
 
 def test_a_huge_subject_is_quoted_in_part(tmp_path):

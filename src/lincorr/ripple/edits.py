@@ -82,7 +82,9 @@ def read_edits(path: str | Path | None = None, max_edits: int | None = None) -> 
         raise InputError(f"{path} holds no edits; {EDITS.remedy}")
     queries = sum(len(record["compositional_I_problems"]) for record in document[:max_edits])
     if queries > MOST_QUERIES:
-        raise InputError(f"{path}: the {min(len(document), max_edits or len(document)):,} edits read hold {queries:,} queries, "
+        n_read = min(len(document), max_edits or len(document))
+        raise InputError(f"{path}: {'the one edit' if n_read == 1 else f'the {n_read:,} edits'} read hold{'s' if n_read == 1 else ''} "
+                         f"{queries:,} queries, "
                          f"more than the {MOST_QUERIES:,} lincorr reads; split it, or pass --max-edits for a first look")
     return tuple(edit_from(record, index, path) for index, record in enumerate(document[:max_edits]))
 
