@@ -522,7 +522,11 @@ def test_a_cache_tree_deeper_than_pythons_recursion_is_listed_sized_and_cleared(
     deepest = cache / "logits"
     os.makedirs(deepest)
     (cache / CACHE_MARKER).write_text("", encoding="utf-8")
-    for _ in range(sys.getrecursionlimit() + 200):
+    # Python's default limit, whatever another test of this worker set: deeper than it, and shallow enough that the
+    # deepest path (1,200 names of two characters) stays inside the system's 4,096 a path may hold.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    for _ in range(1200):
         deepest = deepest / "d"
         os.mkdir(deepest)
     (deepest / "table.npz").write_bytes(b"x" * 1234)
@@ -537,7 +541,6 @@ def test_a_cache_tree_deeper_than_pythons_recursion_is_listed_sized_and_cleared(
         assert main(["cache", "clear", "--tables"]) == 0
         assert not (cache / "logits").exists() and (elsewhere / "thesis.tex").read_text(encoding="utf-8") == "mine" * 1000
     finally:  # pytest removes old temporary directories with shutil.rmtree too: a tree left behind would break that
-        limit = sys.getrecursionlimit()
         sys.setrecursionlimit(limit + 1000)
         shutil.rmtree(cache, ignore_errors=True)
         sys.setrecursionlimit(limit)

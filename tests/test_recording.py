@@ -5,6 +5,8 @@ reproduction tests at the end run lincorr's own runner on planted steps that rea
 
 from __future__ import annotations
 
+import dataclasses
+
 import ast
 import importlib
 import os
@@ -472,14 +474,21 @@ def test_on_every_step_an_edit_stales_exactly_the_committed_claims_that_ran_it(m
                  if (units := source_units.units(module)) is not None for name in units.functions}
     edited_unit = []
     current = source_units.unit_hash
-    # The source as the records saw it, whether or not the files have been refreshed since code they ran last changed:
-    # what is asked is which records an edit reaches, not whether the committed files are fresh now.
-    recorded = {unit: digest for c in claims for unit, digest in c.code.items()}
-    monkeypatch.setattr(source_units, "unit_hash", lambda unit: "edited" if unit in edited_unit else recorded.get(unit) or current(unit))
+    # Each claim read against the source as its own record saw it, whether or not its file has been refreshed since code
+    # it ran last changed (claims measured before and after a change hold different digests of one unit): what is asked
+    # is which records an edit reaches, not whether the committed files are fresh now.
+    as_recorded: dict[str, str] = {}
+    monkeypatch.setattr(source_units, "unit_hash", lambda unit: "edited" if unit in edited_unit else as_recorded.get(unit) or current(unit))
 
     def stale_after_editing(unit: str) -> set[str]:
         edited_unit[:] = [unit]
-        return {c.id for result in results for c in result.stale_claims()}
+        stale = set()
+        for result in results:
+            for claim in (c for c in result.claims if c.code):
+                as_recorded.clear()
+                as_recorded.update(claim.code)
+                stale |= {c.id for c in dataclasses.replace(result, claims=[claim]).stale_claims()}
+        return stale
 
     steps = sorted({c.step for c in claims})
     assert len(steps) >= 20
