@@ -51,35 +51,17 @@ def add_commands(commands) -> None:
 def run_ripple(args) -> None:
     from lincorr.ripple import read_edits
     from lincorr.ripple.edits import EDITS_FILE
-    from lincorr.ripple.hops import scorable_hops
+    from lincorr.ripple.hops import asked_hops
     from lincorr.ripple.study import RippleConfig, measure_ripple
 
     edits = read_edits(args.edits, args.max_edits)  # a bad file fails here, before the model loads
-    hops, _ = scorable_hops(edits)
     registry = load_registry_from(args)
-    if args.phrasing == "registry":
-        check_registry_phrasing(hops, edits, registry)
+    asked_hops(edits, registry, args.phrasing)
     check_inputs_split(args.n_inputs)
     config = RippleConfig(n_inputs=args.n_inputs, seed=args.seed, training=args.training, phrasing=args.phrasing, top_k=args.top_k, n_boot=args.n_boot)
     result = measure_ripple(load_lm(args), edits, registry, config, edits_file=str(args.edits or EDITS_FILE),
                             settings=collect_settings(args))
     save_and_print(args, result)
-
-
-def check_registry_phrasing(hops, edits, registry) -> None:
-    """Some query of `edits` is left to ask in the registry's words (`hops.registry_phrased`): said before the model loads,
-    where it was a DataError about the model's tokenizer after the load."""
-    from lincorr.errors import InputError
-    from lincorr.ripple.hops import FIRST_HOP, REGISTRY_PROMPTS, registry_phrased
-
-    phrased, left_out = registry_phrased(hops, edits, registry)
-    if not phrased:
-        reasons = "; ".join(f"{count} queries: {reason}" for reason, count in left_out.items())
-        *most, last = (relation for relation in REGISTRY_PROMPTS if relation != FIRST_HOP)
-        asked = f"{', '.join(most)} and {last}"
-        raise InputError(f"--phrasing registry leaves none of the {len(hops)} scorable queries of these edits ({reasons}): "
-                         f"it asks only the {asked} queries of COUNTRY_OF_CITIZENSHIP edits, about a person; give such edits, "
-                         "or use --phrasing dataset")
 
 
 def check_inputs_split(n_inputs: int) -> None:

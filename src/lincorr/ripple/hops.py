@@ -103,6 +103,22 @@ def registry_phrased(hops: Sequence[Hop], edits: Sequence[Edit], registry) -> tu
     return tuple(phrased), dict(skipped.most_common())
 
 
+def asked_hops(edits: Sequence[Edit], registry, phrasing: str = "dataset") -> tuple[tuple[Hop, ...], dict[str, int]]:
+    """`scorable_hops` in the `phrasing` asked (`registry_phrased` for "registry"), and the queries left out by reason; an
+    InputError where the registry phrasing leaves none (said before any model loads)."""
+    hops, skipped = scorable_hops(edits)
+    if phrasing == "dataset":
+        return hops, skipped
+    phrased, left_out = registry_phrased(hops, edits, registry)
+    if not phrased:
+        reasons = "; ".join(f"{count} queries: {reason}" for reason, count in left_out.items())
+        *most, last = (relation for relation in REGISTRY_PROMPTS if relation != FIRST_HOP)
+        raise InputError(f"--phrasing registry leaves none of the {len(hops)} scorable queries of these edits ({reasons}): "
+                         f"it asks only the {', '.join(most)} and {last} queries of COUNTRY_OF_CITIZENSHIP edits, about a person; "
+                         "give such edits, or use --phrasing dataset")
+    return phrased, {**skipped, **left_out}
+
+
 def hop_of(index: int, edit: Edit, number: int, problem: Problem) -> Hop | str:
     """The query as a `Hop`, or why it cannot be one."""
     fact = fact_prompt(edit)

@@ -24,7 +24,7 @@ from lincorr.progress import progress_bar
 from lincorr.results import Stored, record
 from lincorr.ripple.benchmark import CLARE, GRADSIM, GRADSIM_EDITED, N_BOOT, PREDICTORS, PRIOR, W_PAPER, benchmark
 from lincorr.ripple.edits import Edit
-from lincorr.ripple.hops import FIRST_HOP, Hop, answer_domains, domain_words, registry_phrased, scorable_hops, usable
+from lincorr.ripple.hops import FIRST_HOP, Hop, answer_domains, asked_hops, domain_words, usable
 from lincorr.ripple.outcomes import EDIT_TRAINING, constrained_layers, edit_outcomes
 from lincorr.ripple.predictors import clare_similarities, grad_sims, gradient_parameters, prior, w_predictions
 
@@ -146,10 +146,7 @@ def scored_hops(edits: Sequence[Edit], domains: Mapping[str, Domain], hops: Sequ
 def measure_ripple(lm: LM, edits: Sequence[Edit], registry, config: RippleConfig = RippleConfig(), *, edits_file: str = "",
                    settings: CollectSettings = CollectSettings()) -> RippleResult:
     """Every predictor and the outcome of every country edit's queries, and the benchmark over them."""
-    all_hops, skipped = scorable_hops(edits)
-    if config.phrasing == "registry":
-        all_hops, left_out = registry_phrased(all_hops, edits, registry)
-        skipped = {**skipped, **left_out}
+    all_hops, skipped = asked_hops(edits, registry, config.phrasing)
     words = domain_words(all_hops, edits, registry)
     domains = answer_domains(words, lm.tokenizer)
     hops, skipped = scored_hops(edits, domains, all_hops, skipped)
